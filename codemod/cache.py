@@ -1,0 +1,81 @@
+"""Per-file result cache, keyed by content hash, tool version and the enabled rules.
+
+Stored under the project (``.pmap_migrate_cache/``, which git-ignores itself). An unchanged file
+(same size and mtime) is answered without being read; a touched but identical file is answered
+after hashing; anything else is checked again.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import pickle
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+
+from codemod.diagnostics import FileResult
+
+CACHE_DIR_NAME = ".pmap_migrate_cache"
+
+
+def digest(data: bytes) -> bytes:
+    return hashlib.blake2b(data, digest_size=16).digest()
+
+
+@dataclass
+class Entry:
+    size: int
+    mtime_ns: int
+    digest: bytes
+    result: FileResult
+
+
+class ResultCache:
+    def __init__(self, directory: Path, key: str) -> None:
+        self.directory = directory
+        self.file = directory / f"results-{key}.pickle"
+        self.entries: dict[str, Entry] = {}
+        self.dirty = False
+        try:
+            with open(self.file, "rb") as handle:
+                loaded = pickle.load(handle)
+            if isinstance(loaded, dict):
+                self.entries = loaded
+        except FileNotFoundError:
+            pass
+        except Exception:  # a corrupt or foreign cache is only a slower run
+            self.entries = {}
+
+    def lookup_stat(self, key: str, stat: os.stat_result) -> FileResult | None:
+        entry = self.entries.get(key)
+        if entry is not None and entry.size == stat.st_size and entry.mtime_ns == stat.st_mtime_ns:
+            return entry.result
+        return None
+
+    def lookup_digest(self, key: str, stat: os.stat_result, content_digest: bytes) -> FileResult | None:
+        entry = self.entries.get(key)
+        if entry is not None and entry.digest == content_digest:
+            entry.size, entry.mtime_ns = stat.st_size, stat.st_mtime_ns
+            self.dirty = True
+            return entry.result
+        return None
+
+    def store(self, key: str, stat: os.stat_result, content_digest: bytes, result: FileResult) -> None:
+        self.entries[key] = Entry(stat.st_size, stat.st_mtime_ns, content_digest, result)
+        self.dirty = True
+
+    def save(self) -> None:
+        if not self.dirty:
+            return
+        try:
+            self.directory.mkdir(parents=True, exist_ok=True)
+            gitignore = self.directory / ".gitignore"
+            if not gitignore.exists():
+                gitignore.write_text("# Created by pmap-migrate automatically.\n*\n")
+            fd, temporary = tempfile.mkstemp(dir=self.directory, prefix=".results-", suffix=".tmp")
+            with os.fdopen(fd, "wb") as handle:
+                pickle.dump(self.entries, handle, protocol=pickle.HIGHEST_PROTOCOL)
+            os.replace(temporary, self.file)
+        except OSError:
+            pass  # a read-only checkout still gets its findings, only no cache

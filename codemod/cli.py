@@ -1,0 +1,186 @@
+"""The command line: the only layer that prints."""
+
+from __future__ import annotations
+
+import functools
+import sys
+
+import click
+
+from codemod import __version__
+
+EXIT_CLEAN, EXIT_FINDINGS, EXIT_ERROR = 0, 1, 2
+OUTPUT_FORMATS = ("text", "concise", "json", "github", "sarif")
+
+
+def _split_codes(ctx, param, values):
+    codes: list[str] = []
+    for value in values or ():
+        codes.extend(part.strip().upper() for part in value.split(",") if part.strip())
+    return codes
+
+
+def _fail(message: str) -> None:
+    click.echo(f"pmap-migrate: error: {message}", err=True)
+    sys.exit(EXIT_ERROR)
+
+
+def handle_errors(command):
+    """No traceback reaches the user: internal failures become one line and exit code 2."""
+
+    @functools.wraps(command)
+    def wrapper(*args, **kwargs):
+        from codemod.config import ConfigError
+
+        try:
+            return command(*args, **kwargs)
+        except ConfigError as error:
+            _fail(str(error))
+        except KeyboardInterrupt:
+            click.echo("pmap-migrate: interrupted", err=True)
+            sys.exit(130)
+        except (click.exceptions.Exit, click.ClickException, SystemExit):
+            raise
+        except BrokenPipeError:
+            sys.exit(EXIT_ERROR)
+        except Exception as error:  # pragma: no cover - the last line of defence
+            _fail(f"internal error: {type(error).__name__}: {error}")
+
+    return wrapper
+
+
+@click.group(context_settings={"help_option_names": ["-h", "--help"]})
+@click.version_option(__version__, prog_name="pmap-migrate")
+def main() -> None:
+    """Find and migrate legacy jax.pmap code."""
+
+
+def selection_options(command):
+    options = [
+        click.argument("paths", nargs=-1, type=click.Path()),
+        click.option("--select", multiple=True, callback=_split_codes, metavar="CODES",
+                     help="Rule codes or prefixes to enable (e.g. PM1,PM301); replaces the configured set."),
+        click.option("--ignore", multiple=True, callback=_split_codes, metavar="CODES",
+                     help="Rule codes or prefixes to disable."),
+        click.option("--extend-exclude", multiple=True, metavar="PATTERN",
+                     help="More gitignore-style patterns to exclude."),
+        click.option("--force-exclude", is_flag=True,
+                     help="Apply excludes to paths named on the command line too (for pre-commit)."),
+        click.option("--config", "config_file", type=click.Path(dir_okay=False), default=None,
+                     help="Use this pyproject.toml (or a TOML file holding the settings table)."),
+        click.option("--no-cache", is_flag=True, help="Do not read or write the result cache."),
+        click.option("--jobs", "-j", type=click.IntRange(min=1), default=None,
+                     help="Processes to use (default: one per core; 1 under pre-commit)."),
+        click.option("--stdin-filename", default=None, help="The path to report for input read from `-`."),
+        click.option("--quiet", "-q", is_flag=True, help="Print the findings and nothing else."),
+    ]
+    for option in reversed(options):
+        command = option(command)
+    return command
+
+
+@main.command()
+@selection_options
+@click.option("--output-format", type=click.Choice(OUTPUT_FORMATS), default="text", show_default=True)
+@click.option("--statistics", is_flag=True, help="Print the number of findings per rule instead of each finding.")
+@click.option("--exit-zero", is_flag=True, help="Exit 0 even when legacy patterns are found.")
+@handle_errors
+def check(paths, select, ignore, extend_exclude, force_exclude, config_file, no_cache, jobs, stdin_filename,
+          quiet, output_format, statistics, exit_zero):
+    """Report legacy pmap patterns in PATHS (default: the current directory; `-` reads stdin)."""
+    from codemod.session import Session
+
+    session = Session.create(paths, select=select, ignore=ignore, extend_exclude=extend_exclude,
+                             force_exclude=force_exclude, config_file=config_file)
+    outcome = session.check(use_cache=not no_cache, jobs=jobs, stdin_filename=stdin_filename,
+                            progress=not quiet and output_format in ("text", "concise"))
+    diagnostics = outcome.active_with_errors
+    _emit(session, diagnostics, output_format=output_format, statistics=statistics, quiet=quiet,
+          files=outcome.run.files, errors=len(outcome.run.errors))
+    if outcome.internal_errors:
+        sys.exit(EXIT_ERROR)
+    sys.exit(EXIT_FINDINGS if diagnostics and not exit_zero else EXIT_CLEAN)
+
+
+def _emit(session, diagnostics, *, output_format, statistics, quiet, files, errors):
+    if output_format == "json":
+        from codemod.reporting.machine import to_json
+
+        click.echo(to_json(diagnostics), nl=False)
+        return
+    if output_format == "github":
+        from codemod.reporting.machine import to_github
+
+        click.echo(to_github(diagnostics), nl=False)
+        return
+    if output_format == "sarif":
+        from codemod.reporting.machine import to_sarif
+
+        click.echo(to_sarif(diagnostics, session.rules), nl=False)
+        return
+    from codemod.reporting import text
+
+    console = _console()
+    if statistics:
+        text.render_statistics(console, diagnostics)
+    else:
+        text.render_diagnostics(console, diagnostics, session.source_line, show_source=output_format == "text")
+    if not quiet:
+        text.render_summary(console, diagnostics, errors=errors, files=files)
+
+
+def _console(stderr: bool = False):
+    from rich.console import Console
+
+    return Console(stderr=stderr, highlight=False, soft_wrap=True)
+
+
+@main.command(name="rules")
+@click.option("--output-format", type=click.Choice(("text", "json")), default="text", show_default=True)
+@handle_errors
+def list_rules(output_format):
+    """List every rule with its code, name and summary."""
+    from rules import all_rules
+
+    if output_format == "json":
+        import json
+
+        click.echo(json.dumps([
+            {"code": r.CODE, "name": r.NAME, "summary": r.summary(), "message": r.MESSAGE} for r in all_rules()
+        ], indent=2))
+        return
+    from rich.table import Table
+
+    table = Table(box=None, pad_edge=False)
+    table.add_column("code", style="bold red")
+    table.add_column("name", style="bold")
+    table.add_column("summary")
+    for rule in all_rules():
+        table.add_row(rule.CODE, rule.NAME, rule.summary())
+    _console().print(table)
+
+
+@main.command()
+@click.argument("code")
+@handle_errors
+def explain(code):
+    """Print the documentation of rule CODE (e.g. PM101, or its name pmap-call)."""
+    from rules import all_rules
+
+    wanted = code.strip()
+    for rule in all_rules():
+        if wanted.upper() == rule.CODE or wanted.lower() == rule.NAME:
+            document = f"# {rule.CODE} ({rule.NAME})\n\n{rule.documentation()}\n"
+            console = _console()
+            if console.is_terminal:
+                from rich.markdown import Markdown
+
+                console.print(Markdown(document))
+            else:
+                click.echo(document, nl=False)
+            return
+    _fail(f"unknown rule {code!r}; `pmap-migrate rules` lists them")
+
+
+if __name__ == "__main__":  # pragma: no cover
+    main()

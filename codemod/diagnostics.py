@@ -1,0 +1,88 @@
+"""Result values shared by the engine, the runner and the reporters (nothing here prints)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from enum import Enum
+
+
+class Applicability(str, Enum):
+    SAFE = "safe"  # applied by `fix`
+    UNSAFE = "unsafe"  # applied by `fix --unsafe-fixes`
+
+
+class State(str, Enum):
+    """What became of a finding after suppression and guard analysis."""
+
+    ACTIVE = "active"
+    SUPPRESSED = "suppressed"  # `# noqa` or a per-file ignore
+    GUARDED = "guarded"  # inside code written for both the old and the new API
+
+
+@dataclass(frozen=True)
+class FixInfo:
+    """The user-facing description of a fix; the edit itself stays with the engine."""
+
+    applicability: Applicability
+    summary: str
+
+
+@dataclass(frozen=True)
+class Diagnostic:
+    code: str
+    name: str
+    message: str
+    path: str
+    line: int  # 1-based
+    column: int  # 1-based
+    end_line: int
+    end_column: int
+    fix: FixInfo | None = None
+    state: State = State.ACTIVE
+
+    def sort_key(self) -> tuple:
+        return (self.path, self.line, self.column, self.code)
+
+    def to_json(self) -> dict:
+        return {
+            "code": self.code,
+            "name": self.name,
+            "message": self.message,
+            "path": self.path,
+            "line": self.line,
+            "column": self.column,
+            "end_line": self.end_line,
+            "end_column": self.end_column,
+            "fix": None
+            if self.fix is None
+            else {"applicability": self.fix.applicability.value, "summary": self.fix.summary},
+        }
+
+
+@dataclass(frozen=True)
+class FileError:
+    """A file that could not be checked (unreadable, undecodable, not valid Python)."""
+
+    path: str
+    code: str  # PM000 syntax error, PM001 unreadable/undecodable, PM002 internal error
+    message: str
+    line: int = 1
+    column: int = 1
+
+    NAMES = {"PM000": "syntax-error", "PM001": "unreadable-file", "PM002": "internal-error"}
+
+    def as_diagnostic(self) -> Diagnostic:
+        return Diagnostic(self.code, self.NAMES.get(self.code, "error"), self.message, self.path,
+                          self.line, self.column, self.line, self.column)
+
+
+@dataclass
+class FileResult:
+    path: str
+    diagnostics: list[Diagnostic] = field(default_factory=list)
+    error: FileError | None = None
+    parsed: bool = False  # False when the text prefilter ruled the file out
+
+    @property
+    def active(self) -> list[Diagnostic]:
+        return [d for d in self.diagnostics if d.state is State.ACTIVE]

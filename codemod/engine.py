@@ -1,0 +1,94 @@
+"""Checking one file: parse once, build one MetadataWrapper, run every rule in one batched visit."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import libcst as cst
+from libcst.metadata import MetadataWrapper, PositionProvider
+
+from codemod.diagnostics import Applicability, Diagnostic, FileError, FileResult, FixInfo, State
+from codemod.suppression import Suppressions, is_guarded
+from rules.base import Rule, RuleContext
+from rules.semantic import SemanticModel
+
+
+def triggers_of(rules: Sequence[type[Rule]]) -> tuple[bytes, ...] | None:
+    """Byte strings of which one must occur in a file for any rule to fire (None: parse all)."""
+    triggers: set[bytes] = set()
+    for rule in rules:
+        if not rule.TRIGGERS:
+            return None
+        triggers.update(t.encode() for t in rule.TRIGGERS)
+    return tuple(sorted(triggers))
+
+
+def might_match(data: bytes, triggers: tuple[bytes, ...] | None) -> bool:
+    return triggers is None or any(t in data for t in triggers)
+
+
+def parse(data: bytes | str, path: str) -> cst.Module | FileError:
+    try:
+        return cst.parse_module(data)
+    except cst.ParserSyntaxError as error:
+        message = str(error).splitlines()[0] if str(error) else "invalid syntax"
+        return FileError(path, "PM000", f"SyntaxError: {error.message or message}",
+                         max(error.raw_line, 1), error.raw_column + 1)
+    except (UnicodeDecodeError, LookupError) as error:  # bad bytes, or a coding cookie naming no codec
+        return FileError(path, "PM001", f"cannot decode file: {error}")
+    except RecursionError:
+        return FileError(path, "PM000", "SyntaxError: too deeply nested to parse")
+
+
+def lint_module(module: cst.Module, path: str, rules: Sequence[type[Rule]]) -> list[Diagnostic]:
+    """Every finding of ``rules`` on ``module``, with suppression and guard states set."""
+    if not rules:
+        return []
+    wrapper = MetadataWrapper(module, unsafe_skip_copy=True)
+    context = RuleContext(path, SemanticModel(wrapper))
+    wrapper.visit_batched([rule(context) for rule in rules])
+    if not context.reports:
+        return []
+    positions = wrapper.resolve(PositionProvider)
+    suppressions = Suppressions(module.code)
+    diagnostics: list[Diagnostic] = []
+    seen: set[tuple[str, int]] = set()
+    for rule, report in context.reports:
+        key = (rule.CODE, id(report.node))
+        if key in seen:
+            continue
+        seen.add(key)
+        where = positions[report.node]
+        line = where.start.line
+        if suppressions.suppresses(rule.CODE, line):
+            state = State.SUPPRESSED
+        elif is_guarded(context.model, report.node):
+            state = State.GUARDED
+        else:
+            state = State.ACTIVE
+        fix = None
+        if report.fix is not None:
+            fix = FixInfo(Applicability(report.fix.applicability), report.fix.summary)
+        diagnostics.append(Diagnostic(
+            code=rule.CODE, name=rule.NAME, message=report.message, path=path,
+            line=line, column=where.start.column + 1, end_line=where.end.line,
+            end_column=where.end.column + 1, fix=fix, state=state,
+        ))
+    diagnostics.sort(key=Diagnostic.sort_key)
+    return diagnostics
+
+
+def lint_bytes(data: bytes | str, path: str, rules: Sequence[type[Rule]]) -> FileResult:
+    """Check one file's contents. Never raises: failures become the result's ``error``."""
+    result = FileResult(path, parsed=True)
+    try:
+        module = parse(data, path)
+        if isinstance(module, FileError):
+            result.error = module
+            return result
+        result.diagnostics = lint_module(module, path, rules)
+    except RecursionError:
+        result.error = FileError(path, "PM002", "internal error: code nested too deeply to analyse")
+    except Exception as error:  # a rule bug must not end the run or show a traceback
+        result.error = FileError(path, "PM002", f"internal error: {type(error).__name__}: {error}")
+    return result

@@ -1,0 +1,69 @@
+"""Human output: ruff-like ``path:line:col: CODE message`` lines with the source line and a caret."""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Callable, Sequence
+
+from rich.console import Console
+from rich.text import Text
+
+from codemod.diagnostics import Applicability, Diagnostic
+
+
+def render_diagnostics(console: Console, diagnostics: Sequence[Diagnostic],
+                       source_line: Callable[[str, int], str | None], *, show_source: bool = True) -> None:
+    for d in diagnostics:
+        header = Text()
+        header.append(d.path, style="bold")
+        header.append(f":{d.line}:{d.column}: ", style="cyan")
+        header.append(d.code, style="bold red")
+        header.append(" ")
+        header.append(d.message)
+        if d.fix is not None:
+            header.append(" [*]" if d.fix.applicability is Applicability.SAFE else " [unsafe fix]", style="dim")
+        console.print(header, soft_wrap=True)
+        line = source_line(d.path, d.line) if show_source else None
+        if line is None:
+            continue
+        text = line.rstrip("\r\n")
+        gutter = f"{d.line} | "
+        console.print(Text(gutter, style="blue") + Text(text), soft_wrap=True, highlight=False)
+        width = (d.end_column - d.column) if d.end_line == d.line else max(1, len(text) - d.column + 1)
+        caret = Text(" " * (len(gutter) - 2) + "| ", style="blue")
+        # Keep tabs in the padding so that the caret lines up however the terminal renders them.
+        padding = "".join("\t" if ch == "\t" else " " for ch in text[: d.column - 1])
+        caret.append(padding + "^" * max(1, width), style="bold red")
+        console.print(caret, soft_wrap=True)
+        console.print()
+
+
+def render_summary(console: Console, diagnostics: Sequence[Diagnostic], *, errors: int, files: int,
+                   fix_hint: bool = True) -> None:
+    findings = len(diagnostics)
+    if findings == 0 and errors == 0:
+        console.print(Text(f"All checks passed! ({files} file{'s' if files != 1 else ''} checked)", style="green"))
+        return
+    parts = []
+    if findings:
+        n_files = len({d.path for d in diagnostics})
+        parts.append(f"Found {findings} legacy pattern{'s' if findings != 1 else ''} in "
+                     f"{n_files} file{'s' if n_files != 1 else ''}")
+    if errors:
+        parts.append(f"{errors} file{'s' if errors != 1 else ''} could not be checked")
+    console.print(Text("; ".join(parts) + ".", style="bold"))
+    safe = sum(1 for d in diagnostics if d.fix is not None and d.fix.applicability is Applicability.SAFE)
+    unsafe = sum(1 for d in diagnostics if d.fix is not None and d.fix.applicability is Applicability.UNSAFE)
+    if fix_hint and safe:
+        console.print(f"[*] {safe} fixable with `pmap-migrate fix`.", markup=False)
+    if fix_hint and unsafe:
+        console.print(f"{unsafe} more fixable with `pmap-migrate fix --unsafe-fixes`.", markup=False)
+
+
+def render_statistics(console: Console, diagnostics: Sequence[Diagnostic]) -> None:
+    counts = Counter((d.code, d.name) for d in diagnostics)
+    fixable = {d.code for d in diagnostics if d.fix is not None}
+    width = max((len(str(n)) for n in counts.values()), default=1)
+    for (code, name), count in sorted(counts.items(), key=lambda item: (-item[1], item[0])):
+        mark = "[*]" if code in fixable else "   "
+        console.print(f"{count:>{width}}\t{code}\t{mark} {name}", markup=False, highlight=False)

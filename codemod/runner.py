@@ -1,0 +1,208 @@
+"""Running the engine over many files: prefilter, cache, serial or process pool."""
+
+from __future__ import annotations
+
+import hashlib
+import multiprocessing
+import os
+from collections.abc import Callable, Sequence
+from concurrent.futures import ProcessPoolExecutor
+from dataclasses import dataclass, field, replace
+from functools import lru_cache
+from pathlib import Path
+
+import pathspec
+
+from codemod import __version__
+from codemod.cache import CACHE_DIR_NAME, ResultCache, digest
+from codemod.config import Settings
+from codemod.diagnostics import FileError, FileResult, State
+from codemod.engine import lint_bytes, might_match, triggers_of
+from rules import rules_by_code
+from rules.base import Rule
+
+# Below this many files to parse, a process pool costs more than it saves.
+PARALLEL_THRESHOLD = 24
+
+
+@dataclass
+class RunResult:
+    results: list[FileResult] = field(default_factory=list)
+    files: int = 0  # files discovered
+    parsed: int = 0  # files that passed the text prefilter and were parsed
+    cached: int = 0  # results answered from the cache
+
+    @property
+    def diagnostics(self):
+        return sorted((d for r in self.results for d in r.diagnostics), key=lambda d: d.sort_key())
+
+    @property
+    def errors(self) -> list[FileError]:
+        return [r.error for r in self.results if r.error is not None]
+
+
+def display_path(path: Path) -> str:
+    """Paths as the user would type them: relative to the working directory when below it."""
+    text = os.path.relpath(path) if not path.is_absolute() or _below_cwd(path) else str(path)
+    return text.replace(os.sep, "/")
+
+
+def _below_cwd(path: Path) -> bool:
+    try:
+        path.resolve().relative_to(Path.cwd().resolve())
+        return True
+    except ValueError:
+        return False
+
+
+@lru_cache(maxsize=8)
+def _rules_for(codes: tuple[str, ...]) -> tuple[type[Rule], ...]:
+    table = rules_by_code()
+    return tuple(table[c] for c in codes)
+
+
+def _lint_job(job: tuple[bytes, str, tuple[str, ...]]) -> FileResult:
+    data, shown, codes = job
+    return lint_bytes(data, shown, _rules_for(codes))
+
+
+@lru_cache(maxsize=1)
+def _code_fingerprint() -> str:
+    """Size and mtime of the tool's own modules, so that an edited rule never reuses old results."""
+    import codemod
+    import rules
+
+    parts = []
+    for package in (codemod, rules):
+        for path in sorted(Path(package.__file__).parent.glob("*.py")):
+            stat = path.stat()
+            parts.append(f"{path.name}:{stat.st_size}:{stat.st_mtime_ns}")
+    return hashlib.blake2b("|".join(parts).encode(), digest_size=6).hexdigest()
+
+
+def default_jobs() -> int:
+    if os.environ.get("PRE_COMMIT"):  # pre-commit already runs hooks in parallel: never nest pools
+        return 1
+    return max(1, len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1))
+
+
+def run(
+    files: Sequence[Path],
+    settings: Settings,
+    rules: Sequence[type[Rule]],
+    *,
+    jobs: int | None = None,
+    use_cache: bool = True,
+    progress: Callable[[int], None] | None = None,
+    on_total: Callable[[int], None] | None = None,
+) -> RunResult:
+    codes = tuple(rule.CODE for rule in rules)
+    triggers = triggers_of(rules)
+    cache = None
+    if use_cache:
+        directory = settings.cache_dir or (settings.root / CACHE_DIR_NAME)
+        cache = ResultCache(directory, settings.fingerprint(f"{__version__}+{_code_fingerprint()}", codes))
+    outcome = RunResult(files=len(files))
+    pending: list[tuple[int, str, os.stat_result | None, bytes | None, bytes]] = []
+    slots: list[FileResult | None] = []
+    for path in files:
+        shown = display_path(path)
+        key = str(path.resolve())
+        try:
+            stat = path.stat()
+        except OSError as error:
+            slots.append(FileResult(shown, error=FileError(shown, "PM001", f"cannot read file: {error.strerror or error}")))
+            continue
+        if cache is not None:
+            hit = cache.lookup_stat(key, stat)
+            if hit is not None:
+                outcome.cached += 1
+                slots.append(_relabel(hit, shown))
+                continue
+        try:
+            data = path.read_bytes()
+        except OSError as error:
+            slots.append(FileResult(shown, error=FileError(shown, "PM001", f"cannot read file: {error.strerror or error}")))
+            continue
+        if not might_match(data, triggers):
+            result = FileResult(shown)
+            if cache is not None:
+                cache.store(key, stat, digest(data), result)
+            slots.append(result)
+            continue
+        content_digest = digest(data) if cache is not None else b""
+        if cache is not None:
+            hit = cache.lookup_digest(key, stat, content_digest)
+            if hit is not None:
+                outcome.cached += 1
+                slots.append(_relabel(hit, shown))
+                continue
+        pending.append((len(slots), key, stat, content_digest, data))
+        slots.append(None)
+
+    outcome.parsed = len(pending)
+    if on_total is not None:
+        on_total(len(pending))
+    jobs = jobs or default_jobs()
+    work = [(data, display_path(files[index]), codes) for index, _, _, _, data in pending]
+    if jobs > 1 and len(pending) >= PARALLEL_THRESHOLD:
+        context = multiprocessing.get_context("fork") if "fork" in multiprocessing.get_all_start_methods() else None
+        with ProcessPoolExecutor(max_workers=jobs, mp_context=context) as pool:
+            computed = pool.map(_lint_job, work, chunksize=max(1, len(work) // (jobs * 8)))
+            results = _with_progress(computed, progress)
+    else:
+        results = _with_progress(map(_lint_job, work), progress)
+    for (index, key, stat, content_digest, _), result in zip(pending, results):
+        slots[index] = result
+        internal_error = result.error is not None and result.error.code == "PM002"
+        if cache is not None and not internal_error:  # a crash is retried on the next run
+            cache.store(key, stat, content_digest, result)
+    if cache is not None:
+        cache.save()
+    outcome.results = [apply_per_file_ignores(r, settings) for r in slots if r is not None]
+    return outcome
+
+
+def _with_progress(results, progress):
+    for result in results:
+        if progress is not None:
+            progress(1)
+        yield result
+
+
+def _relabel(result: FileResult, shown: str) -> FileResult:
+    """A cached result under the path spelling of this run."""
+    if result.path == shown:
+        return result
+    return FileResult(
+        shown,
+        [replace(d, path=shown) for d in result.diagnostics],
+        replace(result.error, path=shown) if result.error else None,
+        result.parsed,
+    )
+
+
+@lru_cache(maxsize=64)
+def _spec(pattern: str) -> pathspec.PathSpec:
+    return pathspec.GitIgnoreSpec.from_lines([pattern])
+
+
+def apply_per_file_ignores(result: FileResult, settings: Settings) -> FileResult:
+    if not settings.per_file_ignores or not result.diagnostics:
+        return result
+    try:
+        relative = Path(result.path).resolve().relative_to(settings.root).as_posix()
+    except ValueError:
+        relative = result.path
+    ignored: set[str] = set()
+    for pattern, codes in settings.per_file_ignores:
+        if _spec(pattern).match_file(relative):
+            ignored.update(codes)
+    if not ignored:
+        return result
+    result.diagnostics = [
+        replace(d, state=State.SUPPRESSED)
+        if d.state is State.ACTIVE and any(d.code.startswith(c) for c in ignored) else d
+        for d in result.diagnostics
+    ]
+    return result

@@ -1,0 +1,122 @@
+"""`# noqa` comments and guards: why a finding does not count even though the code matches."""
+
+from __future__ import annotations
+
+import io
+import re
+import tokenize
+
+import libcst as cst
+
+from rules import tables
+from rules.semantic import SemanticModel
+
+_CODES = r"[A-Za-z]+[0-9]+(?:[\s,]+[A-Za-z]+[0-9]+)*"
+_LINE_NOQA = re.compile(rf"#\s*noqa(?::\s*(?P<codes>{_CODES}))?", re.IGNORECASE)
+_FILE_NOQA = re.compile(rf"#\s*pmap-migrate\s*:\s*noqa(?::\s*(?P<codes>{_CODES}))?", re.IGNORECASE)
+
+ALL = frozenset({"*"})
+
+
+class Suppressions:
+    """Which codes are silenced on which line, and for the whole file."""
+
+    def __init__(self, source: str) -> None:
+        self.by_line: dict[int, frozenset[str]] = {}
+        self.file: frozenset[str] = frozenset()
+        if "noqa" not in source and "NOQA" not in source:
+            return
+        for line, comment, own_line in _comments(source):
+            file_match = _FILE_NOQA.search(comment)
+            if file_match:
+                if own_line:
+                    self.file |= _codes(file_match.group("codes"))
+                continue
+            match = _LINE_NOQA.search(comment)
+            if match:
+                self.by_line[line] = self.by_line.get(line, frozenset()) | _codes(match.group("codes"))
+
+    def suppresses(self, code: str, line: int) -> bool:
+        if "*" in self.file or code in self.file:
+            return True
+        codes = self.by_line.get(line)
+        return codes is not None and ("*" in codes or code in codes)
+
+
+def _codes(text: str | None) -> frozenset[str]:
+    if not text:
+        return ALL
+    return frozenset(c.upper() for c in re.split(r"[\s,]+", text.strip()) if c)
+
+
+def _comments(source: str):
+    """(line, comment text, whether the comment is alone on its line) for every comment."""
+    try:
+        tokens = list(tokenize.generate_tokens(io.StringIO(source).readline))
+    except (tokenize.TokenError, SyntaxError, IndentationError):
+        # libcst parsed it, so this only happens on tokenizer disagreements: fall back to text.
+        for number, text in enumerate(source.splitlines(), 1):
+            index = text.find("#")
+            if index >= 0:
+                yield number, text[index:], not text[:index].strip()
+        return
+    for token in tokens:
+        if token.type == tokenize.COMMENT:
+            row, col = token.start
+            yield row, token.string, not token.line[:col].strip()
+
+
+_GUARD_EXCEPTIONS = frozenset({"AttributeError", "ImportError", "ModuleNotFoundError"})
+
+
+def is_guarded(model: SemanticModel, node: cst.CSTNode) -> bool:
+    """True inside code written for both APIs: under ``if hasattr(jax, ...)`` / a jax version test,
+    or in a ``try`` that catches AttributeError/ImportError (NPY201's rule, applied to jax)."""
+    child = node
+    for ancestor in model.ancestors(node):
+        if isinstance(ancestor, (cst.If, cst.IfExp)) and child is not ancestor.test and _probes_jax(model, ancestor.test):
+            return True
+        if isinstance(ancestor, cst.Try) and _catches_api_errors(ancestor):
+            return True
+        child = ancestor
+    return False
+
+
+def _probes_jax(model: SemanticModel, test: cst.BaseExpression) -> bool:
+    probe = _ProbeFinder(model)
+    test.visit(probe)
+    return probe.found
+
+
+class _ProbeFinder(cst.CSTVisitor):
+    def __init__(self, model: SemanticModel) -> None:
+        self.model = model
+        self.found = False
+
+    def visit_Call(self, node: cst.Call) -> bool:
+        if isinstance(node.func, cst.Name) and node.func.value in ("hasattr", "getattr") and node.args:
+            if any(q == "jax" or q.startswith("jax.") for q in self.model.qualified_names(node.args[0].value)):
+                self.found = True
+        return not self.found
+
+    def visit_Attribute(self, node: cst.Attribute) -> bool:
+        if node.attr.value in ("__version__", "__version_info__", "__version_info"):
+            if any(q.startswith("jax") for q in self.model.qualified_names(node)):
+                self.found = True
+        return not self.found
+
+    def visit_Name(self, node: cst.Name) -> None:
+        if not self.found and any(q in tables.JAX_VERSION_NAMES for q in self.model.qualified_names(node)):
+            self.found = True
+
+
+def _catches_api_errors(node: cst.Try) -> bool:
+    for handler in node.handlers:
+        if handler.type is None:
+            continue
+        types = handler.type.elements if isinstance(handler.type, cst.Tuple) else [handler.type]
+        for element in types:
+            value = element.value if isinstance(element, cst.Element) else element
+            if isinstance(value, cst.Name) and value.value in _GUARD_EXCEPTIONS:
+                return True
+    return False

@@ -1,0 +1,107 @@
+"""The rule contract: one class per rule, reporting through its context, never printing.
+
+A rule is a libcst ``BatchableCSTVisitor``: the engine runs every enabled rule in one batched
+visit over one ``MetadataWrapper``. Rules read shared facts (which calls are pmaps, which names
+hold pmap outputs, ...) from ``self.model`` instead of recomputing them.
+"""
+
+from __future__ import annotations
+
+import inspect
+import textwrap
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, ClassVar
+
+import libcst as cst
+from libcst.metadata import (
+    ParentNodeProvider,
+    QualifiedNameProvider,
+    ScopeProvider,
+)
+
+if TYPE_CHECKING:
+    from rules.semantic import SemanticModel
+
+
+@dataclass(frozen=True)
+class Valid:
+    """Code the rule must not report."""
+
+    code: str
+
+
+@dataclass(frozen=True)
+class Invalid:
+    """Code the rule must report; ``lines`` are the 1-based lines of the expected findings
+    (default: exactly one finding, on any line)."""
+
+    code: str
+    lines: tuple[int, ...] | None = None
+    count: int | None = None
+
+
+@dataclass(frozen=True)
+class FixSpec:
+    """A fix as rules describe it; the engine owns applying it.
+
+    ``replacement`` replaces ``target`` (defaults to the reported node)."""
+
+    applicability: str  # "safe" | "unsafe"
+    summary: str
+    replacement: cst.CSTNode | cst.RemovalSentinel | None = None
+    target: cst.CSTNode | None = None
+
+
+@dataclass
+class Report:
+    node: cst.CSTNode
+    message: str
+    fix: FixSpec | None = None
+
+
+@dataclass
+class RuleContext:
+    path: str
+    model: "SemanticModel"
+    reports: list[tuple["Rule", Report]] = field(default_factory=list)
+
+
+class Rule(cst.BatchableCSTVisitor):
+    """Base class of every rule. Subclasses set CODE, NAME, MESSAGE, VALID, INVALID and a
+    docstring with the sections What it does / Why is this bad? / Example / Use instead /
+    Fix safety / References."""
+
+    CODE: ClassVar[str]
+    NAME: ClassVar[str]
+    MESSAGE: ClassVar[str]
+    # Substrings of which at least one must occur in a file for the rule to possibly fire;
+    # the text prefilter skips parsing files that contain none of any enabled rule's triggers.
+    TRIGGERS: ClassVar[tuple[str, ...]] = ("pmap",)
+    VALID: ClassVar[list[Valid]] = []
+    INVALID: ClassVar[list[Invalid]] = []
+
+    # Positions are resolved by the engine only for reported nodes; rules never need them.
+    METADATA_DEPENDENCIES = (
+        ParentNodeProvider,
+        QualifiedNameProvider,
+        ScopeProvider,
+    )
+
+    def __init__(self, context: RuleContext) -> None:
+        super().__init__()
+        self.context = context
+
+    @property
+    def model(self) -> "SemanticModel":
+        return self.context.model
+
+    def report(self, node: cst.CSTNode, message: str | None = None, *, fix: FixSpec | None = None) -> None:
+        self.context.reports.append((self, Report(node, message or self.MESSAGE, fix)))
+
+    @classmethod
+    def documentation(cls) -> str:
+        return textwrap.dedent(inspect.getdoc(cls) or "").strip()
+
+    @classmethod
+    def summary(cls) -> str:
+        return cls.documentation().splitlines()[0] if cls.documentation() else cls.MESSAGE

@@ -1,0 +1,152 @@
+from __future__ import annotations
+
+import libcst as cst
+
+from rules.base import Invalid, Rule, Valid
+from rules.semantic import PMAP, TransformSite
+
+
+class PmapCall(Rule):
+    """Use of the legacy `jax.pmap`.
+
+    ## What it does
+    Finds every application of `jax.pmap` to a function, however it is spelled: a call
+    (`jax.pmap(f)`), a decorator (`@jax.pmap`, `@functools.partial(jax.pmap, axis_name="i")`),
+    and module-level aliases (`from jax import pmap as p`, `import jax as J`, `p = jax.pmap`,
+    `pmap_i = partial(jax.pmap, axis_name="i")`) wherever they are applied. Alias definitions are
+    reported too, since they are where `jax.pmap` is named.
+
+    ## Why is this bad?
+    JAX 0.8 re-implemented `jax.pmap` on `jax.jit` + `jax.shard_map`, and 0.10 removed the legacy
+    implementation and its escape hatch. Code written for the old pmap breaks in known ways:
+    nested pmaps raise, inputs committed to other devices are no longer resharded, `out[0]`
+    became a cross-device gather, and every call pays Python work the old C++ fast path avoided.
+
+    ## Example
+    ```python
+    import jax
+
+    @jax.pmap
+    def double(x):
+        return 2 * x
+    ```
+
+    ## Use instead
+    ```python
+    import jax
+    from jax.sharding import Mesh, PartitionSpec as P
+
+    def _double(x):
+        return 2 * x
+
+    @jax.jit
+    def double(x):
+        mesh = Mesh(jax.local_devices()[: x.shape[0]], ("i",))
+        return jax.shard_map(jax.vmap(_double), mesh=mesh, in_specs=P("i"),
+                             out_specs=P("i"), check_vma=False)(x)
+    ```
+
+    ## Fix safety
+    `pmap-migrate fix` rewrites call sites whose options are all visible in the module into the
+    faithful `jax.jit(jax.shard_map(...))` form above (safe: same values for all inputs). Sites
+    whose options are computed at run time, or whose alias comes from another module, are
+    swapped to `runtime_shim.pmap` instead.
+
+    ## References
+    - https://docs.jax.dev/en/latest/migrate_pmap.html
+    - https://docs.jax.dev/en/latest/notebooks/shard_map.html
+    """
+
+    CODE = "PM101"
+    NAME = "pmap-call"
+    MESSAGE = "`jax.pmap` is the legacy pmap; migrate to `jax.jit(jax.shard_map(...))`"
+
+    VALID = [
+        Valid("import jax\nf = jax.jit(jax.vmap(g))\n"),
+        Valid("from flax import nnx\nstep = nnx.pmap(f, axis_name='i')\n"),
+        Valid("from runtime_shim import pmap\nstep = pmap(f, axis_name='i')\n"),
+        Valid("import jax\njax.shard_map(f, mesh=m, in_specs=P('i'), out_specs=P('i'))\n"),
+        Valid("def pmap(f):\n    return f\nstep = pmap(g)\n"),
+        Valid("import jax\nname = 'jax.pmap'\n# jax.pmap(f)\n"),
+        Valid(
+            "import jax\n"
+            "if hasattr(jax, 'shard_map'):\n"
+            "    step = jax.jit(g)\n"
+            "else:\n"
+            "    step = jax.pmap(g)\n"
+        ),
+        Valid(
+            "import jax\n"
+            "try:\n"
+            "    step = jax.shard_map(g, mesh=m, in_specs=s, out_specs=s)\n"
+            "except AttributeError:\n"
+            "    step = jax.pmap(g)\n"
+        ),
+    ]
+    INVALID = [
+        Invalid("import jax\nstep = jax.pmap(f)\n", lines=(2,)),
+        Invalid("import jax\nstep = jax.pmap(f, 'batch')\n", lines=(2,)),
+        Invalid("import jax\n@jax.pmap\ndef step(x):\n    return x\n", lines=(2,)),
+        Invalid("import jax as J\nstep = J.pmap(lambda x: x * 2)\n", lines=(2,)),
+        Invalid("from jax import pmap\nstep = pmap(f)\n", lines=(2,)),
+        Invalid("from jax import pmap as p\nstep = p(f)\n", lines=(2,)),
+        Invalid(
+            "import functools\nimport jax\n"
+            "@functools.partial(jax.pmap, axis_name='i')\n"
+            "def step(x):\n    return x\n",
+            lines=(3,),
+        ),
+        Invalid(
+            "from functools import partial\nimport jax\n"
+            "pmap_i = partial(jax.pmap, axis_name='i')\n"
+            "@pmap_i\n"
+            "def step(x):\n    return x\n"
+            "other = pmap_i(g)\n",
+            lines=(3, 4, 7),
+        ),
+        Invalid("import jax\np = jax.pmap\nq = p\nstep = q(f)\n", lines=(2, 3, 4)),
+        Invalid("import jax, functools\nstep = jax.pmap(functools.partial(f, k=1))\n", lines=(2,)),
+        Invalid(
+            "import jax\nclass T:\n    def __init__(self):\n"
+            "        self.p_step = jax.pmap(self.step, axis_name='i')\n"
+            "    def step(self, x):\n        return x\n",
+            lines=(4,),
+        ),
+        Invalid("import jax\nout = jax.pmap(lambda x: x)(xs)\n", lines=(2,)),
+        Invalid("import jax.api\nstep = jax.api.pmap(f)\n", lines=(2,)),
+    ]
+
+    def _report_site(self, site: TransformSite) -> None:
+        if site.transform != PMAP:
+            return
+        via = site.callee.via
+        if via:
+            message = f"`{via[0]}` applies the legacy `jax.pmap` (alias); migrate to `jax.jit(jax.shard_map(...))`"
+            if site.callee.ambiguous:
+                message += f"; `{via[0]}` is also bound to something else, so this site needs a manual check"
+            self.report(site.node, message)
+        else:
+            self.report(site.node)
+
+    def visit_Call(self, node: cst.Call) -> None:
+        site = self.model.site(node)
+        if site is not None:
+            self._report_site(site)
+        self._alias_definition(node)
+
+    def visit_Decorator(self, node: cst.Decorator) -> None:
+        site = self.model.site(node)
+        if site is not None:
+            self._report_site(site)
+
+    def visit_Name(self, node: cst.Name) -> None:
+        self._alias_definition(node)
+
+    def visit_Attribute(self, node: cst.Attribute) -> None:
+        self._alias_definition(node)
+
+    def _alias_definition(self, node: cst.BaseExpression) -> None:
+        definition = self.model.alias_definitions.get(node)
+        if definition is not None and definition[1].transform == PMAP:
+            name, _ = definition
+            self.report(node, f"`{name}` is an alias of the legacy `jax.pmap`; its uses are reported where applied")

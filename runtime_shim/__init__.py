@@ -1,0 +1,1 @@
+"""Legacy-compatible pmap built on jax.jit(jax.shard_map)."""

@@ -1,0 +1,95 @@
+"""Cached virtual environments holding specific jax releases, for differential tests.
+
+The legacy pmap only exists in jax <= 0.7.2 (Python 3.11 wheels); the newest jax needs
+Python >= 3.12. Tests run programs in these interpreters with the repository on PYTHONPATH,
+so nothing from this project is installed into them.
+
+Environments live under ``$PMAP_MIGRATE_VENV_CACHE`` (default ``~/.cache/pmap-migrate/venvs``)
+and are built once; a marker file records a finished build, a lock serialises builders.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import glob
+import os
+import shutil
+import subprocess
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[2]
+CACHE = Path(os.environ.get("PMAP_MIGRATE_VENV_CACHE", Path.home() / ".cache" / "pmap-migrate" / "venvs"))
+EIGHT_DEVICES = "--xla_force_host_platform_device_count=8"
+
+
+@dataclass(frozen=True)
+class JaxEnv:
+    name: str
+    python_minor: str  # "3.11"
+    requirements: tuple[str, ...]
+
+
+LEGACY = JaxEnv("jax-0.7.2-py3.11", "3.11", ("jax==0.7.2", "jaxlib==0.7.2"))
+NEW_311 = JaxEnv("jax-0.10.2-py3.11", "3.11", ("jax==0.10.2", "jaxlib==0.10.2"))
+NEWEST = JaxEnv("jax-0.12-py3.12", "3.12", ("jax>=0.12", "jaxlib>=0.12"))
+
+
+class EnvUnavailable(RuntimeError):
+    pass
+
+
+def find_interpreter(minor: str) -> str | None:
+    if f"{sys.version_info.major}.{sys.version_info.minor}" == minor:
+        return sys.executable
+    found = shutil.which(f"python{minor}")
+    if found:
+        return found
+    try:
+        root = subprocess.run(["pyenv", "root"], capture_output=True, text=True, check=True).stdout.strip()
+    except (OSError, subprocess.CalledProcessError):
+        root = str(Path.home() / ".pyenv")
+    candidates = sorted(glob.glob(f"{root}/versions/{minor}.*/bin/python"))
+    return candidates[-1] if candidates else None
+
+
+def python_for(env: JaxEnv) -> Path:
+    """Return the interpreter of ``env``, building the venv first if needed."""
+    target = CACHE / env.name
+    python = target / "bin" / "python"
+    marker = target / ".complete"
+    if marker.exists():
+        return python
+    base = find_interpreter(env.python_minor)
+    if base is None:
+        raise EnvUnavailable(f"no Python {env.python_minor} interpreter for {env.name}")
+    CACHE.mkdir(parents=True, exist_ok=True)
+    with open(CACHE / f"{env.name}.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        if marker.exists():
+            return python
+        if target.exists():
+            shutil.rmtree(target)
+        subprocess.run([base, "-m", "venv", str(target)], check=True)
+        subprocess.run(
+            [str(python), "-m", "pip", "install", "--quiet", "--disable-pip-version-check", *env.requirements],
+            check=True,
+        )
+        marker.write_text(" ".join(env.requirements) + "\n")
+    return python
+
+
+def run_program(python: Path | str, script: Path | str, *args: str, devices: int = 8,
+                timeout: float = 600, extra_env: dict[str, str] | None = None,
+                cwd: Path | str | None = None) -> subprocess.CompletedProcess:
+    """Run ``script`` under ``python`` with ``devices`` CPU devices and the repo importable."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("JAX_", "XLA_"))}
+    env["XLA_FLAGS"] = f"--xla_force_host_platform_device_count={devices}"
+    env["JAX_PLATFORMS"] = "cpu"
+    env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(REPO), env.get("PYTHONPATH", "")]))
+    env["PYTHONHASHSEED"] = "0"
+    if extra_env:
+        env.update(extra_env)
+    return subprocess.run([str(python), str(script), *args], capture_output=True, text=True,
+                          timeout=timeout, env=env, cwd=cwd)

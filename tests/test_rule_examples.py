@@ -1,0 +1,46 @@
+"""Tests generated from every rule's embedded VALID / INVALID examples (no hand-written cases)."""
+
+from __future__ import annotations
+
+import pytest
+
+from codemod.diagnostics import State
+from codemod.engine import lint_bytes
+from rules import all_rules
+
+VALID = [(rule, i, ex) for rule in all_rules() for i, ex in enumerate(rule.VALID)]
+INVALID = [(rule, i, ex) for rule in all_rules() for i, ex in enumerate(rule.INVALID)]
+
+
+def _active(rule, code):
+    result = lint_bytes(code, "example.py", [rule])
+    assert result.error is None, result.error
+    return [d for d in result.diagnostics if d.state is State.ACTIVE]
+
+
+@pytest.mark.parametrize(("rule", "index", "example"), VALID, ids=[f"{r.CODE}-valid-{i}" for r, i, _ in VALID])
+def test_valid_example_has_no_finding(rule, index, example):
+    found = _active(rule, example.code)
+    assert found == [], f"{rule.CODE} reported on valid example {index}:\n{example.code}\n{found}"
+
+
+@pytest.mark.parametrize(("rule", "index", "example"), INVALID, ids=[f"{r.CODE}-invalid-{i}" for r, i, _ in INVALID])
+def test_invalid_example_is_reported(rule, index, example):
+    found = _active(rule, example.code)
+    assert found, f"{rule.CODE} missed invalid example {index}:\n{example.code}"
+    assert all(d.code == rule.CODE for d in found)
+    if example.lines is not None:
+        assert sorted(d.line for d in found) == sorted(example.lines), (example.code, found)
+    elif example.count is not None:
+        assert len(found) == example.count, (example.code, found)
+    else:
+        assert len(found) == 1, (example.code, found)
+
+
+def test_every_rule_has_examples_and_docs():
+    sections = ["## What it does", "## Why is this bad?", "## Example", "## Use instead", "## Fix safety", "## References"]
+    for rule in all_rules():
+        assert rule.VALID and rule.INVALID, rule.CODE
+        doc = rule.documentation()
+        missing = [s for s in sections if s not in doc]
+        assert not missing, f"{rule.CODE} documentation lacks {missing}"
