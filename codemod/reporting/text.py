@@ -65,5 +65,5 @@ def render_statistics(console: Console, diagnostics: Sequence[Diagnostic]) -> No
     fixable = {d.code for d in diagnostics if d.fix is not None}
     width = max((len(str(n)) for n in counts.values()), default=1)
     for (code, name), count in sorted(counts.items(), key=lambda item: (-item[1], item[0])):
-        mark = "[*]" if code in fixable else "   "
-        console.print(f"{count:>{width}}\t{code}\t{mark} {name}", markup=False, highlight=False)
+        mark = "[*] " if code in fixable else ""
+        console.print(f"{count:>{width}}  {code}  {mark}{name}", markup=False, highlight=False)

@@ -1,0 +1,138 @@
+"""Nested pmaps: a pmap called while another shim pmap is being traced.
+
+Legacy pmap ran ``pmap(pmap(f, 'j'), 'i')`` on ``n_i * n_j`` devices: every device ran the
+outer body for its ``i`` (redundantly across ``j``), sliced its ``j`` element for the inner
+body, and all-gathered the inner results over ``j``. The shim does the same inside one
+fully manual ``shard_map`` over a mesh ``(i, j, ...)``: an inner pmap becomes
+``dynamic_index(axis_index('j'))`` -> body -> ``all_gather('j')``, so collectives over
+``'i'``, ``'j'`` or both are ordinary mesh collectives and the inner axis runs in parallel.
+
+The outermost call learns the inner axes while tracing: an inner pmap whose axis is not
+yet on the mesh records it in the :class:`Plan` and raises :class:`Replan`; the outer call
+rebuilds its mesh and traces again. Programs without nesting are traced exactly once.
+"""
+
+from __future__ import annotations
+
+import math
+import threading
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+import jax
+from jax import lax
+
+from runtime_shim import _axes
+
+if TYPE_CHECKING:
+    from runtime_shim._pmap import PmapSpec
+
+
+class Replan(BaseException):
+    """The mesh of the outermost pmap lacks an inner axis; it was added to the plan.
+
+    A BaseException so that user code doing ``except Exception`` around an inner pmap
+    cannot swallow it.
+    """
+
+
+@dataclass
+class Plan:
+    """The mesh axes of one outermost pmap signature: its own axis, then inner axes."""
+
+    names: list = field(default_factory=list)
+    sizes: list = field(default_factory=list)  # per process for the outermost axis
+    limit: int = 1  # devices one process can give to one call
+    vmapped: set = field(default_factory=set)  # inner axes that did not fit: run as vmap
+
+    def size_of(self, name: Any) -> int | None:
+        return self.sizes[self.names.index(name)] if name in self.names else None
+
+    def claim(self, name: Any, size: int, chain: tuple) -> bool:
+        """True: shard the inner axis over the mesh. False: run it as a vmap."""
+        if name in chain or name in self.vmapped:
+            return False  # an axis name reused inside its own scope shadows it, as in vmap
+        known = self.size_of(name)
+        if known == size:
+            return True
+        if known is not None:
+            self.vmapped.add(name)  # one name, two sizes: cannot be one mesh axis
+            return False
+        needed = math.prod(self.size_of(c) or 1 for c in chain) * size  # vmapped: no devices
+        if needed > self.limit:
+            raise ValueError(
+                f"compiling computation that requires {needed * _processes()} logical "
+                f"devices, but only {self.limit * _processes()} XLA devices are available "
+                f"(num_replicas={needed * _processes()})")
+        if math.prod(self.sizes) * size > self.limit:
+            # Legacy pmap reused devices for sibling inner pmaps; a mesh cannot give two
+            # names to one axis, so this sibling runs vectorised on each device instead.
+            self.vmapped.add(name)
+            return False
+        self.names.append(name)
+        self.sizes.append(size)
+        raise Replan()
+
+
+def _processes() -> int:
+    return jax.process_count()
+
+
+class _Frames(threading.local):
+    stack: list
+
+    def __init__(self):
+        self.stack = []
+
+
+FRAMES = _Frames()
+
+
+@dataclass(frozen=True)
+class Frame:
+    plan: Plan
+    chain: tuple  # mesh axes claimed by the enclosing pmaps, outermost first
+
+
+@contextmanager
+def frame(plan: Plan, chain: tuple):
+    FRAMES.stack.append(Frame(plan, chain))
+    try:
+        yield
+    finally:
+        FRAMES.stack.pop()
+
+
+def call_inner(spec: PmapSpec, args: tuple, kwargs: dict) -> Any:
+    """Run ``spec``'s pmap inside the trace of an enclosing one."""
+    outer = FRAMES.stack[-1]
+    if spec.devices is not None:
+        raise ValueError("Nested pmap with explicit devices argument.")
+    spec.check_static_count(args)
+    dyn_args, bind = spec.split_static(args)
+    dyn_in_axes = _axes.dynamic_in_axes(spec.in_axes, spec.statics, len(args))
+    leaves, treedef = jax.tree_util.tree_flatten((dyn_args, kwargs))
+    axes = _axes.flat_in_axes(dyn_in_axes, dyn_args, kwargs)
+    axes = [_axes.normalize(a, len(jax.numpy.shape(x))) for x, a in zip(leaves, axes)]
+    size = _axes.mapped_size(leaves, axes, treedef)
+    name = spec.mesh_axis
+    chain = outer.chain + (name,)
+
+    if not outer.plan.claim(name, size, outer.chain):
+        fun = lambda *a, **k: spec.fun(*bind(a), **k)  # noqa: E731
+        vmapped = jax.vmap(fun, in_axes=dyn_in_axes, out_axes=spec.out_axes,
+                           axis_name=name, axis_size=size)
+        with frame(outer.plan, chain):
+            return vmapped(*dyn_args, **kwargs)
+
+    index = lax.axis_index(name)
+    mine = [x if a is None else lax.dynamic_index_in_dim(x, index, a, keepdims=False)
+            for x, a in zip(leaves, axes)]
+    dyn_args, kwargs = jax.tree_util.tree_unflatten(treedef, mine)
+    with frame(outer.plan, chain):
+        out = spec.fun(*bind(dyn_args), **kwargs)
+    out_leaves, out_tree = jax.tree_util.tree_flatten(out)
+    gathered = [jax.numpy.asarray(y) if a is None else lax.all_gather(y, name, axis=a)
+                for y, a in zip(out_leaves, _axes.flat_out_axes(spec.out_axes, out))]
+    return jax.tree_util.tree_unflatten(out_tree, gathered)

