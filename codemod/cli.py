@@ -102,6 +102,85 @@ def check(paths, select, ignore, extend_exclude, force_exclude, config_file, no_
     sys.exit(EXIT_FINDINGS if diagnostics and not exit_zero else EXIT_CLEAN)
 
 
+@main.command()
+@selection_options
+@click.option("--unsafe-fixes", is_flag=True, help="Also apply fixes that rely on an assumption (stated in each fix).")
+@click.option("--diff", is_flag=True, help="Print a unified diff of what would change and write nothing "
+              "(exit 1 if anything would change).")
+@click.option("--show-fixes", is_flag=True, help="List every fix applied.")
+@click.option("--output-format", type=click.Choice(OUTPUT_FORMATS), default="text", show_default=True,
+              help="Format of the findings left after fixing.")
+@handle_errors
+def fix(paths, select, ignore, extend_exclude, force_exclude, config_file, no_cache, jobs, stdin_filename,
+        quiet, unsafe_fixes, diff, show_fixes, output_format):
+    """Rewrite legacy pmap patterns in PATHS in place (safe fixes; --unsafe-fixes for the rest)."""
+    from codemod.files import write_atomic
+    from codemod.session import Session
+
+    session = Session.create(paths, select=select, ignore=ignore, extend_exclude=extend_exclude,
+                             force_exclude=force_exclude, config_file=config_file)
+    outcomes = session.fix(unsafe=unsafe_fixes, jobs=jobs, progress=not quiet and not diff)
+    changed = [(path, o) for path, o in outcomes if o.changed and o.error is None]
+    if diff:
+        for path, outcome in changed:
+            click.echo(unified_diff(outcome), nl=False)
+        if not quiet:
+            applied = sum(len(o.applied) for _, o in changed)
+            click.echo(f"Would fix {applied} finding{'s' if applied != 1 else ''} in {len(changed)} "
+                       f"file{'s' if len(changed) != 1 else ''}.", err=True)
+        sys.exit(EXIT_FINDINGS if changed else EXIT_CLEAN)
+    write_failures = []
+    for path, outcome in changed:
+        try:
+            write_atomic(path, outcome.fixed)
+        except OSError as error:
+            write_failures.append(f"{outcome.path}: cannot write: {error.strerror or error}")
+    for failure in write_failures:
+        click.echo(f"pmap-migrate: error: {failure}", err=True)
+    remaining = sorted([d for _, o in outcomes for d in o.remaining]
+                       + [o.error.as_diagnostic() for _, o in outcomes if o.error is not None],
+                       key=lambda d: d.sort_key())
+    applied = [d for path, o in changed for d in o.applied]
+    if show_fixes and applied:
+        _show_fixes(applied)
+    if output_format in ("text", "concise") and not quiet:
+        fixed_files = len(changed) - len(write_failures)
+        click.echo(f"Fixed {len(applied)} finding{'s' if len(applied) != 1 else ''} in {fixed_files} "
+                   f"file{'s' if fixed_files != 1 else ''}.")
+    _emit(session, remaining, output_format=output_format, statistics=False, quiet=quiet,
+          files=len(outcomes), errors=sum(1 for _, o in outcomes if o.error is not None))
+    if write_failures or any(o.error is not None and o.error.code == "PM002" for _, o in outcomes):
+        sys.exit(EXIT_ERROR)
+    sys.exit(EXIT_FINDINGS if remaining else EXIT_CLEAN)
+
+
+def unified_diff(outcome) -> str:
+    import difflib
+
+    before = _decode(outcome.original).splitlines(keepends=True)
+    after = _decode(outcome.fixed).splitlines(keepends=True)
+    return "".join(difflib.unified_diff(before, after, f"a/{outcome.path}", f"b/{outcome.path}"))
+
+
+def _decode(data: bytes) -> str:
+    import io
+    import tokenize
+
+    try:
+        encoding, _ = tokenize.detect_encoding(io.BytesIO(data).readline)
+        return data.decode(encoding)
+    except (SyntaxError, LookupError, UnicodeDecodeError):
+        return data.decode("utf-8", errors="replace")
+
+
+def _show_fixes(applied) -> None:
+    from collections import Counter
+
+    click.echo("Fixed:")
+    for (path, code, name), count in sorted(Counter((d.path, d.code, d.name) for d in applied).items()):
+        click.echo(f"  {path}: {count} x {code} ({name})")
+
+
 def _emit(session, diagnostics, *, output_format, statistics, quiet, files, errors):
     if output_format == "json":
         from codemod.reporting.machine import to_json

@@ -25,6 +25,7 @@ class FixInfo:
 
     applicability: Applicability
     summary: str
+    shimmed: bool = False  # routes the site to runtime_shim instead of plain JAX
 
 
 @dataclass(frozen=True)

@@ -2,14 +2,15 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 
 import libcst as cst
-from libcst.metadata import MetadataWrapper, PositionProvider
+from libcst.metadata import CodeRange, MetadataWrapper, PositionProvider
 
 from codemod.diagnostics import Applicability, Diagnostic, FileError, FileResult, FixInfo, State
 from codemod.suppression import Suppressions, is_guarded
-from rules.base import Rule, RuleContext
+from rules.base import FixSpec, Rule, RuleContext
 from rules.semantic import SemanticModel
 
 
@@ -40,18 +41,34 @@ def parse(data: bytes | str, path: str) -> cst.Module | FileError:
         return FileError(path, "PM000", "SyntaxError: too deeply nested to parse")
 
 
-def lint_module(module: cst.Module, path: str, rules: Sequence[type[Rule]]) -> list[Diagnostic]:
+@dataclass
+class Finding:
+    """A diagnostic together with the nodes its fix refers to (valid for one tree only)."""
+
+    diagnostic: Diagnostic
+    node: cst.CSTNode
+    fix: FixSpec | None
+
+
+@dataclass
+class Analysis:
+    module: cst.Module
+    findings: list[Finding]
+    positions: Mapping[cst.CSTNode, CodeRange]
+
+
+def analyse(module: cst.Module, path: str, rules: Sequence[type[Rule]]) -> Analysis:
     """Every finding of ``rules`` on ``module``, with suppression and guard states set."""
     if not rules:
-        return []
+        return Analysis(module, [], {})
     wrapper = MetadataWrapper(module, unsafe_skip_copy=True)
     context = RuleContext(path, SemanticModel(wrapper))
     wrapper.visit_batched([rule(context) for rule in rules])
     if not context.reports:
-        return []
+        return Analysis(module, [], {})
     positions = wrapper.resolve(PositionProvider)
     suppressions = Suppressions(module.code)
-    diagnostics: list[Diagnostic] = []
+    findings: list[Finding] = []
     seen: set[tuple[str, int]] = set()
     for rule, report in context.reports:
         key = (rule.CODE, id(report.node))
@@ -66,16 +83,21 @@ def lint_module(module: cst.Module, path: str, rules: Sequence[type[Rule]]) -> l
             state = State.GUARDED
         else:
             state = State.ACTIVE
-        fix = None
+        info = None
         if report.fix is not None:
-            fix = FixInfo(Applicability(report.fix.applicability), report.fix.summary)
-        diagnostics.append(Diagnostic(
+            info = FixInfo(Applicability(report.fix.applicability), report.fix.summary, report.fix.shimmed)
+        diagnostic = Diagnostic(
             code=rule.CODE, name=rule.NAME, message=report.message, path=path,
             line=line, column=where.start.column + 1, end_line=where.end.line,
-            end_column=where.end.column + 1, fix=fix, state=state,
-        ))
-    diagnostics.sort(key=Diagnostic.sort_key)
-    return diagnostics
+            end_column=where.end.column + 1, fix=info, state=state,
+        )
+        findings.append(Finding(diagnostic, report.node, report.fix))
+    findings.sort(key=lambda f: f.diagnostic.sort_key())
+    return Analysis(module, findings, positions)
+
+
+def lint_module(module: cst.Module, path: str, rules: Sequence[type[Rule]]) -> list[Diagnostic]:
+    return [f.diagnostic for f in analyse(module, path, rules).findings]
 
 
 def lint_bytes(data: bytes | str, path: str, rules: Sequence[type[Rule]]) -> FileResult:

@@ -143,16 +143,8 @@ def run(
     outcome.parsed = len(pending)
     if on_total is not None:
         on_total(len(pending))
-    jobs = jobs or default_jobs()
     work = [(data, display_path(files[index]), codes) for index, _, _, _, data in pending]
-    if jobs > 1 and len(pending) >= PARALLEL_THRESHOLD:
-        context = multiprocessing.get_context("fork") if "fork" in multiprocessing.get_all_start_methods() else None
-        with ProcessPoolExecutor(max_workers=jobs, mp_context=context) as pool:
-            computed = pool.map(_lint_job, work, chunksize=max(1, len(work) // (jobs * 8)))
-            results = _with_progress(computed, progress)
-    else:
-        results = _with_progress(map(_lint_job, work), progress)
-    for (index, key, stat, content_digest, _), result in zip(pending, results):
+    for (index, key, stat, content_digest, _), result in zip(pending, execute(_lint_job, work, jobs, progress)):
         slots[index] = result
         internal_error = result.error is not None and result.error.code == "PM002"
         if cache is not None and not internal_error:  # a crash is retried on the next run
@@ -163,11 +155,63 @@ def run(
     return outcome
 
 
+def execute(function, work: list, jobs: int | None, progress: Callable[[int], None] | None = None):
+    """``map(function, work)``, in a process pool when there is enough work to pay for one.
+
+    Results come back in order, as they are consumed."""
+    jobs = jobs or default_jobs()
+    if jobs > 1 and len(work) >= PARALLEL_THRESHOLD:
+        context = multiprocessing.get_context("fork") if "fork" in multiprocessing.get_all_start_methods() else None
+        with ProcessPoolExecutor(max_workers=jobs, mp_context=context) as pool:
+            yield from _with_progress(pool.map(function, work, chunksize=max(1, len(work) // (jobs * 8))), progress)
+    else:
+        yield from _with_progress(map(function, work), progress)
+
+
 def _with_progress(results, progress):
     for result in results:
         if progress is not None:
             progress(1)
         yield result
+
+
+def _fix_job(job: tuple[bytes, str, tuple[str, ...], bool]):
+    from codemod.fixer import fix_bytes
+
+    data, shown, codes, unsafe = job
+    return fix_bytes(data, shown, _rules_for(codes), unsafe=unsafe)
+
+
+def run_fix(files: Sequence[Path], settings: Settings, rules: Sequence[type[Rule]], *, unsafe: bool,
+            jobs: int | None = None, progress: Callable[[int], None] | None = None,
+            on_total: Callable[[int], None] | None = None) -> list:
+    """``(path, FixOutcome)`` for every file that could need a fix or could not be read (path None);
+    nothing is written here."""
+    from codemod.fixer import FixOutcome
+
+    codes = tuple(rule.CODE for rule in rules)
+    triggers = triggers_of(rules)
+    outcomes: list = []
+    work: list[tuple[bytes, str, tuple[str, ...], bool]] = []
+    paths: list[Path] = []
+    for path in files:
+        shown = display_path(path)
+        try:
+            data = path.read_bytes()
+        except OSError as error:
+            failure = FileError(shown, "PM001", f"cannot read file: {error.strerror or error}")
+            outcomes.append((None, FixOutcome(shown, b"", error=failure)))
+            continue
+        if might_match(data, triggers):
+            work.append((data, shown, codes, unsafe))
+            paths.append(path)
+    if on_total is not None:
+        on_total(len(work))
+    for path, outcome in zip(paths, execute(_fix_job, work, jobs, progress)):
+        remaining = apply_per_file_ignores(FileResult(outcome.path, outcome.remaining), settings)
+        outcome.remaining = [d for d in remaining.diagnostics if d.state is State.ACTIVE]
+        outcomes.append((path, outcome))
+    return outcomes
 
 
 def _relabel(result: FileResult, shown: str) -> FileResult:

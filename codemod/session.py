@@ -66,6 +66,25 @@ class Session:
             raise ConfigError(f"no such file or directory: {', '.join(found.missing)}")
         return CheckOutcome(self._run(found.files, use_cache=use_cache, jobs=jobs, progress=progress))
 
+    def fix(self, *, unsafe: bool, jobs: int | None = None, progress: bool = False) -> list:
+        """``(path, FixOutcome)`` pairs; writing is the caller's decision (``--diff`` writes nothing)."""
+        if STDIN in self.paths:
+            raise ConfigError("`fix` does not read stdin; name the files to fix")
+        found = discover(self.paths, self.settings, force_exclude=self.force_exclude)
+        if found.missing:
+            raise ConfigError(f"no such file or directory: {', '.join(found.missing)}")
+        from codemod.runner import run_fix
+
+        if not progress or not sys.stderr.isatty():
+            return run_fix(found.files, self.settings, self.rules, unsafe=unsafe, jobs=jobs)
+        from rich.progress import Progress
+
+        with Progress(transient=True) as bar:
+            task = bar.add_task("fixing", total=None, visible=False)
+            return run_fix(found.files, self.settings, self.rules, unsafe=unsafe, jobs=jobs,
+                           progress=lambda n: bar.advance(task, n),
+                           on_total=lambda total: bar.update(task, total=total, visible=total >= PROGRESS_THRESHOLD))
+
     def _run(self, files, *, use_cache, jobs, progress) -> RunResult:
         if not progress or not sys.stderr.isatty():
             return run(files, self.settings, self.rules, jobs=jobs, use_cache=use_cache)

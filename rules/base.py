@@ -41,15 +41,43 @@ class Invalid:
 
 
 @dataclass(frozen=True)
+class ImportSpec:
+    """``import module`` (name None), or ``from module import name [as asname]``."""
+
+    module: str
+    name: str | None = None
+    asname: str | None = None
+
+
+@dataclass(frozen=True)
+class Edit:
+    """Replace ``target`` (a node of the tree the rule saw) by ``replacement``."""
+
+    target: cst.CSTNode
+    replacement: cst.CSTNode | cst.RemovalSentinel | cst.FlattenSentinel
+
+
+@dataclass(frozen=True)
 class FixSpec:
     """A fix as rules describe it; the engine owns applying it.
 
-    ``replacement`` replaces ``target`` (defaults to the reported node)."""
+    ``replacement`` replaces ``target`` (default: the reported node); ``edits`` lists further
+    edits applied together with it. ``add_imports`` are added once per file; ``remove_imports``
+    are removed only if nothing uses them after the fix. ``shimmed`` marks fixes that route the
+    site to ``runtime_shim`` instead of rewriting it to plain JAX."""
 
     applicability: str  # "safe" | "unsafe"
     summary: str
-    replacement: cst.CSTNode | cst.RemovalSentinel | None = None
+    replacement: cst.CSTNode | cst.RemovalSentinel | cst.FlattenSentinel | None = None
     target: cst.CSTNode | None = None
+    edits: tuple[Edit, ...] = ()
+    add_imports: tuple[ImportSpec, ...] = ()
+    remove_imports: tuple[ImportSpec, ...] = ()
+    shimmed: bool = False
+
+    def all_edits(self, reported: cst.CSTNode) -> tuple[Edit, ...]:
+        first = () if self.replacement is None else (Edit(self.target or reported, self.replacement),)
+        return first + self.edits
 
 
 @dataclass

@@ -1,0 +1,142 @@
+"""Applying fixes: non-overlapping edits, imports once per file, re-parse, bounded fixpoint.
+
+Rules only describe fixes (``FixSpec``); this module owns turning them into new source. Each
+round applies the innermost non-overlapping fixes (an outer fix would be built from the
+un-fixed inner code), re-parses the result, and analyses it again; the loop stops when nothing
+applicable is left, when a round changes nothing, or after ``MAX_ROUNDS``. Output that does not
+parse is never returned.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+
+import libcst as cst
+from libcst.codemod import CodemodContext
+from libcst.codemod.visitors import AddImportsVisitor, RemoveImportsVisitor
+
+from codemod.diagnostics import Applicability, Diagnostic, FileError, State
+from codemod.engine import Analysis, Finding, analyse, parse
+from rules.base import Edit, Rule
+
+MAX_ROUNDS = 8
+
+
+@dataclass
+class FixOutcome:
+    path: str
+    original: bytes
+    fixed: bytes | None = None  # None: nothing changed (or an error)
+    applied: list[Diagnostic] = field(default_factory=list)
+    remaining: list[Diagnostic] = field(default_factory=list)  # active findings on the final code
+    error: FileError | None = None
+    rounds: int = 0
+
+    @property
+    def changed(self) -> bool:
+        return self.fixed is not None and self.fixed != self.original
+
+
+def applicable(finding: Finding, unsafe: bool) -> bool:
+    d = finding.diagnostic
+    if d.state is not State.ACTIVE or finding.fix is None or d.fix is None:
+        return False
+    if not finding.fix.all_edits(finding.node) and not finding.fix.add_imports:
+        return False
+    return unsafe or d.fix.applicability is Applicability.SAFE
+
+
+def _span(analysis: Analysis, node: cst.CSTNode) -> tuple[tuple[int, int], tuple[int, int]]:
+    where = analysis.positions.get(node)
+    if where is None:  # a target the metadata did not cover: treat as the whole file (never overlap-safe)
+        return (0, 0), (1 << 30, 0)
+    return (where.start.line, where.start.column), (where.end.line, where.end.column)
+
+
+def choose(analysis: Analysis, candidates: Sequence[Finding]) -> list[Finding]:
+    """Innermost first; a fix whose edits overlap an already chosen one waits for the next round."""
+    def size(finding: Finding):
+        spans = [_span(analysis, e.target) for e in finding.fix.all_edits(finding.node)]
+        return max(((e[0] - s[0], e[1] - s[1]) for s, e in spans), default=(0, 0))
+
+    chosen: list[Finding] = []
+    taken: list[tuple[tuple[int, int], tuple[int, int]]] = []
+    for finding in sorted(candidates, key=size):
+        spans = [_span(analysis, e.target) for e in finding.fix.all_edits(finding.node)]
+        if any(s < te and ts < e for s, e in spans for ts, te in taken):
+            continue
+        chosen.append(finding)
+        taken.extend(spans)
+    return chosen
+
+
+class _Replace(cst.CSTTransformer):
+    def __init__(self, edits: dict[cst.CSTNode, Edit]) -> None:
+        super().__init__()
+        self.edits = edits
+
+    def on_leave(self, original_node, updated_node):
+        edit = self.edits.get(original_node)
+        return edit.replacement if edit is not None else updated_node
+
+
+def apply(module: cst.Module, chosen: Sequence[Finding]) -> cst.Module:
+    edits: dict[cst.CSTNode, Edit] = {}
+    for finding in chosen:
+        for edit in finding.fix.all_edits(finding.node):
+            edits[edit.target] = edit
+    if edits:
+        module = module.visit(_Replace(edits))
+    context = CodemodContext()
+    adds = [spec for f in chosen for spec in f.fix.add_imports]
+    removes = [spec for f in chosen for spec in f.fix.remove_imports]
+    if adds:
+        for spec in dict.fromkeys(adds):
+            AddImportsVisitor.add_needed_import(context, spec.module, spec.name, spec.asname)
+        module = AddImportsVisitor(context).transform_module(module)
+    if removes:
+        for spec in dict.fromkeys(removes):
+            RemoveImportsVisitor.remove_unused_import(context, spec.module, spec.name, spec.asname)
+        module = RemoveImportsVisitor(context).transform_module(module)
+    return module
+
+
+def fix_bytes(data: bytes, path: str, rules: Sequence[type[Rule]], *, unsafe: bool = False,
+              max_rounds: int = MAX_ROUNDS) -> FixOutcome:
+    """Fix one file's contents. Never raises; never returns output that does not parse."""
+    outcome = FixOutcome(path, data)
+    try:
+        module = parse(data, path)
+        if isinstance(module, FileError):
+            outcome.error = module
+            return outcome
+        analysis = analyse(module, path, rules)
+        for _ in range(max_rounds):
+            chosen = choose(analysis, [f for f in analysis.findings if applicable(f, unsafe)])
+            if not chosen:
+                break
+            candidate = apply(analysis.module, chosen)
+            new_bytes = candidate.bytes
+            if new_bytes == analysis.module.bytes:
+                break
+            reparsed = parse(new_bytes, path)
+            if isinstance(reparsed, FileError):
+                codes = ", ".join(sorted({f.diagnostic.code for f in chosen}))
+                outcome.error = FileError(path, "PM002", f"internal error: the {codes} fix produced code that "
+                                          f"does not parse ({reparsed.message}); file left unchanged")
+                return outcome
+            outcome.applied.extend(f.diagnostic for f in chosen)
+            outcome.rounds += 1
+            analysis = analyse(reparsed, path, rules)
+        final = analysis.module.bytes
+        if final != data:
+            outcome.fixed = final
+        outcome.remaining = [f.diagnostic for f in analysis.findings if f.diagnostic.state is State.ACTIVE]
+    except RecursionError:
+        outcome.error = FileError(path, "PM002", "internal error: code nested too deeply to analyse")
+        outcome.fixed = None
+    except Exception as error:  # a rule bug must not end the run or show a traceback
+        outcome.error = FileError(path, "PM002", f"internal error: {type(error).__name__}: {error}")
+        outcome.fixed = None
+    return outcome

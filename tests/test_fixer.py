@@ -1,0 +1,144 @@
+"""The fix engine, exercised with small rules defined here (not registered with the tool)."""
+
+from __future__ import annotations
+
+import os
+import stat
+
+import libcst as cst
+
+from codemod.files import write_atomic
+from codemod.fixer import fix_bytes
+from rules.base import Edit, FixSpec, ImportSpec, Rule
+
+
+class DoubleToTimesTwo(Rule):
+    """Rewrites `double(x)` as `times_two(x)`, importing `times_two` from `mathlib`."""
+
+    CODE = "PM990"
+    NAME = "test-double"
+    MESSAGE = "double"
+    TRIGGERS = ("double",)
+
+    def visit_Call(self, node: cst.Call) -> None:
+        if isinstance(node.func, cst.Name) and node.func.value == "double":
+            self.report(node, fix=FixSpec(
+                "safe", "use times_two",
+                replacement=node.with_changes(func=cst.Name("times_two")),
+                add_imports=(ImportSpec("mathlib", "times_two"),),
+                remove_imports=(ImportSpec("oldlib", "double"),),
+            ))
+
+
+class WrapInList(Rule):
+    """Unsafe: `wrap(x)` -> `[x]`."""
+
+    CODE = "PM991"
+    NAME = "test-wrap"
+    MESSAGE = "wrap"
+    TRIGGERS = ("wrap",)
+
+    def visit_Call(self, node: cst.Call) -> None:
+        if isinstance(node.func, cst.Name) and node.func.value == "wrap" and node.args:
+            self.report(node, fix=FixSpec("unsafe", "assumes wrap builds a list",
+                                          replacement=cst.List([cst.Element(node.args[0].value)])))
+
+
+class BreaksSyntax(Rule):
+    """Produces code that does not parse (a keyword where a name belongs)."""
+
+    CODE = "PM992"
+    NAME = "test-broken"
+    MESSAGE = "broken"
+    TRIGGERS = ("broken",)
+
+    def visit_Name(self, node: cst.Name) -> None:
+        if node.value == "broken":
+            self.report(node, fix=FixSpec("safe", "breaks", replacement=cst.Name("class")))
+
+
+class RemoveStatement(Rule):
+    """Removes `del_me()` statements and inserts two statements instead of `split_me()`."""
+
+    CODE = "PM993"
+    NAME = "test-statements"
+    MESSAGE = "statements"
+    TRIGGERS = ("del_me", "split_me")
+
+    def visit_SimpleStatementLine(self, node: cst.SimpleStatementLine) -> None:
+        code = cst.Module([]).code_for_node(node).strip()
+        if code == "del_me()":
+            self.report(node, fix=FixSpec("safe", "remove", replacement=cst.RemovalSentinel.REMOVE))
+        elif code == "split_me()":
+            self.report(node, fix=FixSpec("safe", "split", edits=(Edit(node, cst.FlattenSentinel([
+                cst.parse_statement("first()\n"), cst.parse_statement("second()\n")])),)))
+
+
+def run(source: str, *rules, unsafe=False):
+    return fix_bytes(source.encode(), "m.py", rules or (DoubleToTimesTwo,), unsafe=unsafe)
+
+
+def test_nested_fixes_all_apply_and_imports_are_managed_once():
+    source = "from oldlib import double\n\nx = double(double(1))  # keep me\ny = double(2)\n"
+    outcome = run(source)
+    assert outcome.error is None
+    assert outcome.fixed.decode() == (
+        "from mathlib import times_two\n\nx = times_two(times_two(1))  # keep me\ny = times_two(2)\n"
+    )
+    assert len(outcome.applied) == 3 and outcome.remaining == []
+    assert outcome.rounds == 2  # the outer call waits for the inner one
+
+
+def test_fixed_code_is_a_fixpoint():
+    once = run("from oldlib import double\nx = double(double(1))\n").fixed
+    again = fix_bytes(once, "m.py", (DoubleToTimesTwo,))
+    assert again.fixed is None and again.applied == []
+
+
+def test_unused_import_is_kept_when_still_used():
+    outcome = run("from oldlib import double\nx = double(1)\nf = double\n")
+    assert b"from oldlib import double" in outcome.fixed
+
+
+def test_unsafe_fixes_need_the_flag():
+    source = "v = wrap(3)\n"
+    safe_only = run(source, WrapInList)
+    assert safe_only.fixed is None and [d.code for d in safe_only.remaining] == ["PM991"]
+    unsafe = run(source, WrapInList, unsafe=True)
+    assert unsafe.fixed == b"v = [3]\n" and unsafe.remaining == []
+
+
+def test_output_that_does_not_parse_is_refused():
+    outcome = run("x = broken\n", BreaksSyntax)
+    assert outcome.fixed is None
+    assert outcome.error is not None and "does not parse" in outcome.error.message
+
+
+def test_statement_removal_and_splitting():
+    outcome = run("a()\ndel_me()\nsplit_me()\nb()\n", RemoveStatement)
+    assert outcome.fixed == b"a()\nfirst()\nsecond()\nb()\n"
+
+
+def test_noqa_blocks_the_fix():
+    outcome = run("from oldlib import double\nx = double(1)  # noqa: PM990\n")
+    assert outcome.fixed is None
+
+
+def test_encoding_bom_and_crlf_survive():
+    source = "\ufeff# caf\u00e9\r\nfrom oldlib import double\r\nx = double(1)\r\n"
+    outcome = fix_bytes(source.encode("utf-8"), "m.py", (DoubleToTimesTwo,))
+    assert outcome.fixed.startswith(b"\xef\xbb\xbf# caf\xc3\xa9\r\n")
+    assert b"x = times_two(1)\r\n" in outcome.fixed and b"\n" not in outcome.fixed.replace(b"\r\n", b"")
+    latin = "# -*- coding: latin-1 -*-\ns = '\u00e9'\nx = double(1)\n".encode("latin-1")
+    fixed = fix_bytes(latin, "m.py", (DoubleToTimesTwo,)).fixed
+    assert b"s = '\xe9'" in fixed and b"times_two(1)" in fixed
+
+
+def test_write_atomic_keeps_mode_and_leaves_no_temporary(tmp_path):
+    path = tmp_path / "script.py"
+    path.write_bytes(b"old\n")
+    os.chmod(path, 0o755)
+    write_atomic(path, b"new\n")
+    assert path.read_bytes() == b"new\n"
+    assert stat.S_IMODE(path.stat().st_mode) == 0o755
+    assert [p.name for p in tmp_path.iterdir()] == ["script.py"]
