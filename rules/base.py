@@ -92,6 +92,7 @@ class RuleContext:
     path: str
     model: "SemanticModel"
     reports: list[tuple["Rule", Report]] = field(default_factory=list)
+    shared: dict = field(default_factory=dict)  # per-file helpers shared by rules (e.g. the rewriter)
 
 
 class Rule(cst.BatchableCSTVisitor):

@@ -2,7 +2,8 @@ from __future__ import annotations
 
 import libcst as cst
 
-from rules.base import Invalid, Rule, Valid
+from rules.base import FixSpec, Invalid, Rule, Valid
+from rules.pmap_rewrite import Rewriter
 from rules.semantic import PMAP, TransformSite
 
 
@@ -116,17 +117,24 @@ class PmapCall(Rule):
         Invalid("import jax.api\nstep = jax.api.pmap(f)\n", lines=(2,)),
     ]
 
+    @property
+    def rewriter(self) -> Rewriter:
+        if "rewriter" not in self.context.shared:
+            self.context.shared["rewriter"] = Rewriter(self.model)
+        return self.context.shared["rewriter"]
+
     def _report_site(self, site: TransformSite) -> None:
         if site.transform != PMAP:
             return
         via = site.callee.via
+        fix = self.rewriter.fix_for_site(site)
         if via:
             message = f"`{via[0]}` applies the legacy `jax.pmap` (alias); migrate to `jax.jit(jax.shard_map(...))`"
             if site.callee.ambiguous:
                 message += f"; `{via[0]}` is also bound to something else, so this site needs a manual check"
-            self.report(site.node, message)
+            self.report(site.node, message, fix=fix)
         else:
-            self.report(site.node)
+            self.report(site.node, fix=fix)
 
     def visit_Call(self, node: cst.Call) -> None:
         site = self.model.site(node)
@@ -149,4 +157,28 @@ class PmapCall(Rule):
         definition = self.model.alias_definitions.get(node)
         if definition is not None and definition[1].transform == PMAP:
             name, _ = definition
-            self.report(node, f"`{name}` is an alias of the legacy `jax.pmap`; its uses are reported where applied")
+            self.report(node, f"`{name}` is an alias of the legacy `jax.pmap`; its uses are reported where applied",
+                        fix=self._unused_alias_removal(node))
+
+    def _unused_alias_removal(self, value: cst.BaseExpression) -> FixSpec | None:
+        """Once every local use of an alias is rewritten, the alias goes too. A public module-level
+        alias may be imported by other modules: it becomes `runtime_shim.pmap` instead."""
+        assign = self.model.parent(value)
+        line = self.model.parent(assign) if isinstance(assign, cst.Assign) else None
+        if not isinstance(line, cst.SimpleStatementLine) or len(line.body) != 1 or len(assign.targets) != 1:
+            return None
+        target = assign.targets[0].target
+        if not isinstance(target, cst.Name):
+            return None
+        assignment = self.model.assignment_for_target(target)
+        if assignment is None or assignment.references:
+            return None  # still used here: the uses are fixed first
+        module_level = self.model.scope_of(target) is self.model.scope_of(self.model.module)
+        if module_level and not target.value.startswith("_"):
+            reference = self.rewriter._pmap_reference(value)
+            if reference is None:
+                return None
+            return self.rewriter.shim_reference(
+                reference, f"keep the public alias `{target.value}` working for importers through `runtime_shim.pmap`")
+        return FixSpec("safe", f"remove the unused alias `{target.value}`", replacement=cst.RemovalSentinel.REMOVE,
+                       target=line, remove_imports=self.rewriter.pmap_imports())

@@ -179,7 +179,7 @@ def test_stdin(project):
 def test_statistics(project):
     write(project, "a.py", LEGACY + "other = jax.pmap(g)\n")
     out = invoke(".", "--statistics").output
-    assert re.search(r"^2\s+PM101\s+pmap-call$", out, re.M), out
+    assert re.search(r"^2\s+PM101\s+(\[\*\] )?pmap-call$", out, re.M), out
 
 
 def test_cache_reuses_and_invalidates(project):

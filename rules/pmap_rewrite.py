@@ -1,0 +1,504 @@
+"""The faithful pmap rewrite: legacy `jax.pmap` sites -> `jax.jit(jax.shard_map(...))` in plain JAX.
+
+The emitted form (verified by running the programs in fixtures/programs on jax 0.7.2, 0.10.2 and
+0.12; see fixtures/programs/README.md):
+
+    def _step(x, w):                      # the pmapped body, unchanged
+        ...
+
+    @jax.jit                              # static_argnums / donate_argnums carried over
+    def step(x, w):
+        def per_device(x, w):             # each device holds a (1, ...) block: squeeze it back
+            x = jax.tree.map(lambda leaf: leaf.squeeze(0), x)
+            return jax.tree.map(lambda leaf: jnp.expand_dims(leaf, 0), _step(x, w))
+
+        mesh = Mesh(jax.local_devices()[: jax.tree.leaves(x)[0].shape[0]], ("i",))
+        return jax.shard_map(per_device, mesh=mesh, in_specs=(P("i"), P()), out_specs=P("i"),
+                             check_vma=False)(x, w)
+
+The mesh is built at trace time (importing the module queries no device; the first n local
+devices, as legacy pmap used), jit caches it per signature (no retrace per call), and
+`check_vma=False` keeps legacy autodiff numbers. What cannot be expressed this way exactly
+(nested pmaps, multi-process programs, options computed at run time, pmap as a value, ...) is
+routed to `runtime_shim.pmap`, which reproduces the legacy semantics at run time.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import libcst as cst
+from libcst.metadata import Assignment
+
+from rules.base import Edit, FixSpec, ImportSpec
+from rules.semantic import PMAP, SemanticModel, TransformSite
+
+SHIM_IMPORT = ImportSpec("runtime_shim")
+KNOWN_OPTIONS = {"fun", "axis_name", "in_axes", "out_axes", "static_broadcasted_argnums", "donate_argnums",
+                 "devices", "backend", "axis_size"}
+_DEFAULT_AXIS = '"i"'  # legacy pmap without axis_name: no collective can name the axis
+
+
+class Unsupported(Exception):
+    """The site cannot be rewritten to plain JAX faithfully; the message says why."""
+
+
+def _code(node: cst.CSTNode) -> str:
+    return cst.Module([]).code_for_node(node)
+
+
+def _int_literal(node: cst.BaseExpression) -> int | None:
+    if isinstance(node, cst.Integer):
+        return int(node.value, 0)
+    if isinstance(node, cst.UnaryOperation) and isinstance(node.operator, cst.Minus) and isinstance(node.expression, cst.Integer):
+        return -int(node.expression.value, 0)
+    return None
+
+
+def _is_none(node: cst.BaseExpression | None) -> bool:
+    return isinstance(node, cst.Name) and node.value == "None"
+
+
+def _axis_value(node: cst.BaseExpression) -> int | None:
+    """An in_axes/out_axes leaf: an int literal or None; anything else is not supported."""
+    if _is_none(node):
+        return None
+    value = _int_literal(node)
+    if value is None:
+        raise Unsupported(f"`{_code(node)}` is not a literal axis")
+    return value
+
+
+def _int_tuple(node: cst.BaseExpression | None, option: str) -> tuple[int, ...]:
+    if node is None:
+        return ()
+    value = _int_literal(node)
+    if value is not None:
+        return (value,)
+    if isinstance(node, (cst.Tuple, cst.List)):
+        values = tuple(_int_literal(e.value) for e in node.elements)
+        if all(v is not None for v in values):
+            return values  # type: ignore[return-value]
+    raise Unsupported(f"`{option}` is not a literal")
+
+
+@dataclass
+class Signature:
+    params: list[str] | None  # None: unknown, use *args
+    call_prefix: str = ""  # e.g. "_blend(" for the body call; the body call is f"{callee}({args})"
+
+
+@dataclass
+class Plan:
+    name: str
+    params: list[str] | None
+    axis: str
+    in_axes: list[int | None] | int
+    out_axes: list[int | None] | int | None
+    static: tuple[int, ...]
+    donate: tuple[int, ...]
+    mesh_devices: str  # the device list; "{size}" stands for the mapped axis size
+    size: str | None  # axis_size, when given
+    body_call: str  # how per_device calls the mapped function
+    hoisted: list[str] = field(default_factory=list)
+    unsafe_reasons: list[str] = field(default_factory=list)
+
+
+def _spec(axis: int | None, name: str) -> str:
+    if axis is None:
+        return "P()"
+    return "P(" + "None, " * axis + f"{name})"
+
+
+def _squeeze(names: list[str], axis: int) -> str:
+    if len(names) == 1:
+        return f"{names[0]} = jax.tree.map(lambda leaf: leaf.squeeze({axis}), {names[0]})"
+    joined = ", ".join(names)
+    return f"{joined} = jax.tree.map(lambda leaf: leaf.squeeze({axis}), ({joined}))"
+
+
+def _expand(expr: str, axis: int) -> str:
+    return f"jax.tree.map(lambda leaf: jnp.expand_dims(leaf, {axis}), {expr})"
+
+
+def render(plan: Plan, indent: str = "    ") -> str:
+    """The wrapper's source text (module-level indentation)."""
+    jit_kwargs = []
+    if plan.static:
+        jit_kwargs.append(f"static_argnums={_tuple_text(plan.static)}")
+    if plan.donate:
+        jit_kwargs.append(f"donate_argnums={_tuple_text(plan.donate)}")
+    decorator = f"@functools.partial(jax.jit, {', '.join(jit_kwargs)})" if jit_kwargs else "@jax.jit"
+    i1, i2 = indent, indent * 2
+    lines = list(plan.hoisted)
+    if plan.params is None:
+        # Unknown signature: every positional argument mapped on axis 0 (checked by the planner).
+        lines += [
+            decorator,
+            f"def {plan.name}(*args):",
+            f"{i1}def per_device(*args):  # each device holds a (1, ...) block; the pmap body saw the slice",
+            f"{i2}args = jax.tree.map(lambda leaf: leaf.squeeze(0), args)",
+            f"{i2}return {_expand(plan.body_call, 0)}",
+            "",
+            f"{i1}mesh = Mesh({plan.mesh_devices.replace('{size}', plan.size or 'jax.tree.leaves(args)[0].shape[0]')}, "
+            f"({plan.axis},))",
+            f"{i1}return jax.shard_map(per_device, mesh=mesh, in_specs=P({plan.axis}), out_specs=P({plan.axis}), "
+            f"check_vma=False)(*args)",
+        ]
+        return "\n".join(lines) + "\n"
+    params = plan.params
+    mapped = [p for i, p in enumerate(params) if i not in plan.static]
+    axes = plan.in_axes if isinstance(plan.in_axes, list) else [plan.in_axes] * len(mapped)
+    body = [f"{i1}def per_device({', '.join(mapped)}):  # each device holds a (1, ...) block; the pmap body saw the slice"]
+    groups: dict[int, list[str]] = {}
+    for name, axis in zip(mapped, axes):
+        if axis is not None:
+            groups.setdefault(axis, []).append(name)
+    for axis, names in groups.items():
+        body.append(f"{i2}{_squeeze(names, axis)}")
+    out = plan.out_axes
+    if isinstance(out, list):
+        body.append(f"{i2}out = {plan.body_call}")
+        parts = [f"out[{k}]" if a is None else _expand(f"out[{k}]", a) for k, a in enumerate(out)]
+        body.append(f"{i2}return {', '.join(parts)}")
+        out_specs = "(" + ", ".join(_spec(a, plan.axis) for a in out) + ")"
+    elif out is None:
+        body.append(f"{i2}return {plan.body_call}")
+        out_specs = "P()"
+    else:
+        body.append(f"{i2}return {_expand(plan.body_call, out)}")
+        out_specs = _spec(out, plan.axis)
+    first = next(((n, a) for n, a in zip(mapped, axes) if a is not None), None)
+    if plan.size is not None:
+        size = plan.size
+    elif first is not None:
+        size = f"jax.tree.leaves({first[0]})[0].shape[{first[1]}]"
+    else:
+        raise Unsupported("no mapped argument and no axis_size")
+    in_specs = "(" + ", ".join(_spec(a, plan.axis) for a in axes) + ("," if len(axes) == 1 else "") + ")"
+    lines += [decorator, f"def {plan.name}({', '.join(params)}):", *body, "",
+              f"{i1}mesh = Mesh({plan.mesh_devices.replace('{size}', size)}, ({plan.axis},))",
+              f"{i1}return jax.shard_map(per_device, mesh=mesh, in_specs={in_specs}, out_specs={out_specs}, "
+              f"check_vma=False)({', '.join(mapped)})"]
+    return "\n".join(lines) + "\n"
+
+
+def _tuple_text(values: tuple[int, ...]) -> str:
+    return "(" + ", ".join(str(v) for v in values) + ("," if len(values) == 1 else "") + ")"
+
+
+def simple_params(params: cst.Parameters) -> list[str] | None:
+    """Parameter names when every parameter is plain positional (no defaults, no *args/**kwargs,
+    no keyword-only): then the wrapper can repeat the signature exactly."""
+    if params.star_arg is not cst.MaybeSentinel.DEFAULT or params.star_kwarg is not None or params.kwonly_params:
+        return None
+    plain = list(params.posonly_params) + list(params.params)
+    if any(p.default is not None for p in plain):
+        return None
+    return [p.name.value for p in plain]
+
+
+class Rewriter:
+    """Builds fixes for the PM1xx rules of one module."""
+
+    def __init__(self, model: SemanticModel) -> None:
+        self.model = model
+        self._nested: set[int] | None = None
+        self._multi_process: bool | None = None
+        self._taken_names: set[str] | None = None
+
+    # ------------------------------------------------------------ decisions
+    def nested_nodes(self) -> set[int]:
+        if self._nested is None:
+            nodes: set[int] = set()
+            for inner, (outer, _) in self.model.nested_sites().items():
+                nodes.add(id(inner))
+                nodes.add(id(outer))
+                site = self.model.transformed_call(inner) if isinstance(inner, cst.Call) else None
+                if site is not None:
+                    nodes.add(id(site.node))
+            self._nested = nodes
+        return self._nested
+
+    def multi_process(self) -> bool:
+        if self._multi_process is None:
+            from rules import tables
+
+            self._multi_process = self.model.uses_any(tables.MULTI_PROCESS, tables.MULTI_PROCESS_PREFIXES)
+        return self._multi_process
+
+    def fix_for_site(self, site: TransformSite) -> FixSpec:
+        try:
+            return self._faithful(site)
+        except Unsupported as why:
+            return self.shim_fix(site, str(why))
+
+    # ------------------------------------------------------------------ shim
+    def shim_fix(self, site: TransformSite, why: str) -> FixSpec:
+        """Swap the `jax.pmap` reference of ``site`` for `runtime_shim.pmap` (always exact)."""
+        expr = site.node.func if isinstance(site.node, cst.Call) else site.node.decorator
+        target = self._pmap_reference(expr)
+        summary = f"use `runtime_shim.pmap` (legacy semantics at run time; needs pmap-migrate installed): {why}"
+        if target is None:
+            return FixSpec("safe", summary)  # reference lives elsewhere (an alias); its own fix swaps it
+        return self.shim_reference(target, summary)
+
+    def shim_reference(self, node: cst.BaseExpression, summary: str) -> FixSpec:
+        replacement = cst.Attribute(cst.Name("runtime_shim"), cst.Name("pmap"))
+        replacement = replacement.with_changes(lpar=getattr(node, "lpar", ()), rpar=getattr(node, "rpar", ()))
+        removes = ()
+        if isinstance(node, cst.Name):
+            removes = (ImportSpec("jax", "pmap", None if node.value == "pmap" else node.value),)
+        return FixSpec("safe", summary, replacement=replacement, target=node, add_imports=(SHIM_IMPORT,),
+                       remove_imports=removes, shimmed=True)
+
+    @staticmethod
+    def pmap_imports() -> tuple[ImportSpec, ...]:
+        """Imports a rewrite may leave unused (removed only if nothing uses them any more)."""
+        return (ImportSpec("jax", "pmap"), ImportSpec("functools", "partial"))
+
+    def _pmap_reference(self, expr: cst.BaseExpression) -> cst.BaseExpression | None:
+        from rules import tables
+
+        if isinstance(expr, (cst.Name, cst.Attribute)) and self.model.matches(expr, tables.PMAP):
+            return expr
+        if isinstance(expr, cst.Call) and expr.args and self.model.matches(expr.func, tables.PARTIAL):
+            return self._pmap_reference(expr.args[0].value)
+        if isinstance(expr, cst.Name):
+            # a local alias: swap its definition, which covers every use
+            for assignment in self.model.assignments_of(expr):
+                if isinstance(assignment, Assignment):
+                    value = self.model._index.assigned_value.get(assignment.node)
+                    if value is not None:
+                        found = self._pmap_reference(value)
+                        if found is not None:
+                            return found
+        return None
+
+    # -------------------------------------------------------------- faithful
+    def _faithful(self, site: TransformSite) -> FixSpec:
+        if site.transform != PMAP:
+            raise Unsupported("not a pmap")
+        if site.callee.ambiguous:
+            raise Unsupported("the pmap alias is also bound to something else")
+        if self.multi_process():
+            raise Unsupported("the module runs several processes (host-local inputs, see PM501)")
+        if id(site.node) in self.nested_nodes():
+            raise Unsupported("nested pmap (see PM102)")
+        if site.dynamic_options:
+            raise Unsupported("options passed with * or **")
+        for arg in site.args:
+            if arg.keyword is not None and arg.keyword.value not in KNOWN_OPTIONS:
+                raise Unsupported(f"option `{arg.keyword.value}` has no exact equivalent")
+        if site.is_decorator:
+            return self._decorator_fix(site)
+        return self._call_fix(site)
+
+    def _options(self, site: TransformSite, params: list[str] | None) -> dict:
+        axis_node = site.option("axis_name")
+        if axis_node is None or _is_none(axis_node):
+            axis = _DEFAULT_AXIS
+        elif isinstance(axis_node, cst.SimpleString):
+            axis = _code(axis_node)
+        else:
+            raise Unsupported("`axis_name` is not a string literal")
+        static = _int_tuple(site.option("static_broadcasted_argnums"), "static_broadcasted_argnums")
+        donate = _int_tuple(site.option("donate_argnums"), "donate_argnums")
+        if any(i < 0 for i in static + donate):
+            raise Unsupported("negative argnums")
+        n_params = len(params) if params is not None else None
+        if n_params is not None and any(i >= n_params for i in static + donate):
+            raise Unsupported("argnums beyond the function's parameters")
+        if static and params is None:
+            raise Unsupported("static_broadcasted_argnums with an unknown signature")
+        n_mapped = (n_params - len(set(static))) if n_params is not None else None
+
+        in_node = site.option("in_axes")
+        in_axes: list[int | None] | int
+        if in_node is None:
+            in_axes = 0
+        elif isinstance(in_node, (cst.Tuple, cst.List)):
+            values = [_axis_value(e.value) for e in in_node.elements]
+            if params is None:
+                raise Unsupported("a per-argument in_axes with an unknown signature")
+            if static:
+                raise Unsupported("in_axes tuple together with static_broadcasted_argnums")
+            if len(values) != n_mapped:
+                raise Unsupported("in_axes does not match the number of arguments")
+            in_axes = values
+        else:
+            in_axes = _axis_value(in_node)
+            if in_axes is None and params is None:
+                raise Unsupported("in_axes=None with an unknown signature")
+        flat_in = in_axes if isinstance(in_axes, list) else [in_axes]
+        if any(a is not None and a < 0 for a in flat_in):
+            raise Unsupported("negative in_axes")
+        if params is None and in_axes != 0:
+            raise Unsupported("non-zero in_axes with an unknown signature")
+
+        out_node = site.option("out_axes")
+        out_axes: list[int | None] | int | None
+        if out_node is None:
+            out_axes = 0
+        elif isinstance(out_node, (cst.Tuple, cst.List)):
+            out_axes = [_axis_value(e.value) for e in out_node.elements]
+        else:
+            out_axes = _axis_value(out_node)
+        flat_out = out_axes if isinstance(out_axes, list) else [out_axes]
+        if any(a is not None and a < 0 for a in flat_out):
+            raise Unsupported("negative out_axes")
+        if params is None and out_axes != 0:
+            raise Unsupported("non-zero out_axes with an unknown signature")
+
+        unsafe: list[str] = []
+        size_node = site.option("axis_size")
+        size = None
+        if size_node is not None and not _is_none(size_node):
+            if _int_literal(size_node) is None:
+                raise Unsupported("`axis_size` is not a literal")
+            size = _code(size_node)
+        devices_node = site.option("devices")
+        backend = site.option("backend")
+        if devices_node is not None and not _is_none(devices_node):
+            # Legacy pmap maps over exactly the given devices (their number must match the axis).
+            devices = _code(devices_node)
+            unsafe.append(f"assumes `{devices}` names the same devices when the function is first called "
+                          "as when pmap was built")
+            mesh_devices = devices
+        else:
+            if backend is not None and not _is_none(backend):
+                if not isinstance(backend, cst.SimpleString):
+                    raise Unsupported("`backend` is not a string literal")
+                mesh_devices = f"jax.local_devices(backend={_code(backend)})"
+            else:
+                mesh_devices = "jax.local_devices()"
+            mesh_devices += "[: {size}]"
+        return dict(axis=axis, static=static, donate=donate, in_axes=in_axes, out_axes=out_axes,
+                    mesh_devices=mesh_devices, size=size, unsafe=unsafe)
+
+    def _plan(self, site: TransformSite, name: str, params: list[str] | None, body_call: str,
+              hoisted: list[str]) -> Plan:
+        opts = self._options(site, params)
+        return Plan(name=name, params=params, axis=opts["axis"], in_axes=opts["in_axes"], out_axes=opts["out_axes"],
+                    static=opts["static"], donate=opts["donate"], mesh_devices=opts["mesh_devices"],
+                    size=opts["size"], body_call=body_call, hoisted=hoisted, unsafe_reasons=opts["unsafe"])
+
+    def _imports(self, plan: Plan) -> tuple[ImportSpec, ...]:
+        specs = [ImportSpec("jax"), ImportSpec("jax.sharding", "Mesh"), ImportSpec("jax.sharding", "PartitionSpec", "P")]
+        specs.append(ImportSpec("jax.numpy", None, "jnp"))
+        if plan.static or plan.donate:
+            specs.append(ImportSpec("functools"))
+        return tuple(specs)
+
+    _TEMPLATE_NAMES = {
+        "P": {"jax.sharding.PartitionSpec", "jax.P"},
+        "Mesh": {"jax.sharding.Mesh"},
+        "jnp": {"jax.numpy"},
+        "jax": {"jax"},
+        "functools": {"functools"},
+    }
+
+    def _check_names_free(self) -> None:
+        """The template's names must be unbound or bound to what the template means."""
+        scope = self.model.scope_of(self.model.module)
+        if scope is None:
+            return
+        for name, meanings in self._TEMPLATE_NAMES.items():
+            if name in scope.assignments:
+                found = {q.name for q in scope.get_qualified_names_for(name)}
+                if not found <= meanings:
+                    raise Unsupported(f"the module binds `{name}` to something other than `{min(meanings)}`")
+
+    def _finish(self, site: TransformSite, plan: Plan, edits: tuple[Edit, ...], what: str) -> FixSpec:
+        self._check_names_free()
+        summary = f"rewrite {what} as `jax.jit(jax.shard_map(...))` (same values as legacy pmap)"
+        applicability = "safe"
+        if plan.unsafe_reasons:
+            applicability = "unsafe"
+            summary += "; " + "; ".join(plan.unsafe_reasons)
+        return FixSpec(applicability, summary, edits=edits, add_imports=self._imports(plan),
+                       remove_imports=self.pmap_imports())
+
+    def _unique_name(self, base: str) -> str:
+        if self._taken_names is None:
+            taken: set[str] = set()
+            for scope in {id(s): s for s in self.model._scopes.values() if s is not None}.values():
+                taken.update(a.name for a in scope.assignments)
+            self._taken_names = taken
+        candidate = base
+        counter = 2
+        while candidate in self._taken_names:
+            candidate = f"{base}{counter}"
+            counter += 1
+        self._taken_names.add(candidate)
+        return candidate
+
+    def _decorator_fix(self, site: TransformSite) -> FixSpec:
+        func = site.decorated
+        assert func is not None
+        params = simple_params(func.params)
+        if params is None:
+            raise Unsupported("the pmapped function has defaults, *args, **kwargs or keyword-only parameters")
+        if isinstance(func.asynchronous, cst.Asynchronous):
+            raise Unsupported("async function")
+        index = next(i for i, d in enumerate(func.decorators) if d is site.node)
+        above, below = func.decorators[:index], func.decorators[index + 1:]
+        body_name = self._unique_name("_" + func.name.value)
+        plan = self._plan(site, func.name.value, params, f"{body_name}({', '.join(params)})", [])
+        indent = self.model.module.default_indent
+        wrapper = cst.parse_module(render(plan, indent)).body
+        wrapper_def = wrapper[-1]
+        assert isinstance(wrapper_def, cst.FunctionDef)
+        wrapper_def = wrapper_def.with_changes(decorators=[*above, *wrapper_def.decorators],
+                                               leading_lines=func.leading_lines)
+        body_def = func.with_changes(name=cst.Name(body_name), decorators=below)
+        replacement = cst.FlattenSentinel([body_def, wrapper_def])
+        return self._finish(site, plan, (Edit(func, replacement),), f"`{func.name.value}`")
+
+    def _call_fix(self, site: TransformSite) -> FixSpec:
+        call = site.node
+        assert isinstance(call, cst.Call)
+        statement, target = self._assignment_statement(call)
+        if statement is None:
+            raise Unsupported("a pmap built inside an expression (not assigned to a name)")
+        fun = site.fun
+        if fun is None:
+            raise Unsupported("no function to map")
+        params, body_call, hoisted = self._signature(fun, target)
+        plan = self._plan(site, target, params, body_call, hoisted)
+        indent = self.model.module.default_indent
+        new = cst.parse_module(render(plan, indent)).body
+        first = new[0].with_changes(leading_lines=statement.leading_lines)
+        replacement = cst.FlattenSentinel([first, *new[1:]])
+        return self._finish(site, plan, (Edit(statement, replacement),), f"`{target}`")
+
+    def _assignment_statement(self, call: cst.Call) -> tuple[cst.SimpleStatementLine | None, str]:
+        parent = self.model.parent(call)
+        if not isinstance(parent, cst.Assign) or len(parent.targets) != 1:
+            return None, ""
+        target = parent.targets[0].target
+        if not isinstance(target, cst.Name):
+            return None, ""
+        line = self.model.parent(parent)
+        if not isinstance(line, cst.SimpleStatementLine) or len(line.body) != 1:
+            return None, ""
+        return line, target.value
+
+    def _signature(self, fun: cst.BaseExpression, target: str) -> tuple[list[str] | None, str, list[str]]:
+        """(params, body call, statements to hoist) for the mapped function expression."""
+        if isinstance(fun, cst.Lambda):
+            params = simple_params(fun.params)
+            if params is not None:
+                return params, _code(fun.body), []
+        if isinstance(fun, cst.Name):
+            defs = [f for f in self.model.resolve_functions(fun) if isinstance(f, cst.FunctionDef)]
+            if len(defs) == 1:
+                params = simple_params(defs[0].params)
+                if params is not None:
+                    return params, f"{fun.value}({', '.join(params)})", []
+            return None, f"{fun.value}(*args)", []
+        # Any other expression (partial(...), a bound method, a call): evaluate it once, where pmap
+        # evaluated it, under a name of its own.
+        hoisted_name = self._unique_name("_" + target)
+        hoisted = [f"{hoisted_name} = {_code(fun)}  # evaluated once, where pmap evaluated it"]
+        return None, f"{hoisted_name}(*args)", hoisted
