@@ -54,17 +54,25 @@ def _span(analysis: Analysis, node: cst.CSTNode) -> tuple[tuple[int, int], tuple
     return (where.start.line, where.start.column), (where.end.line, where.end.column)
 
 
+def _spans(analysis: Analysis, finding: Finding):
+    """The source ranges a fix rewrites; an insertion occupies only the point where it goes."""
+    spans = []
+    for edit in finding.fix.all_edits(finding.node):
+        start, end = _span(analysis, edit.target)
+        spans.append((start, start) if edit.replacement is None else (start, end))
+    return spans
+
+
 def choose(analysis: Analysis, candidates: Sequence[Finding]) -> list[Finding]:
     """Innermost first; a fix whose edits overlap an already chosen one waits for the next round."""
     def size(finding: Finding):
-        spans = [_span(analysis, e.target) for e in finding.fix.all_edits(finding.node)]
-        return max(((e[0] - s[0], e[1] - s[1]) for s, e in spans), default=(0, 0))
+        return max(((e[0] - s[0], e[1] - s[1]) for s, e in _spans(analysis, finding)), default=(0, 0))
 
     chosen: list[Finding] = []
     taken: list[tuple[tuple[int, int], tuple[int, int]]] = []
     for finding in sorted(candidates, key=size):
-        spans = [_span(analysis, e.target) for e in finding.fix.all_edits(finding.node)]
-        if any(s < te and ts < e for s, e in spans for ts, te in taken):
+        spans = _spans(analysis, finding)
+        if any(s < te and ts < e for s, e in spans for ts, te in taken if s != e and ts != te):
             continue
         chosen.append(finding)
         taken.extend(spans)
@@ -72,22 +80,35 @@ def choose(analysis: Analysis, candidates: Sequence[Finding]) -> list[Finding]:
 
 
 class _Replace(cst.CSTTransformer):
-    def __init__(self, edits: dict[cst.CSTNode, Edit]) -> None:
+    def __init__(self, replacements: dict[cst.CSTNode, Edit], insertions: dict[cst.CSTNode, list]) -> None:
         super().__init__()
-        self.edits = edits
+        self.replacements = replacements
+        self.insertions = insertions
 
     def on_leave(self, original_node, updated_node):
-        edit = self.edits.get(original_node)
-        return edit.replacement if edit is not None else updated_node
+        edit = self.replacements.get(original_node)
+        result = edit.replacement if edit is not None else updated_node
+        before = self.insertions.get(original_node)
+        if before:
+            if isinstance(result, cst.FlattenSentinel):
+                return cst.FlattenSentinel([*before, *result.nodes])
+            if isinstance(result, cst.RemovalSentinel):
+                return cst.FlattenSentinel(before)
+            return cst.FlattenSentinel([*before, result])
+        return result
 
 
 def apply(module: cst.Module, chosen: Sequence[Finding]) -> cst.Module:
-    edits: dict[cst.CSTNode, Edit] = {}
+    replacements: dict[cst.CSTNode, Edit] = {}
+    insertions: dict[cst.CSTNode, list] = {}
     for finding in chosen:
         for edit in finding.fix.all_edits(finding.node):
-            edits[edit.target] = edit
-    if edits:
-        module = module.visit(_Replace(edits))
+            if edit.replacement is not None:
+                replacements[edit.target] = edit
+            if edit.before:
+                insertions.setdefault(edit.target, []).extend(edit.before)
+    if replacements or insertions:
+        module = module.visit(_Replace(replacements, insertions))
     context = CodemodContext()
     adds = [spec for f in chosen for spec in f.fix.add_imports]
     removes = [spec for f in chosen for spec in f.fix.remove_imports]

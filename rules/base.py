@@ -51,10 +51,13 @@ class ImportSpec:
 
 @dataclass(frozen=True)
 class Edit:
-    """Replace ``target`` (a node of the tree the rule saw) by ``replacement``."""
+    """Replace ``target`` (a node of the tree the rule saw) by ``replacement``; or, with
+    ``before``, insert statements before the statement ``target`` and keep it (with whatever
+    other fixes change inside it)."""
 
     target: cst.CSTNode
-    replacement: cst.CSTNode | cst.RemovalSentinel | cst.FlattenSentinel
+    replacement: cst.CSTNode | cst.RemovalSentinel | cst.FlattenSentinel | None = None
+    before: tuple[cst.BaseStatement, ...] = ()
 
 
 @dataclass(frozen=True)

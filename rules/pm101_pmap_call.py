@@ -162,7 +162,8 @@ class PmapCall(Rule):
 
     def _unused_alias_removal(self, value: cst.BaseExpression) -> FixSpec | None:
         """Once every local use of an alias is rewritten, the alias goes too. A public module-level
-        alias may be imported by other modules: it becomes `runtime_shim.pmap` instead."""
+        alias of a library module may be imported by other modules: it becomes
+        `runtime_shim.pmap` instead (a script, with an `if __name__ == "__main__":` block, loses it)."""
         assign = self.model.parent(value)
         line = self.model.parent(assign) if isinstance(assign, cst.Assign) else None
         if not isinstance(line, cst.SimpleStatementLine) or len(line.body) != 1 or len(assign.targets) != 1:
@@ -174,7 +175,7 @@ class PmapCall(Rule):
         if assignment is None or assignment.references:
             return None  # still used here: the uses are fixed first
         module_level = self.model.scope_of(target) is self.model.scope_of(self.model.module)
-        if module_level and not target.value.startswith("_"):
+        if module_level and not target.value.startswith("_") and not self.model.is_script:
             reference = self.rewriter._pmap_reference(value)
             if reference is None:
                 return None

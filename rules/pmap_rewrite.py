@@ -28,7 +28,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 import libcst as cst
-from libcst.metadata import Assignment
+from libcst.metadata import Assignment, BuiltinAssignment
 
 from rules.base import Edit, FixSpec, ImportSpec
 from rules.semantic import PMAP, SemanticModel, TransformSite
@@ -110,14 +110,14 @@ def _spec(axis: int | None, name: str) -> str:
     return "P(" + "None, " * axis + f"{name})"
 
 
-def _squeeze(names: list[str], axis: int) -> str:
+def _squeeze(names: list[str], axis: int | tuple[int, ...]) -> str:
     if len(names) == 1:
         return f"{names[0]} = jax.tree.map(lambda leaf: leaf.squeeze({axis}), {names[0]})"
     joined = ", ".join(names)
     return f"{joined} = jax.tree.map(lambda leaf: leaf.squeeze({axis}), ({joined}))"
 
 
-def _expand(expr: str, axis: int) -> str:
+def _expand(expr: str, axis: int | tuple[int, ...]) -> str:
     return f"jax.tree.map(lambda leaf: jnp.expand_dims(leaf, {axis}), {expr})"
 
 
@@ -283,8 +283,13 @@ class Rewriter:
             raise Unsupported("the pmap alias is also bound to something else")
         if self.multi_process():
             raise Unsupported("the module runs several processes (host-local inputs, see PM501)")
+        chain = self._direct_nest(site)
+        if chain is not None:
+            return self._nested_fix(chain)
+        if self._inner_of_direct_nest(site):
+            return FixSpec("safe", "rewritten together with the enclosing pmap")
         if id(site.node) in self.nested_nodes():
-            raise Unsupported("nested pmap (see PM102)")
+            raise Unsupported("a pmapped function runs inside another pmapped function (see PM102)")
         if site.dynamic_options:
             raise Unsupported("options passed with * or **")
         for arg in site.args:
@@ -293,6 +298,86 @@ class Rewriter:
         if site.is_decorator:
             return self._decorator_fix(site)
         return self._call_fix(site)
+
+    # ------------------------------------------------------------ nesting
+    _NEST_OPTIONS = {"fun", "axis_name"}
+
+    def _direct_nest(self, site: TransformSite) -> list[TransformSite] | None:
+        """``pmap(pmap(f, 'j'), 'i')`` as an assignment, every level with only a literal axis name:
+        the chain of sites, outermost first. Such a nest is one shard_map over a multi-axis mesh."""
+        if site.is_decorator or self._assignment_statement(site.node)[0] is None:
+            return None
+        chain = [site]
+        while True:
+            fun = chain[-1].fun
+            inner = self.model.site(fun) if fun is not None else None
+            if inner is None or inner.transform != PMAP or inner.is_decorator:
+                break
+            chain.append(inner)
+        if len(chain) < 2:
+            return None
+        for level in chain:
+            if level.dynamic_options or level.callee.ambiguous:
+                return None
+            names = {a.keyword.value for a in level.args if a.keyword is not None}
+            if not names <= self._NEST_OPTIONS or len(level.positional()) > 2:
+                return None
+            axis = level.option("axis_name")
+            if not isinstance(axis, cst.SimpleString):
+                return None
+        return chain
+
+    def _inner_of_direct_nest(self, site: TransformSite) -> bool:
+        parent = self.model.parent(site.node)
+        call = self.model.parent(parent) if isinstance(parent, cst.Arg) else None
+        outer = self.model.site(call) if isinstance(call, cst.Call) else None
+        while outer is not None:
+            if self._direct_nest(outer) is not None:
+                return True
+            parent = self.model.parent(outer.node)
+            call = self.model.parent(parent) if isinstance(parent, cst.Arg) else None
+            outer = self.model.site(call) if isinstance(call, cst.Call) else None
+        return False
+
+    def _nested_fix(self, chain: list[TransformSite]) -> FixSpec:
+        outer = chain[0]
+        statement, target = self._assignment_statement(outer.node)
+        fun = chain[-1].fun
+        assert statement is not None and fun is not None
+        params, body_call, hoisted = self._signature(fun, target)
+        if params is None:
+            raise Unsupported("nested pmap of a function whose signature is unknown")
+        axes = [_code(level.option("axis_name")) for level in chain]
+        depth = len(chain)
+        leading = tuple(range(depth))
+        i1, i2 = (self.model.module.default_indent,) * 2
+        i2 = i1 * 2
+        sizes = ", ".join(f"n_{k}" for k in range(depth))
+        product = " * ".join(f"n_{k}" for k in range(depth))
+        spec = "P(" + ", ".join(axes) + ")"
+        text = "\n".join([
+            *hoisted,
+            "@jax.jit",
+            f"def {target}({', '.join(params)}):",
+            f"{i1}def per_device({', '.join(params)}):  # each device holds a ({'1, ' * depth}...) block; "
+            "the nested pmap body saw the slice",
+            f"{i2}{_squeeze(params, leading)}",
+            f"{i2}return {_expand(body_call, leading)}",
+            "",
+            f"{i1}{sizes}{',' if depth == 1 else ''} = jax.tree.leaves({params[0]})[0].shape[:{depth}]",
+            f"{i1}mesh = Mesh(np.array(jax.local_devices()[: {product}]).reshape({sizes}), ({', '.join(axes)}))",
+            f"{i1}return jax.shard_map(per_device, mesh=mesh, in_specs={spec}, out_specs={spec}, "
+            f"check_vma=False)({', '.join(params)})",
+        ]) + "\n"
+        new = cst.parse_module(text).body
+        first = new[0].with_changes(leading_lines=statement.leading_lines)
+        plan = Plan(name=target, params=params, axis=axes[0], in_axes=0, out_axes=0, static=(), donate=(),
+                    mesh_devices="", size=None, body_call=body_call)
+        fix = self._finish(outer, plan, (Edit(statement, cst.FlattenSentinel([first, *new[1:]])),),
+                           f"the nested pmap `{target}` over a {depth}-axis mesh")
+        return FixSpec(fix.applicability, fix.summary, edits=fix.edits,
+                       add_imports=fix.add_imports + (ImportSpec("numpy", None, "np"),),
+                       remove_imports=fix.remove_imports)
 
     def _options(self, site: TransformSite, params: list[str] | None) -> dict:
         axis_node = site.option("axis_name")
@@ -396,6 +481,7 @@ class Rewriter:
         "jnp": {"jax.numpy"},
         "jax": {"jax"},
         "functools": {"functools"},
+        "np": {"numpy"},
     }
 
     def _check_names_free(self) -> None:
@@ -458,19 +544,91 @@ class Rewriter:
     def _call_fix(self, site: TransformSite) -> FixSpec:
         call = site.node
         assert isinstance(call, cst.Call)
-        statement, target = self._assignment_statement(call)
-        if statement is None:
-            raise Unsupported("a pmap built inside an expression (not assigned to a name)")
         fun = site.fun
         if fun is None:
             raise Unsupported("no function to map")
-        params, body_call, hoisted = self._signature(fun, target)
-        plan = self._plan(site, target, params, body_call, hoisted)
-        indent = self.model.module.default_indent
-        new = cst.parse_module(render(plan, indent)).body
-        first = new[0].with_changes(leading_lines=statement.leading_lines)
-        replacement = cst.FlattenSentinel([first, *new[1:]])
-        return self._finish(site, plan, (Edit(statement, replacement),), f"`{target}`")
+        statement, target = self._assignment_statement(call)
+        if statement is not None:
+            # `step = jax.pmap(f, ...)`: the statement becomes the wrapper's definition.
+            params, body_call, hoisted = self._signature(fun, target)
+            plan = self._plan(site, target, params, body_call, hoisted)
+            new = cst.parse_module(render(plan, self.model.module.default_indent)).body
+            first = new[0].with_changes(leading_lines=statement.leading_lines)
+            replacement = cst.FlattenSentinel([first, *new[1:]])
+            return self._finish(site, plan, (Edit(statement, replacement),), f"`{target}`")
+        return self._hoisted_fix(site, call, fun)
+
+    def _hoisted_fix(self, site: TransformSite, call: cst.Call, fun: cst.BaseExpression) -> FixSpec:
+        """A pmap built inside an expression (`jax.pmap(f)(x)`, `self.step = jax.pmap(...)`): the
+        wrapper is defined once before the statement (or at module level when it only needs
+        module-level names, so that a call in a loop or a function is not re-traced) and the
+        expression refers to it."""
+        statement = self._enclosing_statement(call)
+        if statement is None:
+            raise Unsupported("a pmap outside any statement")
+        expressions = [fun] + [a.value for a in site.args if a.keyword is not None]
+        top = self._top_level_statement(statement)
+        if top is not None and top is not statement and all(self._module_level_only(e) for e in expressions):
+            anchor = top
+        else:
+            anchor = statement
+        base = self._base_name(call, fun)
+        wrapper_name = self._unique_name(f"{base}_mapped")
+        params, body_call, hoisted = self._signature(fun, base)
+        plan = self._plan(site, wrapper_name, params, body_call, hoisted)
+        new = list(cst.parse_module(render(plan, self.model.module.default_indent)).body)
+        # Separate the new definitions as the anchor is separated from what precedes it (comments
+        # in its leading lines stay with it).
+        blank = [line for line in anchor.leading_lines if line.comment is None]
+        new[0] = new[0].with_changes(leading_lines=blank)
+        edits = (Edit(anchor, before=tuple(new)), Edit(call, cst.Name(wrapper_name, lpar=call.lpar, rpar=call.rpar)))
+        return self._finish(site, plan, edits, f"`{base}`")
+
+    def _enclosing_statement(self, node: cst.CSTNode) -> cst.BaseStatement | None:
+        for ancestor in self.model.ancestors(node):
+            if isinstance(ancestor, (cst.SimpleStatementLine, cst.BaseCompoundStatement)):
+                return ancestor
+        return None
+
+    def _top_level_statement(self, statement: cst.BaseStatement) -> cst.BaseStatement | None:
+        current: cst.CSTNode = statement
+        for ancestor in self.model.ancestors(statement):
+            if isinstance(ancestor, cst.Module):
+                return current if isinstance(current, cst.BaseStatement) else None
+            if isinstance(ancestor, (cst.SimpleStatementLine, cst.BaseCompoundStatement)):
+                current = ancestor
+        return None
+
+    def _module_level_only(self, expr: cst.BaseExpression) -> bool:
+        """True when every name ``expr`` reads is a module-level or builtin binding (or a
+        parameter of a lambda inside ``expr``): then it means the same at module level."""
+        collector = _NameCollector()
+        expr.visit(collector)
+        global_scope = self.model.scope_of(self.model.module)
+        for name in collector.names:
+            assignments = self.model.assignments_of(name)
+            if not assignments:
+                return False
+            for assignment in assignments:
+                if isinstance(assignment, BuiltinAssignment) or assignment.scope is global_scope:
+                    continue
+                node = getattr(assignment, "node", None)
+                if node is not None and self.model.is_within(node, expr):
+                    continue
+                return False
+        return True
+
+    def _base_name(self, call: cst.Call, fun: cst.BaseExpression) -> str:
+        parent = self.model.parent(call)
+        if isinstance(parent, cst.Assign) and len(parent.targets) == 1:
+            target = parent.targets[0].target
+            if isinstance(target, cst.Attribute):
+                return target.attr.value.lstrip("_") or "pmapped"
+        if isinstance(fun, cst.Name):
+            return fun.value.lstrip("_") or "pmapped"
+        if isinstance(fun, cst.Attribute):
+            return fun.attr.value.lstrip("_") or "pmapped"
+        return "pmapped"
 
     def _assignment_statement(self, call: cst.Call) -> tuple[cst.SimpleStatementLine | None, str]:
         parent = self.model.parent(call)
@@ -497,8 +655,38 @@ class Rewriter:
                 if params is not None:
                     return params, f"{fun.value}({', '.join(params)})", []
             return None, f"{fun.value}(*args)", []
-        # Any other expression (partial(...), a bound method, a call): evaluate it once, where pmap
+        # Any other expression (a bound method, partial(...), a call): evaluate it once, where pmap
         # evaluated it, under a name of its own.
-        hoisted_name = self._unique_name("_" + target)
+        stem = fun.attr.value.lstrip("_") if isinstance(fun, cst.Attribute) else "_" + target
+        hoisted_name = self._unique_name(stem or "_" + target)
         hoisted = [f"{hoisted_name} = {_code(fun)}  # evaluated once, where pmap evaluated it"]
+        params = self._method_params(fun)
+        if params is not None:
+            return params, f"{hoisted_name}({', '.join(params)})", hoisted
         return None, f"{hoisted_name}(*args)", hoisted
+
+    def _method_params(self, fun: cst.BaseExpression) -> list[str] | None:
+        """Parameters of ``self.method`` after ``self`` (plain methods only)."""
+        if not (isinstance(fun, cst.Attribute) and isinstance(fun.value, cst.Name) and fun.value.value == "self"):
+            return None
+        defs = [f for f in self.model.resolve_functions(fun) if isinstance(f, cst.FunctionDef)]
+        if len(defs) != 1 or defs[0].decorators:
+            return None
+        params = simple_params(defs[0].params)
+        return params[1:] if params else None
+
+
+class _NameCollector(cst.CSTVisitor):
+    def __init__(self) -> None:
+        self.names: list[cst.Name] = []
+
+    def visit_Attribute(self, node: cst.Attribute) -> bool:
+        node.value.visit(self)  # the attribute's own name is not a variable
+        return False
+
+    def visit_Name(self, node: cst.Name) -> None:
+        self.names.append(node)
+
+    def visit_Arg(self, node: cst.Arg) -> bool:
+        node.value.visit(self)  # keyword names are not variables
+        return False
