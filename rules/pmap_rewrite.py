@@ -214,7 +214,14 @@ class Rewriter:
             for inner, (outer, _) in self.model.nested_sites().items():
                 nodes.add(id(inner))
                 nodes.add(id(outer))
-                site = self.model.transformed_call(inner) if isinstance(inner, cst.Call) else None
+                # the inner node may be a call of, or a reference to, a pmapped callable: the site
+                # that built it must be shimmed too
+                if isinstance(inner, cst.Call):
+                    site = self.model.transformed_call(inner)
+                elif isinstance(inner, (cst.Name, cst.Attribute)):
+                    site = self.model.callable_site(inner)
+                else:
+                    site = None
                 if site is not None:
                     nodes.add(id(site.node))
             self._nested = nodes
