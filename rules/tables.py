@@ -20,13 +20,7 @@ TREE_MAP = frozenset({
     "jax.tree_util.tree_multimap",
 })
 SHARD_MAP = frozenset({"jax.shard_map", "jax.experimental.shard_map.shard_map"})
-EXPERIMENTAL_SHARD_MAP = frozenset({"jax.experimental.shard_map.shard_map"})
-EXPERIMENTAL_SHARD_MAP_MODULE = "jax.experimental.shard_map"
-EXPERIMENTAL_MAPS_MODULE = "jax.experimental.maps"
-EXPERIMENTAL_PJIT_MODULE = "jax.experimental.pjit"
-PJIT = frozenset({"jax.experimental.pjit.pjit"})
-REMOVED_SHARD_MAP_KEYWORDS = ("check_rep", "auto")
-REMOVED_PJIT_KEYWORDS = {"in_axis_resources": "in_shardings", "out_axis_resources": "out_shardings"}
+# The experimental shard_map / maps / pjit tables (PM401-PM403) live with REMOVED_NAMES below.
 
 # Functions whose presence means the program runs several processes (PM501).
 MULTI_PROCESS = frozenset({
@@ -50,17 +44,83 @@ PMAP_SHMAP_MERGE_FLAG = "jax_pmap_shmap_merge"
 REMOVED_PMAP_KEYWORDS = ("global_arg_shapes",)
 
 
+# ----------------------------------------------------------------------------------------------
+# PM401-PM404: experimental modules and names removed from jax. Every entry is checked against the
+# installed jax and the legacy (0.7.2) / newest venvs by tests/test_tables.py.
+
+# PM401: `jax.experimental.shard_map.shard_map` still imports (with a DeprecationWarning) in 0.10.2
+# and 0.12; `jax.shard_map` (in 0.7.2 and newer) takes mesh/in_specs/out_specs as keywords only.
+EXPERIMENTAL_SHARD_MAP = frozenset({"jax.experimental.shard_map.shard_map"})
+EXPERIMENTAL_SHARD_MAP_MODULE = "jax.experimental.shard_map"
+SHARD_MAP_REPLACEMENT = "jax.shard_map"
+# Keywords `jax.shard_map` rejects -> the parameter that took over their role. `check_rep` was
+# renamed; `auto` (the mesh axes left to the compiler) became its complement `axis_names` (the
+# manual axes). The experimental shard_map itself lost `auto` between 0.7.2 and 0.10.2.
+SHARD_MAP_KEYWORD_CHANGES = {"check_rep": "check_vma", "auto": "axis_names"}
+REMOVED_SHARD_MAP_KEYWORDS = tuple(SHARD_MAP_KEYWORD_CHANGES)
+
+# PM403: `jax.experimental.pjit.pjit` still imports (deprecated) and is `jax.jit` under another
+# name; `jax.pjit` (imported by some code as `from jax import pjit`) exists in none of the checked
+# releases. `in_axis_resources=` / `out_axis_resources=` are gone from both (before 0.7.2).
+EXPERIMENTAL_PJIT_MODULE = "jax.experimental.pjit"
+PJIT = frozenset({"jax.experimental.pjit.pjit", "jax.pjit"})
+PJIT_GONE = frozenset({"jax.pjit"})  # spellings that no longer import at all
+PJIT_REPLACEMENT = "jax.jit"
+REMOVED_PJIT_KEYWORDS = {"in_axis_resources": "in_shardings", "out_axis_resources": "out_shardings"}
+
+
 @dataclass(frozen=True)
 class RemovedName:
-    """A public name that pmap-era code uses and that a recent jax no longer has."""
+    """A public name that pmap-era code uses and that a recent jax no longer has.
+
+    A module entry (``jax.lib.xla_bridge``) also covers everything imported from that module."""
 
     name: str  # fully qualified, as QualifiedNameProvider reports it
-    absent_in: str  # a jax release verified not to have it (0.7.2: gone before the pmap switch)
-    replacement: str | None  # fully qualified replacement, or None when there is no drop-in
+    # The oldest checked release without it: "0.7.2" (gone before the pmap switch) or "0.10.2"
+    # (still in the legacy 0.7.2, gone by 0.10.2). Absent in the newest jax either way.
+    absent_in: str
+    replacement: str | None  # fully qualified, in 0.7.2 and the newest jax; None: no drop-in
     note: str = ""
+    # Substrings one of which every spelling of the name contains (the rule's text prefilter).
+    # Default: the last component, which every spelling names (in the import or as an attribute).
+    triggers: tuple[str, ...] = ()
+
+    @property
+    def last(self) -> str:
+        return self.name.rsplit(".", 1)[-1]
+
+    @property
+    def text_triggers(self) -> tuple[str, ...]:
+        return self.triggers or (self.last,)
 
 
+# PM402: the whole `jax.experimental.maps` module is gone (before 0.7.2); `import` itself fails.
+EXPERIMENTAL_MAPS_MODULE = "jax.experimental.maps"
+_NO_XMAP = "xmap has no drop-in; use jax.shard_map over a Mesh (or jax.vmap with spmd_axis_name)"
+EXPERIMENTAL_MAPS_NAMES: tuple[RemovedName, ...] = (
+    RemovedName("jax.experimental.maps.Mesh", "0.7.2", "jax.sharding.Mesh"),
+    RemovedName("jax.experimental.maps.mesh", "0.7.2", "jax.sharding.Mesh",
+                "`with maps.mesh(devices, names):` becomes `with jax.sharding.Mesh(devices, names):`"),
+    RemovedName("jax.experimental.maps.xmap", "0.7.2", None, _NO_XMAP),
+    RemovedName("jax.experimental.maps.thread_resources", "0.7.2", None,
+                "pass the Mesh explicitly, or read the context mesh with jax.sharding.get_abstract_mesh()"),
+    RemovedName("jax.experimental.maps.ResourceEnv", "0.7.2", None, "pass the Mesh explicitly"),
+    RemovedName("jax.experimental.maps.EMPTY_ENV", "0.7.2", None, "pass the Mesh explicitly"),
+    RemovedName("jax.experimental.maps.SerialLoop", "0.7.2", None, _NO_XMAP),
+    RemovedName("jax.experimental.maps.serial_loop", "0.7.2", None, _NO_XMAP),
+)
+EXPERIMENTAL_MAPS_BY_NAME = {r.name: r for r in EXPERIMENTAL_MAPS_NAMES}
+
+# PM404. Not here on purpose, because another rule reports them: jax.device_put_replicated /
+# device_put_sharded (PM301/PM302), anything under jax.experimental.maps (PM402), the
+# experimental shard_map (PM401) and pjit (PM403), the pmap spellings (PM101).
+_SHARDING_SPEC = ("the legacy pmap's layout descriptions are gone; "
+                  "use jax.sharding.NamedSharding(mesh, PartitionSpec(...))")
+_TRANSLATION = "XLA translation rules are gone; register a lowering with jax.interpreters.mlir.register_lowering"
+_AT = "use the indexed-update syntax x.at[idx]"
+_X64 = "use jax.config.update('jax_enable_x64', ...) (newer jax also has the jax.enable_x64 context manager)"
 REMOVED_NAMES: tuple[RemovedName, ...] = (
+    # Tree utilities: top-level aliases removed in favour of jax.tree.* (= jax.tree_util.tree_*).
     RemovedName("jax.tree_map", "0.7.2", "jax.tree.map"),
     RemovedName("jax.tree_multimap", "0.7.2", "jax.tree.map"),
     RemovedName("jax.tree_util.tree_multimap", "0.7.2", "jax.tree.map"),
@@ -69,15 +129,127 @@ REMOVED_NAMES: tuple[RemovedName, ...] = (
     RemovedName("jax.tree_unflatten", "0.7.2", "jax.tree.unflatten"),
     RemovedName("jax.tree_structure", "0.7.2", "jax.tree.structure"),
     RemovedName("jax.tree_transpose", "0.7.2", "jax.tree.transpose"),
-    RemovedName("jax.xla_computation", "0.7.2", None, "use jax.jit(f).lower(*args) and its as_text()/compiler_ir()"),
+    RemovedName("jax.tree_reduce", "0.7.2", "jax.tree.reduce"),
+    RemovedName("jax.tree_all", "0.7.2", "jax.tree.all"),
+    # Transformations and collectives of the pmap era.
+    RemovedName("jax.xla_computation", "0.7.2", None, "use jax.jit(f).lower(*args) and its as_text() / compiler_ir()"),
+    RemovedName("jax.soft_pmap", "0.7.2", None, "use jax.jit(jax.shard_map(...)) over a Mesh, or jax.vmap"),
+    RemovedName("jax.lax.tie_in", "0.7.2", None, "it is a no-op since omnistaging: replace tie_in(x, y) by y"),
+    RemovedName("jax.lax.pdot", "0.7.2", None, "use jnp.dot / jnp.einsum on the local blocks, then lax.psum"),
+    # Array types: every array is a jax.Array now.
     RemovedName("jax.interpreters.pxla.ShardedDeviceArray", "0.7.2", "jax.Array"),
     RemovedName("jax.interpreters.xla.DeviceArray", "0.7.2", "jax.Array"),
+    RemovedName("jax.interpreters.xla._DeviceArray", "0.7.2", "jax.Array"),
+    RemovedName("jax.numpy.DeviceArray", "0.7.2", "jax.Array"),
+    RemovedName("jax.random.KeyArray", "0.7.2", "jax.Array"),
+    RemovedName("jax.random.PRNGKeyArray", "0.7.2", "jax.Array"),
+    RemovedName("jax.interpreters.pxla.make_sharded_device_array", "0.7.2",
+                "jax.make_array_from_single_device_arrays"),
+    RemovedName("jax.experimental.global_device_array", "0.7.2", None,
+                "GlobalDeviceArray became jax.Array; build one with jax.make_array_from_callback"),
+    RemovedName("jax.experimental.global_device_array.GlobalDeviceArray", "0.7.2", "jax.Array"),
+    RemovedName("jax.experimental.gda_serialization", "0.7.2", "jax.experimental.array_serialization"),
+    # Shardings and the pmap machinery behind ShardedDeviceArray.
     RemovedName("jax.interpreters.pxla.PmapSharding", "0.7.2", "jax.sharding.NamedSharding"),
-    RemovedName("jax.sharding.PmapSharding", "0.10.0", "jax.sharding.NamedSharding"),
+    RemovedName("jax.sharding.PmapSharding", "0.10.2", "jax.sharding.NamedSharding",
+                "removed with the legacy pmap in jax 0.10.0"),
+    RemovedName("jax.sharding.PositionalSharding", "0.7.2", "jax.sharding.NamedSharding"),
+    RemovedName("jax.sharding.GSPMDSharding", "0.7.2", "jax.sharding.NamedSharding"),
+    RemovedName("jax.sharding.XLACompatibleSharding", "0.7.2", "jax.sharding.Sharding"),
     RemovedName("jax.experimental.PartitionSpec", "0.7.2", "jax.sharding.PartitionSpec"),
+    RemovedName("jax.experimental.pjit.PartitionSpec", "0.7.2", "jax.sharding.PartitionSpec"),
+    RemovedName("jax.experimental.pjit.with_sharding_constraint", "0.7.2", "jax.lax.with_sharding_constraint"),
+    RemovedName("jax.experimental.pjit.FROM_GDA", "0.7.2", None,
+                "drop it: jax.Array inputs carry their own sharding (or pass in_shardings)"),
+    RemovedName("jax.experimental.sharding", "0.7.2", "jax.sharding"),
+    RemovedName("jax.experimental.sharding.MeshPspecSharding", "0.7.2", "jax.sharding.NamedSharding"),
+    RemovedName("jax.interpreters.pxla.Mesh", "0.7.2", "jax.sharding.Mesh"),
+    RemovedName("jax.interpreters.pxla.ShardingSpec", "0.10.2", None, _SHARDING_SPEC),
+    RemovedName("jax.interpreters.pxla.Chunked", "0.10.2", None, _SHARDING_SPEC),
+    RemovedName("jax.interpreters.pxla.Unstacked", "0.10.2", None, _SHARDING_SPEC),
+    RemovedName("jax.interpreters.pxla.NoSharding", "0.10.2", None, _SHARDING_SPEC),
+    RemovedName("jax.interpreters.pxla.Replicated", "0.10.2", None, _SHARDING_SPEC),
+    RemovedName("jax.interpreters.pxla.ShardedAxis", "0.10.2", None, _SHARDING_SPEC),
+    RemovedName("jax.interpreters.pxla.spec_to_indices", "0.10.2", None,
+                "use sharding.devices_indices_map(shape) of a jax.sharding.Sharding"),
+    RemovedName("jax.interpreters.pxla.xla_pmap_p", "0.10.2", None,
+                "the legacy pmap primitive is gone: jax.pmap now traces to jit + shard_map"),
+    RemovedName("jax.interpreters.pxla.xla_pmap", "0.7.2", None,
+                "the legacy pmap primitive is gone: jax.pmap now traces to jit + shard_map"),
+    RemovedName("jax.interpreters.xla.device_put", "0.7.2", "jax.device_put"),
+    RemovedName("jax.interpreters.xla.canonicalize_dtype", "0.10.2", "jax.dtypes.canonicalize_dtype"),
+    RemovedName("jax.interpreters.xla.translations", "0.7.2", None, _TRANSLATION),
+    RemovedName("jax.interpreters.xla.backend_specific_translations", "0.7.2", None, _TRANSLATION),
+    # Backend helpers: jax.lib.xla_bridge and the raw XLA client modules.
+    RemovedName("jax.lib.xla_bridge", "0.10.2", None,
+                "use jax.devices(), jax.default_backend(), jax.extend.backend.get_backend()"),
+    RemovedName("jax.lib.xla_bridge.get_backend", "0.10.2", "jax.extend.backend.get_backend",
+                "for the platform name, jax.default_backend()"),
+    RemovedName("jax.lib.xla_bridge.device_count", "0.7.2", "jax.device_count"),
+    RemovedName("jax.lib.xla_bridge.local_device_count", "0.7.2", "jax.local_device_count"),
+    RemovedName("jax.lib.xla_bridge.process_index", "0.7.2", "jax.process_index"),
+    RemovedName("jax.lib.xla_bridge.host_id", "0.7.2", "jax.process_index"),
+    RemovedName("jax.lib.xla_bridge.default_backend", "0.7.2", "jax.default_backend"),
+    RemovedName("jax.lib.xla_bridge.devices", "0.7.2", "jax.devices"),
+    RemovedName("jax.lib.xla_bridge.local_devices", "0.7.2", "jax.local_devices"),
+    RemovedName("jax.lib.xla_client", "0.10.2", None,
+                "use the public types: jax.Device, jax.sharding, jax.stages, jax.extend"),
+    RemovedName("jax.lib.xla_extension", "0.10.2", None,
+                "use the public types: jax.Device, jax.sharding, jax.stages, jax.extend"),
+    # Host callbacks: jax.experimental.host_callback was removed in favour of jax.debug / jax.*_callback.
+    RemovedName("jax.experimental.host_callback", "0.10.2", None,
+                "id_tap -> jax.debug.callback, id_print -> jax.debug.print, call -> jax.pure_callback"),
+    RemovedName("jax.experimental.host_callback.id_tap", "0.10.2", "jax.debug.callback"),
+    RemovedName("jax.experimental.host_callback.id_print", "0.7.2", "jax.debug.print"),
+    RemovedName("jax.experimental.host_callback.call", "0.10.2", "jax.pure_callback",
+                "jax.experimental.io_callback for side effects"),
+    RemovedName("jax.experimental.host_callback.barrier_wait", "0.7.2", "jax.effects_barrier"),
+    # Modules that moved.
+    RemovedName("jax.abstract_arrays", "0.7.2", None, "ShapedArray lives in jax.core"),
+    RemovedName("jax.abstract_arrays.ShapedArray", "0.7.2", "jax.core.ShapedArray"),
+    RemovedName("jax.linear_util", "0.7.2", "jax.extend.linear_util"),
+    RemovedName("jax.experimental.optimizers", "0.7.2", "jax.example_libraries.optimizers"),
+    RemovedName("jax.experimental.stax", "0.7.2", "jax.example_libraries.stax"),
+    RemovedName("jax.api", "0.7.2", "jax", "its public names are exported by the top-level jax module",
+                triggers=("jax.api", "import api")),
+    RemovedName("jax.config.config", "0.7.2", "jax.config",
+                "the same object as `from jax import config`",
+                triggers=("jax.config", "config.config")),
+    RemovedName("jax.experimental.compilation_cache.compilation_cache.initialize_cache", "0.10.2",
+                "jax.experimental.compilation_cache.compilation_cache.set_cache_dir",
+                "or set the jax_compilation_cache_dir option"),
+    RemovedName("jax.experimental.enable_x64", "0.10.2", None, _X64),
+    RemovedName("jax.experimental.disable_x64", "0.10.2", None, _X64),
+    # Functional index updates.
+    RemovedName("jax.ops.index_update", "0.7.2", None, f"{_AT}.set(y)"),
+    RemovedName("jax.ops.index_add", "0.7.2", None, f"{_AT}.add(y)"),
+    RemovedName("jax.ops.index_mul", "0.7.2", None, f"{_AT}.multiply(y)"),
+    RemovedName("jax.ops.index_min", "0.7.2", None, f"{_AT}.min(y)"),
+    RemovedName("jax.ops.index_max", "0.7.2", None, f"{_AT}.max(y)"),
+    RemovedName("jax.ops.index", "0.7.2", None, _AT, triggers=("jax.ops", "ops.index")),
 )
 REMOVED_BY_NAME = {r.name: r for r in REMOVED_NAMES}
+# Names PM404 leaves to other rules even where a REMOVED_NAMES module entry would cover them.
+REPORTED_BY_OTHER_RULES = PMAP | DEVICE_PUT_REPLICATED | DEVICE_PUT_SHARDED | PJIT | EXPERIMENTAL_SHARD_MAP
+
+
+def removed_entry(name: str, table: dict[str, RemovedName] | None = None) -> RemovedName | None:
+    """The entry for ``name`` or for the removed module that contains it (the longest match)."""
+    table = REMOVED_BY_NAME if table is None else table
+    while True:
+        entry = table.get(name)
+        if entry is not None:
+            return entry
+        if "." not in name:
+            return None
+        name = name.rsplit(".", 1)[0]
 
 # Names whose use in an `if` test marks code written for several jax versions.
 JAX_VERSION_NAMES = frozenset({"jax.__version__", "jax.version.__version__", "jax.__version_info__",
                                "jax.version._version", "jax.version.__version_info__"})
+
+# ----------------------------------------------------------------------------------------------
+# PM104: the state object behind the removed `jax_pmap_shmap_merge` flag, as code reached it
+# (`jax._src.config.pmap_shmap_merge`, also visible as `jax.config.pmap_shmap_merge` through
+# `from jax import config`). Absent from jax 0.10.0 on, like the flag.
+PMAP_SHMAP_MERGE_STATE = frozenset({"jax._src.config.pmap_shmap_merge", "jax.config.pmap_shmap_merge"})
