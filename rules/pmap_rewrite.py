@@ -69,6 +69,32 @@ def _axis_value(node: cst.BaseExpression) -> int | None:
     return value
 
 
+# An in_axes entry for one argument: an axis (int or None), or a one-level pytree prefix of axes
+# for a dict argument ({"key": axis}) or a tuple argument ((axis, axis)).
+AxisEntry = int | None | dict[str, int | None] | tuple[int | None, ...]
+
+
+def _axis_entry(node: cst.BaseExpression) -> AxisEntry:
+    if isinstance(node, cst.Dict):
+        entries: dict[str, int | None] = {}
+        for element in node.elements:
+            if not isinstance(element, cst.DictElement) or not isinstance(element.key, cst.SimpleString):
+                raise Unsupported(f"`{_code(node)}` is not a literal in_axes prefix")
+            entries[_code(element.key)] = _axis_value(element.value)
+        return entries
+    if isinstance(node, cst.Tuple):
+        return tuple(_axis_value(e.value) for e in node.elements)
+    return _axis_value(node)
+
+
+def _leaf_axes(entry: AxisEntry) -> list[int | None]:
+    if isinstance(entry, dict):
+        return list(entry.values())
+    if isinstance(entry, tuple):
+        return list(entry)
+    return [entry]
+
+
 def _int_tuple(node: cst.BaseExpression | None, option: str) -> tuple[int, ...]:
     if node is None:
         return ()
@@ -93,7 +119,7 @@ class Plan:
     name: str
     params: list[str] | None
     axis: str
-    in_axes: list[int | None] | int
+    in_axes: list[AxisEntry] | int | None
     out_axes: list[int | None] | int | None
     static: tuple[int, ...]
     donate: tuple[int, ...]
@@ -115,6 +141,18 @@ def _squeeze(names: list[str], axis: int | tuple[int, ...]) -> str:
         return f"{names[0]} = jax.tree.map(lambda leaf: leaf.squeeze({axis}), {names[0]})"
     joined = ", ".join(names)
     return f"{joined} = jax.tree.map(lambda leaf: leaf.squeeze({axis}), ({joined}))"
+
+
+def _squeeze_expr(expr: str, axis: int) -> str:
+    return f"jax.tree.map(lambda leaf: leaf.squeeze({axis}), {expr})"
+
+
+def _entry_spec(entry: AxisEntry, name: str) -> str:
+    if isinstance(entry, dict):
+        return "{" + ", ".join(f"{key}: {_spec(axis, name)}" for key, axis in entry.items()) + "}"
+    if isinstance(entry, tuple):
+        return "(" + ", ".join(_spec(axis, name) for axis in entry) + ("," if len(entry) == 1 else "") + ")"
+    return _spec(entry, name)
 
 
 def _expand(expr: str, axis: int | tuple[int, ...]) -> str:
@@ -140,6 +178,7 @@ def render(plan: Plan, indent: str = "    ") -> str:
             f"{i2}args = jax.tree.map(lambda leaf: leaf.squeeze(0), args)",
             f"{i2}return {_expand(plan.body_call, 0)}",
             "",
+            *_process_guard(i1),
             f"{i1}mesh = Mesh({plan.mesh_devices.replace('{size}', plan.size or 'jax.tree.leaves(args)[0].shape[0]')}, "
             f"({plan.axis},))",
             f"{i1}return jax.shard_map(per_device, mesh=mesh, in_specs=P({plan.axis}), out_specs=P({plan.axis}), "
@@ -151,11 +190,20 @@ def render(plan: Plan, indent: str = "    ") -> str:
     axes = plan.in_axes if isinstance(plan.in_axes, list) else [plan.in_axes] * len(mapped)
     body = [f"{i1}def per_device({', '.join(mapped)}):  # each device holds a (1, ...) block; the pmap body saw the slice"]
     groups: dict[int, list[str]] = {}
-    for name, axis in zip(mapped, axes):
-        if axis is not None:
-            groups.setdefault(axis, []).append(name)
+    for name, entry in zip(mapped, axes):
+        if isinstance(entry, int):
+            groups.setdefault(entry, []).append(name)
     for axis, names in groups.items():
         body.append(f"{i2}{_squeeze(names, axis)}")
+    for name, entry in zip(mapped, axes):
+        if isinstance(entry, dict):
+            parts = ", ".join(f"{key}: {_squeeze_expr(f'{name}[{key}]', axis)}"
+                              for key, axis in entry.items() if axis is not None)
+            body.append(f"{i2}{name} = {{**{name}, {parts}}}")
+        elif isinstance(entry, tuple):
+            parts = [f"{name}[{k}]" if axis is None else _squeeze_expr(f"{name}[{k}]", axis)
+                     for k, axis in enumerate(entry)]
+            body.append(f"{i2}{name} = ({', '.join(parts)}{',' if len(parts) == 1 else ''})")
     out = plan.out_axes
     if isinstance(out, list):
         body.append(f"{i2}out = {plan.body_call}")
@@ -168,19 +216,41 @@ def render(plan: Plan, indent: str = "    ") -> str:
     else:
         body.append(f"{i2}return {_expand(plan.body_call, out)}")
         out_specs = _spec(out, plan.axis)
-    first = next(((n, a) for n, a in zip(mapped, axes) if a is not None), None)
     if plan.size is not None:
         size = plan.size
-    elif first is not None:
-        size = f"jax.tree.leaves({first[0]})[0].shape[{first[1]}]"
     else:
-        raise Unsupported("no mapped argument and no axis_size")
-    in_specs = "(" + ", ".join(_spec(a, plan.axis) for a in axes) + ("," if len(axes) == 1 else "") + ")"
-    lines += [decorator, f"def {plan.name}({', '.join(params)}):", *body, "",
+        size = _size_expression(mapped, axes)
+    in_specs = "(" + ", ".join(_entry_spec(a, plan.axis) for a in axes) + ("," if len(axes) == 1 else "") + ")"
+    lines += [decorator, f"def {plan.name}({', '.join(params)}):", *body, "", *_process_guard(i1),
               f"{i1}mesh = Mesh({plan.mesh_devices.replace('{size}', size)}, ({plan.axis},))",
               f"{i1}return jax.shard_map(per_device, mesh=mesh, in_specs={in_specs}, out_specs={out_specs}, "
               f"check_vma=False)({', '.join(mapped)})"]
     return "\n".join(lines) + "\n"
+
+
+def _process_guard(indent: str) -> list[str]:
+    """The rewrite maps over this process's devices only. In a multi-process program legacy pmap
+    mapped host-local inputs over every process's devices (PM501): fail loudly there rather than
+    compute per-process collectives."""
+    return [f"{indent}if jax.process_count() > 1:  # legacy pmap mapped host-local arrays over every process (PM501)",
+            f'{indent}{indent}raise NotImplementedError("multi-process pmap semantics: use runtime_shim.pmap")']
+
+
+def _size_expression(mapped: list[str], axes: list) -> str:
+    """The mapped axis size, read from the first argument (or pytree entry) that is mapped."""
+    for name, entry in zip(mapped, axes):
+        if isinstance(entry, int):
+            return f"jax.tree.leaves({name})[0].shape[{entry}]"
+    for name, entry in zip(mapped, axes):
+        if isinstance(entry, dict):
+            for key, axis in entry.items():
+                if axis is not None:
+                    return f"jax.tree.leaves({name}[{key}])[0].shape[{axis}]"
+        if isinstance(entry, tuple):
+            for k, axis in enumerate(entry):
+                if axis is not None:
+                    return f"jax.tree.leaves({name}[{k}])[0].shape[{axis}]"
+    raise Unsupported("no mapped argument and no axis_size")
 
 
 def _tuple_text(values: tuple[int, ...]) -> str:
@@ -372,6 +442,7 @@ class Rewriter:
             f"{i2}return {_expand(body_call, leading)}",
             "",
             f"{i1}{sizes}{',' if depth == 1 else ''} = jax.tree.leaves({params[0]})[0].shape[:{depth}]",
+            *_process_guard(i1),
             f"{i1}mesh = Mesh(np.array(jax.local_devices()[: {product}]).reshape({sizes}), ({', '.join(axes)}))",
             f"{i1}return jax.shard_map(per_device, mesh=mesh, in_specs={spec}, out_specs={spec}, "
             f"check_vma=False)({', '.join(params)})",
@@ -405,26 +476,40 @@ class Rewriter:
             raise Unsupported("static_broadcasted_argnums with an unknown signature")
         n_mapped = (n_params - len(set(static))) if n_params is not None else None
 
+        size_node = site.option("axis_size")
+        size = None
+        if size_node is not None and not _is_none(size_node):
+            if _int_literal(size_node) is None:
+                raise Unsupported("`axis_size` is not a literal")
+            size = _code(size_node)
         in_node = site.option("in_axes")
-        in_axes: list[int | None] | int
+        in_axes: list[AxisEntry] | int | None
         if in_node is None:
             in_axes = 0
         elif isinstance(in_node, (cst.Tuple, cst.List)):
-            values = [_axis_value(e.value) for e in in_node.elements]
             if params is None:
                 raise Unsupported("a per-argument in_axes with an unknown signature")
+            entries = [_axis_entry(e.value) for e in in_node.elements]
             if static:
-                raise Unsupported("in_axes tuple together with static_broadcasted_argnums")
-            if len(values) != n_mapped:
+                # Legacy pmap picks in_axes[i] for each non-static position i (a tuple only).
+                if isinstance(in_node, cst.List):
+                    raise Unsupported("an in_axes list together with static_broadcasted_argnums")
+                dynamic = [i for i in range(n_params) if i not in static]
+                if dynamic and max(dynamic) >= len(entries):
+                    raise Unsupported("in_axes does not cover every non-static argument")
+                entries = [entries[i] for i in dynamic]
+            elif len(entries) != n_mapped:
                 raise Unsupported("in_axes does not match the number of arguments")
-            in_axes = values
+            in_axes = entries
         else:
             in_axes = _axis_value(in_node)
             if in_axes is None and params is None:
                 raise Unsupported("in_axes=None with an unknown signature")
-        flat_in = in_axes if isinstance(in_axes, list) else [in_axes]
+        flat_in = [a for e in (in_axes if isinstance(in_axes, list) else [in_axes]) for a in _leaf_axes(e)]
         if any(a is not None and a < 0 for a in flat_in):
             raise Unsupported("negative in_axes")
+        if all(a is None for a in flat_in) and size is None:
+            raise Unsupported("no mapped argument and no axis_size")
         if params is None and in_axes != 0:
             raise Unsupported("non-zero in_axes with an unknown signature")
 
@@ -443,12 +528,6 @@ class Rewriter:
             raise Unsupported("non-zero out_axes with an unknown signature")
 
         unsafe: list[str] = []
-        size_node = site.option("axis_size")
-        size = None
-        if size_node is not None and not _is_none(size_node):
-            if _int_literal(size_node) is None:
-                raise Unsupported("`axis_size` is not a literal")
-            size = _code(size_node)
         devices_node = site.option("devices")
         backend = site.option("backend")
         if devices_node is not None and not _is_none(devices_node):
