@@ -547,9 +547,41 @@ class Rewriter:
         return dict(axis=axis, static=static, donate=donate, in_axes=in_axes, out_axes=out_axes,
                     mesh_devices=mesh_devices, size=size, unsafe=unsafe)
 
+    def _keyword_risk(self, site: TransformSite, params: list[str] | None, opts: dict) -> str | None:
+        """Legacy pmap maps keyword arguments on axis 0 whatever in_axes says; the wrapper gives a
+        keyword the axis of its parameter. Equal only when those axes are 0."""
+        if params is None:
+            return None
+        static = opts["static"]
+        mapped = [p for i, p in enumerate(params) if i not in static]
+        in_axes = opts["in_axes"]
+        axes = in_axes if isinstance(in_axes, list) else [in_axes] * len(mapped)
+        risky = {name for name, axis in zip(mapped, axes) if axis != 0}
+        if not risky:
+            return None
+        for call, called in self.model.pmap_calls().items():
+            if called is not site:
+                continue
+            if any(a.star for a in call.args):
+                raise Unsupported("called with *args/**kwargs while in_axes is not 0 everywhere")
+            for arg in call.args:
+                if arg.keyword is not None and arg.keyword.value in risky:
+                    raise Unsupported(f"called with the keyword `{arg.keyword.value}`, which legacy pmap maps "
+                                      "on axis 0 whatever in_axes says")
+        for assignment in site.bound_names:
+            for access in assignment.references:
+                parent = self.model.parent(access.node)
+                if not (isinstance(parent, cst.Call) and parent.func is access.node):
+                    return (f"assumes callers pass {', '.join(sorted(risky))} positionally (legacy pmap maps "
+                            "keyword arguments on axis 0; the function is also used as a value here)")
+        return None
+
     def _plan(self, site: TransformSite, name: str, params: list[str] | None, body_call: str,
               hoisted: list[str]) -> Plan:
         opts = self._options(site, params)
+        risk = self._keyword_risk(site, params, opts)
+        if risk is not None:
+            opts["unsafe"].append(risk)
         return Plan(name=name, params=params, axis=opts["axis"], in_axes=opts["in_axes"], out_axes=opts["out_axes"],
                     static=opts["static"], donate=opts["donate"], mesh_devices=opts["mesh_devices"],
                     size=opts["size"], body_call=body_call, hoisted=hoisted, unsafe_reasons=opts["unsafe"])
