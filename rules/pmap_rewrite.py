@@ -332,7 +332,7 @@ class Rewriter:
     @staticmethod
     def pmap_imports() -> tuple[ImportSpec, ...]:
         """Imports a rewrite may leave unused (removed only if nothing uses them any more)."""
-        return (ImportSpec("jax", "pmap"), ImportSpec("functools", "partial"))
+        return (ImportSpec("jax", "pmap"), ImportSpec("functools", "partial"), ImportSpec("functools"))
 
     def _pmap_reference(self, expr: cst.BaseExpression) -> cst.BaseExpression | None:
         from rules import tables

@@ -1,0 +1,89 @@
+"""`pmap-migrate fix`: in place, --diff, --show-fixes, --unsafe-fixes, exit codes."""
+
+from __future__ import annotations
+
+import pytest
+from click.testing import CliRunner
+
+from codemod.cli import main
+
+LEGACY = '''import functools
+
+import jax
+from jax import lax
+
+
+@functools.partial(jax.pmap, axis_name="i")
+def total(x):
+    return lax.psum(x, "i")
+'''
+
+UNSAFE = '''import jax
+
+spread = jax.pmap(lambda x: x * 2, devices=jax.devices()[:4])
+'''
+
+
+@pytest.fixture
+def project(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "pyproject.toml").write_text("[tool.pmap-migrate]\n")
+    return tmp_path
+
+
+def fix(*args):
+    return CliRunner().invoke(main, ["fix", "--no-cache", *args], catch_exceptions=False)
+
+
+def test_fix_rewrites_in_place_and_is_then_clean(project):
+    path = project / "train.py"
+    path.write_text(LEGACY)
+    result = fix("train.py", "--show-fixes")
+    assert result.exit_code == 0, result.output
+    assert "Fixed 1 finding in 1 file." in result.output and "train.py: 1 x PM101" in result.output
+    text = path.read_text()
+    assert "jax.shard_map(per_device" in text and "jax.pmap" not in text
+    assert "from functools import" not in text and "import functools" not in text  # unused now
+    assert "from jax.sharding import Mesh" in text
+    compile(text, "train.py", "exec")
+    again = fix("train.py")
+    assert again.exit_code == 0 and path.read_text() == text
+
+
+def test_diff_writes_nothing_and_exits_1(project):
+    path = project / "train.py"
+    path.write_text(LEGACY)
+    result = fix("train.py", "--diff")
+    assert result.exit_code == 1
+    assert "--- a/train.py" in result.output and "+++ b/train.py" in result.output
+    assert "+def _total(x):" in result.output
+    assert path.read_text() == LEGACY
+    path.write_text("import jax\n")
+    assert fix("train.py", "--diff").exit_code == 0
+
+
+def test_unsafe_fixes_need_the_flag(project):
+    path = project / "spread.py"
+    path.write_text(UNSAFE)
+    safe_only = fix("spread.py")
+    assert safe_only.exit_code == 1 and path.read_text() == UNSAFE
+    assert "PM101" in safe_only.output
+    unsafe = fix("spread.py", "--unsafe-fixes")
+    assert unsafe.exit_code == 0, unsafe.output
+    assert "Mesh(jax.devices()[:4]" in path.read_text()
+
+
+def test_a_file_that_does_not_parse_is_left_untouched(project):
+    broken = project / "broken.py"
+    original = b"import jax\nstep = jax.pmap(f\n"
+    broken.write_bytes(original)
+    result = fix("broken.py")
+    assert result.exit_code == 1 and "PM000" in result.output
+    assert broken.read_bytes() == original
+
+
+def test_select_limits_what_is_fixed(project):
+    path = project / "train.py"
+    path.write_text(LEGACY)
+    result = fix("train.py", "--select", "PM4")
+    assert result.exit_code == 0 and path.read_text() == LEGACY
