@@ -182,4 +182,4 @@ class PmapCall(Rule):
             return self.rewriter.shim_reference(
                 reference, f"keep the public alias `{target.value}` working for importers through `runtime_shim.pmap`")
         return FixSpec("safe", f"remove the unused alias `{target.value}`", replacement=cst.RemovalSentinel.REMOVE,
-                       target=line, remove_imports=self.rewriter.pmap_imports())
+                       target=line, remove_imports=self.rewriter.pmap_imports(value))

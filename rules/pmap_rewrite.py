@@ -329,10 +329,22 @@ class Rewriter:
         return FixSpec("safe", summary, replacement=replacement, target=node, add_imports=(SHIM_IMPORT,),
                        remove_imports=removes, shimmed=True)
 
-    @staticmethod
-    def pmap_imports() -> tuple[ImportSpec, ...]:
-        """Imports a rewrite may leave unused (removed only if nothing uses them any more)."""
-        return (ImportSpec("jax", "pmap"), ImportSpec("functools", "partial"), ImportSpec("functools"))
+    def pmap_imports(self, expr: cst.BaseExpression) -> tuple[ImportSpec, ...]:
+        """Imports that removing ``expr`` (a pmap callee: `jax.pmap`, `pmap`, `partial(jax.pmap, ..)`,
+        `functools.partial(...)`) may leave unused; the engine removes them only if nothing uses
+        them any more. Imports the fix did not touch are never removed, used or not."""
+        from rules import tables
+
+        specs: list[ImportSpec] = []
+        if isinstance(expr, cst.Call) and expr.args:
+            if isinstance(expr.func, cst.Attribute) and isinstance(expr.func.value, cst.Name):
+                specs.append(ImportSpec(expr.func.value.value))  # functools.partial -> functools
+            elif isinstance(expr.func, cst.Name):
+                specs.append(ImportSpec("functools", "partial", None if expr.func.value == "partial" else expr.func.value))
+            expr = expr.args[0].value
+        if isinstance(expr, cst.Name) and self.model.matches(expr, tables.PMAP):
+            specs.append(ImportSpec("jax", "pmap", None if expr.value == "pmap" else expr.value))
+        return tuple(specs)
 
     def _pmap_reference(self, expr: cst.BaseExpression) -> cst.BaseExpression | None:
         from rules import tables
@@ -620,8 +632,9 @@ class Rewriter:
         if plan.unsafe_reasons:
             applicability = "unsafe"
             summary += "; " + "; ".join(plan.unsafe_reasons)
+        expr = site.node.func if isinstance(site.node, cst.Call) else site.node.decorator
         return FixSpec(applicability, summary, edits=edits, add_imports=self._imports(plan),
-                       remove_imports=self.pmap_imports())
+                       remove_imports=self.pmap_imports(expr))
 
     def _unique_name(self, base: str) -> str:
         if self._taken_names is None:
