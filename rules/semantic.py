@@ -3,8 +3,12 @@
 Rules ask questions ("is this call a pmap?", "does this name hold a pmap output?") instead of
 re-deriving them. Names resolve through libcst's QualifiedNameProvider and ScopeProvider,
 never by text; module-local aliases (``p = jax.pmap``, ``pmap_i = partial(jax.pmap, ...)``) are
-followed through scope assignments. The analysis is flow-insensitive: a name that is *ever*
-assigned a pmap output in its scope counts as holding one.
+followed through scope assignments. The data flow is flow-insensitive (a name that is *ever*
+assigned a pmap output in its scope counts as holding one) with one cheap refinement: an
+assignment that runs on every path to a read hides the earlier ones (see
+``reaching_assignments``). Module-wide facts come from one extra traversal (``_Indexer``); the
+only other walks are local (a pmapped function's own return statements). Rules ask the model
+instead of walking the tree again.
 """
 
 from __future__ import annotations
@@ -31,10 +35,16 @@ PMAP = "pmap"
 JIT = "jit"
 
 # Value tags (what a name or call may hold).
-PMAP_OUTPUT = "pmap-output"
+PMAP_OUTPUT = "pmap-output"  # output of a pmap whose leading axis is the device axis (out_axes=0)
+# Output of a pmap with out_axes=None (or another axis): no leading device axis, so `out[0]` is
+# ordinary indexing. Kept apart from PMAP_OUTPUT so device-axis rules do not fire on it.
+PMAP_OUTPUT_UNSTACKED = "pmap-output-unstacked"
 REPLICATED = "replicated-stack"  # device_put_replicated / flax replicate
+SHARDED_STACK = "sharded-stack"  # device_put_sharded: one slice per device, stacked
 COMMITTED = "committed"  # device_put(x, device_or_sharding)
 JIT_OUTPUT = "jit-output"
+# Values with a leading axis laid out one slice per device: indexing that axis is a gather.
+DEVICE_STACKED = frozenset({PMAP_OUTPUT, REPLICATED, SHARDED_STACK})
 
 # pmap's signature: pmap(fun, axis_name=None, *, in_axes=0, out_axes=0, ...)
 PMAP_POSITIONAL = ("fun", "axis_name")
@@ -117,13 +127,31 @@ class _Indexer(cst.CSTVisitor):
         self.names: dict[str, list[cst.Name]] = defaultdict(list)
         self.attributes: dict[str, list[cst.Attribute]] = defaultdict(list)
         self.import_aliases: set[str] = set()
+        # Local name -> dotted names an import binds it to (`import a.b as c` -> c: {"a.b"}).
+        self.imports: dict[str, set[str]] = defaultdict(set)
+        # Calls and decorators by the innermost function whose *body* holds them (None: module
+        # level). A def's decorators, defaults and annotations run in the enclosing function, so
+        # ownership switches at the body, not at the def. Lets "what runs inside f" be answered
+        # without re-visiting f's subtree for every question.
+        self.owned_calls: dict[FunctionLike | None, list[cst.Call]] = defaultdict(list)
+        self.owned_decorators: dict[FunctionLike | None, list[cst.Decorator]] = defaultdict(list)
+        self.child_functions: dict[FunctionLike, list[FunctionLike]] = defaultdict(list)
+        self._owners: list[FunctionLike] = []
         self._in_import = 0
+        # Source order of Name nodes (a pre-order number), for "which assignment comes last".
+        self.order: dict[cst.Name, int] = {}
+
+    @property
+    def _owner(self) -> FunctionLike | None:
+        return self._owners[-1] if self._owners else None
 
     def visit_Call(self, node: cst.Call) -> None:
         self.calls.append(node)
+        self.owned_calls[self._owner].append(node)
 
     def visit_Decorator(self, node: cst.Decorator) -> None:
         self.decorators.append(node)
+        self.owned_decorators[self._owner].append(node)
 
     def visit_Assign(self, node: cst.Assign) -> None:
         for target in node.targets:
@@ -133,38 +161,79 @@ class _Indexer(cst.CSTVisitor):
         if node.value is not None:
             self.assigned_value[node.target] = node.value
 
-    def visit_FunctionDef(self, node: cst.FunctionDef) -> None:
+    def _enter_function(self, node: FunctionLike) -> None:
         self.functions.append(node)
+        if self._owners:
+            self.child_functions[self._owners[-1]].append(node)
+
+    def visit_FunctionDef(self, node: cst.FunctionDef) -> None:
+        self._enter_function(node)
+
+    def visit_FunctionDef_body(self, node: cst.FunctionDef) -> None:
+        self._owners.append(node)
+
+    def leave_FunctionDef_body(self, node: cst.FunctionDef) -> None:
+        self._owners.pop()
 
     def visit_Lambda(self, node: cst.Lambda) -> None:
-        self.functions.append(node)
+        self._enter_function(node)
+
+    def visit_Lambda_body(self, node: cst.Lambda) -> None:
+        self._owners.append(node)
+
+    def leave_Lambda_body(self, node: cst.Lambda) -> None:
+        self._owners.pop()
 
     def visit_Subscript(self, node: cst.Subscript) -> None:
         self.subscripts.append(node)
 
     def visit_Import(self, node: cst.Import) -> None:
         self._in_import += 1
+        for alias in node.names:
+            full = _dotted(alias.name)
+            if full is None:
+                continue
+            if alias.asname is not None and isinstance(alias.asname.name, cst.Name):
+                self.imports[alias.asname.name.value].add(full)
+            else:
+                self.imports[full.split(".", 1)[0]].add(full.split(".", 1)[0])
 
     def leave_Import(self, original_node: cst.Import) -> None:
         self._in_import -= 1
 
     def visit_ImportFrom(self, node: cst.ImportFrom) -> None:
         self._in_import += 1
-        if not isinstance(node.names, cst.ImportStar):
-            for alias in node.names:
-                if alias.asname is not None and isinstance(alias.asname.name, cst.Name):
-                    self.import_aliases.add(alias.asname.name.value)
+        if isinstance(node.names, cst.ImportStar):
+            return
+        module = _dotted(node.module) if node.module is not None and not node.relative else None
+        for alias in node.names:
+            local = alias.name.value if isinstance(alias.name, cst.Name) else None
+            if alias.asname is not None and isinstance(alias.asname.name, cst.Name):
+                local = alias.asname.name.value
+                self.import_aliases.add(local)
+            if local is not None and module is not None and isinstance(alias.name, cst.Name):
+                self.imports[local].add(f"{module}.{alias.name.value}")
 
     def leave_ImportFrom(self, original_node: cst.ImportFrom) -> None:
         self._in_import -= 1
 
     def visit_Name(self, node: cst.Name) -> None:
+        self.order[node] = len(self.order)
         if not self._in_import:
             self.names[node.value].append(node)
 
     def visit_Attribute(self, node: cst.Attribute) -> None:
         if not self._in_import:
             self.attributes[node.attr.value].append(node)
+
+
+def _dotted(node: cst.BaseExpression | None) -> str | None:
+    if isinstance(node, cst.Name):
+        return node.value
+    if isinstance(node, cst.Attribute):
+        head = _dotted(node.value)
+        return f"{head}.{node.attr.value}" if head is not None else None
+    return None
 
 
 class SemanticModel:
@@ -181,16 +250,30 @@ class SemanticModel:
         self._qname_cache: dict[cst.CSTNode, frozenset[str]] = {}
         self._callee_cache: dict[cst.CSTNode, Callee | None] = {}
         self._resolving: set[cst.CSTNode] = set()
+        self._resolves_cache: dict[tuple[int, frozenset[str]], bool] = {}
+        self._assigned_names = frozenset(t.value for t in index.assigned_value if isinstance(t, cst.Name))
+        self._value_uses: dict[str, list[cst.BaseExpression]] = {}
 
         self.sites: dict[cst.CSTNode, TransformSite] = {}  # Call/Decorator node -> site
         self.alias_definitions: dict[cst.BaseExpression, tuple[str, Callee]] = {}
         self._find_sites()
         self._calls_to: dict[cst.Call, TransformSite] = {}
+        # Names/attributes bound to a transformed callable (`p = jax.pmap(f)`, `@jax.pmap def f`,
+        # `self.p = jax.pmap(...)`), to find what a call or an argument refers to.
+        self._callable_by_assignment: dict[BaseAssignment, TransformSite] = {}
+        self._callable_by_attribute: dict[tuple[int, str], TransformSite] = {}
         self._find_transformed_calls()
         self._tags: dict[BaseAssignment, set[str]] = defaultdict(set)
         self._call_tags: dict[cst.Call, set[str]] = {}
+        # Which transform sites produced a value (PM304 compares the producer's `devices=`).
+        self._assignment_producers: dict[BaseAssignment, list[TransformSite]] = defaultdict(list)
+        # Names bound to a whole tuple-returning output (`out = step(x)` with `return a, b`):
+        # `out[0]` on them selects an output, it does not index the device axis.
+        self._whole_tuple_outputs: set[BaseAssignment] = set()
+        self._tuple_sites: dict[int, bool] = {}
         self._tag_values()
-        self._nested: dict[cst.CSTNode, TransformSite] | None = None
+        self._propagate_tags()
+        self._nested: dict[cst.CSTNode, tuple[cst.CSTNode, TransformSite]] | None = None
 
     # ------------------------------------------------------------------ names
     def qualified_names(self, node: cst.CSTNode) -> frozenset[str]:
@@ -225,6 +308,56 @@ class SemanticModel:
                 return assignment
         return None
 
+    def reaching_assignments(self, name: cst.Name) -> list[BaseAssignment]:
+        """The assignments of ``name`` that may reach this read. Flow-insensitive (every assignment
+        in scope) except for one cheap, safe refinement: when an assignment in the same scope comes
+        before the read in a block that encloses it (so it runs on every path to the read), the
+        assignments before it are dead here: ``out = step(x); out = jax.device_get(out); out[0]``
+        reads the host copy. Assignments after the read inside a loop that does not also hold that
+        dominating assignment stay (they reach it on the next iteration)."""
+        assignments = self.assignments_of(name)
+        position = self._index.order.get(name)
+        if len(assignments) < 2 or position is None:
+            return assignments
+        scope = self.scope_of(name)
+        placed: list[tuple[int, BaseAssignment]] = []
+        for assignment in assignments:
+            node = assignment.node
+            if not isinstance(node, cst.Name) or assignment.scope is not scope or node not in self._index.order:
+                return assignments  # parameters, defs, imports, outer scopes: keep it simple
+            placed.append((self._index.order[node], assignment))
+        placed.sort(key=lambda item: item[0])
+        before = [(order, a) for order, a in placed if order < position]
+        dominating = next((i for i in range(len(before) - 1, -1, -1) if self._dominates(before[i][1].node, name)), None)
+        if dominating is None:
+            return assignments
+        reaching = [a for _, a in before[dominating:]]
+        loop = None
+        for ancestor in self.ancestors(name):
+            if isinstance(ancestor, (cst.For, cst.While)) and not self.is_within(before[dominating][1].node, ancestor):
+                loop = ancestor  # the outermost loop around the read that the killing assignment is outside of
+        if loop is not None:
+            reaching += [a for order, a in placed if order > position and self.is_within(a.node, loop)]
+        return reaching
+
+    def _dominates(self, target: cst.Name, read: cst.Name) -> bool:
+        """Whether the statement binding ``target`` runs on every path to ``read``: it is an
+        ordinary statement of a block that encloses ``read`` (or a ``for``/``with`` header whose body
+        holds it). Conservative: anything else answers False."""
+        statement: cst.CSTNode | None = target
+        for ancestor in self.ancestors(target):
+            if isinstance(ancestor, (cst.SimpleStatementLine, cst.BaseCompoundStatement)):
+                statement = ancestor
+                break
+        else:
+            return False
+        if isinstance(statement, (cst.For, cst.With)):
+            return self.is_within(read, statement.body)
+        if not isinstance(statement, cst.SimpleStatementLine):
+            return False
+        block = self.parents.get(statement)
+        return isinstance(block, (cst.IndentedBlock, cst.Module)) and self.is_within(read, block)
+
     def parent(self, node: cst.CSTNode) -> cst.CSTNode | None:
         return self.parents.get(node)
 
@@ -243,12 +376,15 @@ class SemanticModel:
                 return ancestor
         return None
 
-    def references(self, names: Iterable[str], last_components: Iterable[str]) -> list[cst.CSTNode]:
+    def references(self, names: Iterable[str], last_components: Iterable[str],
+                   follow_aliases: bool = False) -> list[cst.CSTNode]:
         """Name/Attribute nodes (outside imports) that resolve to one of ``names``.
 
         ``last_components`` are the final identifiers to consider (``pmap`` for ``jax.pmap``);
-        names imported under another name are added automatically."""
+        names imported under another name are added automatically. With ``follow_aliases``, reads
+        of module-local aliases (``dpr = jax.device_put_replicated``) are included too."""
         names = frozenset(names)
+        last_components = tuple(last_components)
         found: list[cst.CSTNode] = []
         for component in set(last_components):
             for attr in self._index.attributes.get(component, ()):
@@ -260,11 +396,70 @@ class SemanticModel:
                     continue
                 if self.matches(name, names):
                     found.append(name)
+        if follow_aliases:
+            found.extend(self.alias_references(names, last_components))
         return found
 
     def _is_attribute_tail(self, name: cst.Name) -> bool:
         parent = self.parents.get(name)
         return isinstance(parent, cst.Attribute) and parent.attr is name
+
+    def is_binding(self, name: cst.Name) -> bool:
+        """True where ``name`` is being bound (assignment target, parameter, loop variable, def
+        name), not read."""
+        scope = self.scope_of(name)
+        if scope is None:
+            return False
+        return any(a.node is name for a in scope.assignments[name.value])
+
+    def resolves_to(self, expr: cst.BaseExpression, names: frozenset[str]) -> bool:
+        """Whether ``expr`` denotes one of ``names``: by qualified name, or as a module-local alias
+        (``dpr = jax.device_put_replicated``) of one, followed through its assignments."""
+        if self.matches(expr, names):
+            return True
+        if not isinstance(expr, cst.Name) or expr.value not in self._assigned_names:
+            return False  # cheap exit for the common case: not a name any `x = ...` binds
+        key = (id(expr), names)
+        cached = self._resolves_cache.get(key)
+        if cached is not None:
+            return cached
+        self._resolves_cache[key] = False  # cycle guard: p = q; q = p
+        result = False
+        for assignment in self.assignments_of(expr):
+            value = self._index.assigned_value.get(assignment.node) if isinstance(assignment, Assignment) else None
+            if isinstance(value, (cst.Name, cst.Attribute)) and self.resolves_to(value, names):
+                result = True
+                break
+        self._resolves_cache[key] = result
+        return result
+
+    def alias_references(self, names: Iterable[str], last_components: Iterable[str]) -> list[cst.Name]:
+        """Reads of module-local aliases of ``names`` (``dpr`` after ``dpr = jax.device_put_replicated``),
+        chains of aliases included; the alias definitions' values are found by ``references``."""
+        names = frozenset(names)
+        seeds = set(last_components) | self._index.import_aliases
+        aliases: set[str] = set()
+        changed = True
+        while changed:  # one round per link of the longest alias chain
+            changed = False
+            for target, value in self._index.assigned_value.items():
+                if not isinstance(target, cst.Name) or target.value in aliases:
+                    continue
+                if isinstance(value, cst.Attribute):
+                    candidate = value.attr.value in seeds
+                elif isinstance(value, cst.Name):
+                    candidate = value.value in seeds or value.value in aliases
+                else:
+                    candidate = False
+                if candidate and self.resolves_to(value, names):
+                    aliases.add(target.value)
+                    changed = True
+        found: list[cst.Name] = []
+        for alias in aliases:
+            for name in self._index.names.get(alias, ()):
+                if not self._is_attribute_tail(name) and not self.is_binding(name) and self.resolves_to(name, names):
+                    found.append(name)
+        return found
 
     # ---------------------------------------------------------------- callees
     def callee(self, expr: cst.BaseExpression) -> Callee | None:
@@ -366,6 +561,55 @@ class SemanticModel:
                 if cls is not None and target.value.value == "self":
                     site.bound_attribute = (cls, target.attr.value)
 
+    def transform_references(self, transform: str) -> list[cst.BaseExpression]:
+        """Every read of the transform (``jax.pmap``, ``from jax import pmap as p``) or of a
+        module-local alias of it (``p = jax.pmap``; ``pmap_i = partial(jax.pmap, ...)``)."""
+        names, last = (tables.PMAP, ("pmap",)) if transform == PMAP else (tables.JIT, ("jit", "pjit"))
+        found: list[cst.BaseExpression] = list(self.references(names, last))
+        aliases = {name for name, callee in self.alias_definitions.values() if callee.transform == transform}
+        for alias in aliases:
+            for node in self._index.names.get(alias, ()):
+                if self._is_attribute_tail(node) or self.is_binding(node):
+                    continue
+                callee = self.callee(node)
+                if callee is not None and callee.transform == transform:
+                    found.append(node)
+        return found
+
+    def value_uses(self, transform: str = PMAP) -> list[cst.BaseExpression]:
+        """References to the transform that neither apply it to a function (a site: call or
+        decorator, through ``functools.partial`` too) nor define an alias of it: the transform
+        handled as a value (``[jax.pmap, jax.vmap]``, ``apply(jax.pmap, f)``, ``return jax.pmap``).
+        Together with the sites and alias definitions these cover every reference."""
+        cached = self._value_uses.get(transform)
+        if cached is not None:
+            return cached
+        uses = []
+        for reference in self.transform_references(transform):
+            if not self._applied_or_aliased(reference):
+                uses.append(reference)
+        self._value_uses[transform] = uses
+        return uses
+
+    def _applied_or_aliased(self, reference: cst.BaseExpression) -> bool:
+        node: cst.CSTNode = reference
+        while True:
+            parent = self.parents.get(node)
+            if isinstance(parent, cst.Call) and parent.func is node:
+                return parent in self.sites  # `jax.pmap()` with no function applies nothing
+            if isinstance(parent, cst.Decorator):
+                return parent in self.sites
+            if node in self.alias_definitions:
+                return True
+            # partial(jax.pmap, ...) is applied or aliased if the partial is.
+            if isinstance(parent, cst.Arg) and parent.keyword is None and not parent.star:
+                call = self.parents.get(parent)
+                if isinstance(call, cst.Call) and call.args and call.args[0] is parent and self.matches(
+                        call.func, tables.PARTIAL):
+                    node = call
+                    continue
+            return False
+
     def pmap_sites(self) -> list[TransformSite]:
         return [s for s in self.sites.values() if s.transform == PMAP]
 
@@ -374,29 +618,38 @@ class SemanticModel:
 
     # ------------------------------------------------------- transformed calls
     def _find_transformed_calls(self) -> None:
-        by_assignment: dict[BaseAssignment, TransformSite] = {}
-        by_attribute: dict[tuple[int, str], TransformSite] = {}
         for site in self.sites.values():
             for assignment in site.bound_names:
-                by_assignment[assignment] = site
+                _prefer_pmap(self._callable_by_assignment, assignment, site)
             if site.bound_attribute is not None:
                 cls, attr = site.bound_attribute
-                by_attribute[(id(cls), attr)] = site
+                _prefer_pmap(self._callable_by_attribute, (id(cls), attr), site)
         for call in self._index.calls:
-            func = call.func
-            site = self.sites.get(func)
-            if site is None and isinstance(func, cst.Name):
-                for assignment in self.assignments_of(func):
-                    if assignment in by_assignment:
-                        site = by_assignment[assignment]
-                        break
-            elif site is None and isinstance(func, cst.Attribute) and isinstance(func.value, cst.Name):
-                if func.value.value == "self" and by_attribute:
-                    cls = self.enclosing_class(call)
-                    if cls is not None:
-                        site = by_attribute.get((id(cls), func.attr.value))
+            site = self.sites.get(call.func) or self.callable_site(call.func)
             if site is not None:
                 self._calls_to[call] = site
+
+    def callable_site(self, expr: cst.BaseExpression) -> TransformSite | None:
+        """The site whose transformed function ``expr`` names: ``p`` after ``p = jax.pmap(f)`` or
+        ``@jax.pmap def p``, ``self.p`` after ``self.p = jax.pmap(...)`` in the same class. When a
+        function is both jitted and pmapped (stacked decorators), the pmap site wins: the pmap is
+        what runs on the devices and what needs migrating."""
+        if isinstance(expr, cst.Name):
+            if not self._callable_by_assignment:
+                return None
+            found = None
+            for assignment in self.assignments_of(expr):
+                site = self._callable_by_assignment.get(assignment)
+                if site is not None and (found is None or site.transform == PMAP):
+                    found = site
+            return found
+        if isinstance(expr, cst.Attribute) and isinstance(expr.value, cst.Name) and expr.value.value == "self":
+            if not self._callable_by_attribute:
+                return None
+            cls = self.enclosing_class(expr)
+            if cls is not None:
+                return self._callable_by_attribute.get((id(cls), expr.attr.value))
+        return None
 
     def transformed_call(self, call: cst.Call) -> TransformSite | None:
         """The site whose transformed function ``call`` calls, if any."""
@@ -410,46 +663,157 @@ class SemanticModel:
         tags: set[str] = set()
         site = self._calls_to.get(call)
         if site is not None:
-            tags.add(PMAP_OUTPUT if site.transform == PMAP else JIT_OUTPUT)
+            if site.transform == JIT:
+                tags.add(JIT_OUTPUT)
+            else:
+                tags.add(PMAP_OUTPUT if _stacked_output(site.option("out_axes"), None) else PMAP_OUTPUT_UNSTACKED)
         names = self.qualified_names(call.func)
         if not names.isdisjoint(tables.DEVICE_PUT_REPLICATED) or not names.isdisjoint(tables.FLAX_REPLICATE):
             tags.add(REPLICATED)
+        if not names.isdisjoint(tables.DEVICE_PUT_SHARDED):
+            tags.add(SHARDED_STACK)
         if not names.isdisjoint(tables.DEVICE_PUT):
+            # device_put(x) and device_put(x, None) leave x uncommitted; a device or sharding commits it.
             positional = [a for a in call.args if a.keyword is None and not a.star]
-            keyword = {a.keyword.value for a in call.args if a.keyword is not None}
-            if len(positional) >= 2 or "device" in keyword:
+            placement = positional[1].value if len(positional) >= 2 else None
+            for arg in call.args:
+                if arg.keyword is not None and arg.keyword.value == "device":
+                    placement = arg.value
+            if placement is not None and not (isinstance(placement, cst.Name) and placement.value == "None"):
                 tags.add(COMMITTED)
         return tags
 
     def _tag_values(self) -> None:
         for call in self._index.calls:
             tags = self._classify_call(call)
-            if not tags:
+            site = self._calls_to.get(call)
+            if not tags and site is None:
                 continue
-            self._call_tags[call] = tags
+            if tags:
+                self._call_tags[call] = tags
             parent = self.parents.get(call)
-            if isinstance(parent, (cst.Assign, cst.AnnAssign)):
-                targets = [t.target for t in parent.targets] if isinstance(parent, cst.Assign) else [parent.target]
-                for target in targets:
-                    for name in _target_names(target):
-                        assignment = self.assignment_for_target(name)
-                        if assignment is not None:
-                            self._tags[assignment] |= tags
+            if not isinstance(parent, (cst.Assign, cst.AnnAssign)):
+                continue
+            targets = [t.target for t in parent.targets] if isinstance(parent, cst.Assign) else [parent.target]
+            for target in targets:
+                for name, position in _target_names_at(target):
+                    assignment = self.assignment_for_target(name)
+                    if assignment is None:
+                        continue
+                    element_tags = tags
+                    if site is not None and site.transform == PMAP and position is not None:
+                        # `loss, aux = step(x)` with out_axes=(0, None): tag each output as its axis says.
+                        stacked = _stacked_output(site.option("out_axes"), position)
+                        element_tags = (tags - {PMAP_OUTPUT, PMAP_OUTPUT_UNSTACKED}) | {
+                            PMAP_OUTPUT if stacked else PMAP_OUTPUT_UNSTACKED}
+                    self._tags[assignment] |= element_tags
+                    if site is not None:
+                        self._assignment_producers[assignment].append(site)
+                        if position is None and self.returns_tuple(site):
+                            self._whole_tuple_outputs.add(assignment)
+
+    def _propagate_tags(self) -> None:
+        """Carry tags through plain copies: ``m = metrics``, ``params = state.params``,
+        ``loss, aux = out`` (``out`` a whole tuple output), ``m = metrics["train"]``. A few rounds
+        cover chains of copies; modules without tagged values skip this entirely."""
+        if not self._tags:
+            return
+        copies = [(target, value) for target, value in self._index.assigned_value.items()
+                  if isinstance(value, (cst.Name, cst.Attribute, cst.Subscript))]
+        for _ in range(3):
+            changed = False
+            for target, value in copies:
+                calls, assignments = self._sources(value)
+                if not assignments:
+                    continue
+                tags: set[str] = set()
+                producers: list[TransformSite] = []
+                for assignment in assignments:
+                    tags |= self._tags.get(assignment, set())
+                    producers.extend(self._assignment_producers.get(assignment, ()))
+                if not tags:
+                    continue
+                whole_tuple = isinstance(value, cst.Name) and all(a in self._whole_tuple_outputs for a in assignments
+                                                                   if self._tags.get(a))
+                for name, position in _target_names_at(target):
+                    if position is None and isinstance(target, (cst.Tuple, cst.List)):
+                        continue  # starred unpacking: which element is which is unknown
+                    if isinstance(target, (cst.Tuple, cst.List)) and not whole_tuple:
+                        continue  # unpacking an array: the device axis itself, not outputs
+                    assignment = self.assignment_for_target(name)
+                    if assignment is None or tags <= self._tags.get(assignment, set()):
+                        continue
+                    self._tags[assignment] |= tags
+                    self._assignment_producers[assignment].extend(producers)
+                    if position is None and whole_tuple:
+                        self._whole_tuple_outputs.add(assignment)
+                    changed = True
+            if not changed:
+                break
+
+    def returns_tuple(self, site: TransformSite) -> bool:
+        """Whether every function ``site`` may transform returns a tuple/list display, so its
+        output is a Python sequence of arrays (``step(x)[0]`` picks an output, not a device)."""
+        cached = self._tuple_sites.get(id(site))
+        if cached is None:
+            functions = self._mapped_functions(site)
+            cached = bool(functions) and all(_returns_sequence(f) for f in functions)
+            self._tuple_sites[id(site)] = cached
+        return cached
+
+    def _sources(self, expr: cst.BaseExpression) -> tuple[list[cst.Call], list[BaseAssignment]]:
+        """Calls and assignments whose value ``expr`` may be (a leaf, a field or a named output of)."""
+        calls: list[cst.Call] = []
+        assignments: list[BaseAssignment] = []
+        while True:
+            if isinstance(expr, cst.Call):
+                calls.append(expr)
+            elif isinstance(expr, cst.Name):
+                assignments.extend(self.reaching_assignments(expr))
+            elif isinstance(expr, cst.Subscript) and (_is_key_subscript(expr) or self.selects_output(expr)):
+                expr = expr.value  # a leaf of a pytree output, or one output of a tuple, is an output too
+                continue
+            elif isinstance(expr, cst.Attribute) and expr.attr.value not in _ARRAY_ATTRIBUTES:
+                expr = expr.value  # a field of an output dataclass/namedtuple
+                continue
+            return calls, assignments
 
     def value_tags(self, expr: cst.BaseExpression) -> set[str]:
         """What ``expr`` may hold: a pmap output, a replicated stack, a committed array, ..."""
-        if isinstance(expr, cst.Call):
-            return set(self._call_tags.get(expr, ()))
-        if isinstance(expr, cst.Name):
-            tags: set[str] = set()
-            for assignment in self.assignments_of(expr):
-                tags |= self._tags.get(assignment, set())
-            return tags
-        if isinstance(expr, cst.Subscript) and _is_key_subscript(expr):
-            return self.value_tags(expr.value)  # a leaf of a pytree output is an output too
-        if isinstance(expr, cst.Attribute) and expr.attr.value not in _ARRAY_ATTRIBUTES:
-            return self.value_tags(expr.value)  # a field of an output dataclass/namedtuple
-        return set()
+        calls, assignments = self._sources(expr)
+        tags: set[str] = set()
+        for call in calls:
+            tags |= self._call_tags.get(call, set())
+        for assignment in assignments:
+            tags |= self._tags.get(assignment, set())
+        return tags
+
+    def producers(self, expr: cst.BaseExpression) -> list[TransformSite]:
+        """The pmap/jit sites whose output ``expr`` may be."""
+        calls, assignments = self._sources(expr)
+        found = [self._calls_to[c] for c in calls if c in self._calls_to]
+        for assignment in assignments:
+            found.extend(self._assignment_producers.get(assignment, ()))
+        return found
+
+    def selects_output(self, node: cst.Subscript) -> bool:
+        """``out[0]`` where ``out`` is the whole (tuple) output of a function returning ``a, b``:
+        picking an output, not indexing the device axis."""
+        if not integer_index(node):
+            return False
+        value = node.value
+        if isinstance(value, cst.Call):
+            site = self._calls_to.get(value)
+            return site is not None and self.returns_tuple(site)
+        if isinstance(value, cst.Name):
+            assignments = [a for a in self.reaching_assignments(value) if self._tags.get(a)]
+            return bool(assignments) and all(a in self._whole_tuple_outputs for a in assignments)
+        return False
+
+    def indexes_device_axis(self, node: cst.Subscript) -> bool:
+        """``out[0]`` / ``out[i]`` on a value whose leading axis is laid out across devices."""
+        return (integer_index(node) and not self.selects_output(node)
+                and not self.value_tags(node.value).isdisjoint(DEVICE_STACKED))
 
     def pmap_devices_option(self, call: cst.Call) -> cst.BaseExpression | None:
         site = self._calls_to.get(call)
@@ -457,19 +821,77 @@ class SemanticModel:
 
     # --------------------------------------------------------------- nesting
     def nested_sites(self) -> dict[cst.CSTNode, tuple[cst.CSTNode, TransformSite]]:
-        """Nodes (pmap sites or calls to pmapped functions) that run inside a pmapped function,
-        mapped to (the outer pmap's node, the outer site)."""
-        result: dict[cst.CSTNode, tuple[cst.CSTNode, TransformSite]] = {}
+        """Nodes that run a pmap inside a pmapped function, mapped to (the outer pmap's node, the
+        outer site). A node is an inner pmap site (``pmap(pmap(f))``, ``@pmap`` stacked or defined
+        in the body), a call of a pmapped callable, or a pmapped callable (Name/Attribute; see
+        ``callable_site``) handed to the outer pmap or to a function-taking call in the body
+        (``jax.vmap(p_inner)``). Bodies are followed through the helpers they call (plain and
+        jitted functions of this module), transitively.
+
+        One walk for the whole module: each function is visited once, attributed to the first
+        outer pmap found to run it, so the cost is linear in the code, not sites x call depth."""
+        if self._nested is not None:
+            return self._nested
+        nested: dict[cst.CSTNode, tuple[cst.CSTNode, TransformSite]] = {}
+        work: list[tuple[FunctionLike, TransformSite]] = []
+        expanded: set[int] = set()  # jit sites already looked through
         for outer in self.pmap_sites():
-            fun = outer.fun
-            if fun is not None:
-                inner = self.sites.get(fun)
-                if inner is not None and inner.transform == PMAP:
-                    result.setdefault(fun, (outer.node, outer))
-            for body in self._mapped_functions(outer):
-                for node in self._pmaps_reachable_from(body):
-                    result.setdefault(node, (outer.node, outer))
-        return result
+            found: list[cst.CSTNode] = []
+            bodies: list[FunctionLike] = []
+            if outer.decorated is not None:
+                # Decorators apply bottom-up: a pmap decorator below this one is mapped by it.
+                decorators = list(outer.decorated.decorators)
+                below = decorators[next(i for i, d in enumerate(decorators) if d is outer.node) + 1:]
+                for decorator in below:
+                    inner = self.sites.get(decorator)
+                    if inner is not None and inner.transform == PMAP:
+                        found.append(decorator)
+                bodies.append(outer.decorated)
+            elif outer.fun is not None:
+                self._expand_callable(outer.fun, found, bodies, expanded)
+            for node in found:
+                nested.setdefault(node, (outer.node, outer))
+            work.extend((body, outer) for body in reversed(bodies))
+        work.reverse()  # outers in source order: a function is attributed to the first that runs it
+        walked: set[int] = set()
+        while work:
+            func, outer = work.pop()
+            if id(func) in walked:
+                continue
+            found = []
+            bodies = []
+            for owner in self._lexical_functions(func):
+                if id(owner) in walked:
+                    continue
+                walked.add(id(owner))
+                self._scan_body(owner, found, bodies, expanded)
+            for node in found:
+                nested.setdefault(node, (outer.node, outer))
+            work.extend((body, outer) for body in bodies)
+        self._nested = nested
+        return nested
+
+    def _scan_body(self, owner: FunctionLike, found: list[cst.CSTNode], bodies: list[FunctionLike],
+                   expanded: set[int]) -> None:
+        """What the code directly in ``owner``'s body runs: pmaps to ``found``, functions to ``bodies``."""
+        for decorator in self._index.owned_decorators.get(owner, ()):
+            site = self.sites.get(decorator)
+            if site is not None and site.transform == PMAP:
+                found.append(decorator)
+        for call in self._index.owned_calls.get(owner, ()):
+            site = self.sites.get(call)
+            if site is not None:
+                if site.transform == PMAP:
+                    found.append(call)
+                elif site.fun is not None:
+                    self._expand_callable(site.fun, found, bodies, expanded)
+                continue
+            if call.func not in self.sites:  # `jax.pmap(f)(x)`: the inner site is the finding
+                self._expand_callable(call.func, found, bodies, expanded)
+            # Functions handed to another function run too: vmap(g), lax.scan(body, ...).
+            for arg in call.args:
+                if isinstance(arg.value, (cst.Name, cst.Attribute)) and not arg.star:
+                    self._expand_callable(arg.value, found, bodies, expanded)
 
     def _mapped_functions(self, site: TransformSite) -> list[FunctionLike]:
         if site.decorated is not None:
@@ -482,55 +904,73 @@ class SemanticModel:
         if isinstance(expr, cst.Lambda):
             return [expr]
         if isinstance(expr, cst.Name):
-            return [a.node for a in self.assignments_of(expr) if isinstance(a.node, cst.FunctionDef)]
+            return [a.node for a in self.assignments_of(expr) if isinstance(getattr(a, "node", None), cst.FunctionDef)]
         if isinstance(expr, cst.Call) and self.matches(expr.func, tables.PARTIAL) and expr.args:
-            return self.resolve_functions(expr.args[0].value)
+            return self.resolve_functions(expr.args[0].value) if not expr.args[0].star else []
         if isinstance(expr, cst.Attribute) and isinstance(expr.value, cst.Name) and expr.value.value == "self":
             cls = self.enclosing_class(expr)
             if cls is not None:
                 return [s for s in cls.body.body if isinstance(s, cst.FunctionDef) and s.name.value == expr.attr.value]
         return []
 
-    def _pmaps_reachable_from(self, body: FunctionLike) -> list[cst.CSTNode]:
-        found: list[cst.CSTNode] = []
-        seen: set[int] = set()
-        work = [body]
-        while work:
-            func = work.pop()
-            if id(func) in seen:
-                continue
-            seen.add(id(func))
-            collector = _CallCollector()
-            func.body.visit(collector)
-            for decorator in collector.decorators:
-                site = self.sites.get(decorator)
-                if site is not None and site.transform == PMAP:
-                    found.append(decorator)
-            for call in collector.calls:
-                site = self.sites.get(call)
-                if site is not None and site.transform == PMAP:
-                    found.append(call)
-                    continue
-                called = self._calls_to.get(call)
-                if called is not None and called.transform == PMAP and not isinstance(call.func, cst.Call):
-                    found.append(call)
-                    continue
-                if called is None:
-                    work.extend(self.resolve_functions(call.func))
-        return found
+    def _expand_callable(self, expr: cst.BaseExpression, found: list[cst.CSTNode],
+                         bodies: list[FunctionLike], expanded: set[int]) -> None:
+        """What running ``expr`` (a function value) runs: a pmapped callable goes to ``found`` (every
+        time: each call is a finding), the bodies of plain and jitted functions go to ``bodies``."""
+        site = self.sites.get(expr) or self.callable_site(expr)
+        if site is not None:
+            if site.transform == PMAP:
+                found.append(expr)
+                return
+            if id(site) not in expanded:  # jit: look through it once (`f = jax.jit(f)` cycles)
+                expanded.add(id(site))
+                if site.decorated is not None:
+                    bodies.append(site.decorated)
+                elif site.fun is not None:
+                    self._expand_callable(site.fun, found, bodies, expanded)
+            if site.node is expr:
+                return
+        bodies.extend(self.resolve_functions(expr))
+
+    def _lexical_functions(self, func: FunctionLike) -> Iterator[FunctionLike]:
+        """``func`` and every def/lambda nested in it: code that may run when ``func`` runs."""
+        stack = [func]
+        while stack:
+            current = stack.pop()
+            yield current
+            stack.extend(self._index.child_functions.get(current, ()))
 
     # ------------------------------------------------------------ module-wide
+    @property
+    def is_script(self) -> bool:
+        """The module has an ``if __name__ == "__main__":`` block (a program, not a library)."""
+        for statement in self.module.body:
+            if isinstance(statement, cst.If) and "__main__" in cst.Module([]).code_for_node(statement.test) \
+                    and "__name__" in cst.Module([]).code_for_node(statement.test):
+                return True
+        return False
+
     def uses_any(self, names: Iterable[str], prefixes: tuple[str, ...] = ()) -> bool:
+        """Whether the module refers to one of ``names`` or to anything in a module named by
+        ``prefixes`` (``"jax.distributed."``), however it was imported."""
         names = frozenset(names)
-        last = {n.rsplit(".", 1)[-1] for n in names} | {"process_index", "process_count", "initialize"}
-        for component in last:
+        modules = frozenset(p.rstrip(".") for p in prefixes)
+
+        def hit(qualified: frozenset[str]) -> bool:
+            return not qualified.isdisjoint(names) or any(q in modules or q.startswith(prefixes) for q in qualified)
+
+        components = {n.rsplit(".", 1)[-1] for n in names | modules}
+        # Local names an import bound to one of them (`import jax.distributed as jd`, `from
+        # jax.experimental.multihost_utils import process_allgather`), checked through scopes.
+        imported = {local for local, fulls in self._index.imports.items()
+                    if any(f in names or f in modules or f.startswith(prefixes) for f in fulls)}
+        for component in components:
             for node in self._index.attributes.get(component, ()):
-                qn = self.qualified_names(node)
-                if not qn.isdisjoint(names) or any(q.startswith(prefixes) for q in qn if prefixes):
+                if hit(self.qualified_names(node)):
                     return True
-            for node in self._index.names.get(component, ()):
-                qn = self.qualified_names(node)
-                if not qn.isdisjoint(names) or any(q.startswith(prefixes) for q in qn if prefixes):
+        for local in components | imported:
+            for node in self._index.names.get(local, ()):
+                if not self._is_attribute_tail(node) and hit(self.qualified_names(node)):
                     return True
         return False
 
@@ -539,16 +979,10 @@ class SemanticModel:
         return self._index.subscripts
 
 
-class _CallCollector(cst.CSTVisitor):
-    def __init__(self) -> None:
-        self.calls: list[cst.Call] = []
-        self.decorators: list[cst.Decorator] = []
-
-    def visit_Call(self, node: cst.Call) -> None:
-        self.calls.append(node)
-
-    def visit_Decorator(self, node: cst.Decorator) -> None:
-        self.decorators.append(node)
+def _prefer_pmap(table: dict, key, site: TransformSite) -> None:
+    current = table.get(key)
+    if current is None or (current.transform != PMAP and site.transform == PMAP):
+        table[key] = site
 
 
 # Attributes of an array itself: ``out.shape[0]`` is not an index into the output.
@@ -566,6 +1000,68 @@ def _target_names(target: cst.BaseExpression) -> Iterator[cst.Name]:
             yield from _target_names(element.value)
     elif isinstance(target, cst.StarredElement):
         yield from _target_names(target.value)
+
+
+def _target_names_at(target: cst.BaseExpression) -> Iterator[tuple[cst.Name, int | None]]:
+    """Names bound by an assignment target, with the position of the top-level element each
+    unpacks (None when the name receives the whole value or the position is not fixed)."""
+    if isinstance(target, cst.Name):
+        yield target, None
+        return
+    if isinstance(target, (cst.Tuple, cst.List)):
+        starred = any(isinstance(e, cst.StarredElement) for e in target.elements)
+        for index, element in enumerate(target.elements):
+            position = None if starred else index
+            for name in _target_names(element.value if not isinstance(element, cst.StarredElement) else element):
+                yield name, position
+
+
+def _stacked_output(out_axes: cst.BaseExpression | None, position: int | None) -> bool:
+    """Whether a pmap output (the one at ``position`` of a tuple output, or any one when None)
+    has the device axis leading: out_axes absent or 0. Unknown (computed) out_axes count as 0."""
+    if out_axes is None:
+        return True
+    if isinstance(out_axes, (cst.Tuple, cst.List)):
+        elements = [e for e in out_axes.elements if not isinstance(e, cst.StarredElement)]
+        if len(elements) != len(out_axes.elements):
+            return True
+        if position is not None:
+            return position < len(elements) and _stacked_output(elements[position].value, None)
+        return any(_stacked_output(e.value, None) for e in elements)
+    if isinstance(out_axes, cst.Name) and out_axes.value == "None":
+        return False
+    if isinstance(out_axes, cst.Integer):
+        return out_axes.evaluated_value == 0
+    if isinstance(out_axes, cst.UnaryOperation):  # out_axes=-1: not the leading axis
+        return False
+    return True
+
+
+class _ReturnFinder(cst.CSTVisitor):
+    """Return statements of one function, not of functions nested in it."""
+
+    def __init__(self) -> None:
+        self.values: list[cst.BaseExpression | None] = []
+
+    def visit_Return(self, node: cst.Return) -> None:
+        self.values.append(node.value)
+
+    def visit_FunctionDef(self, node: cst.FunctionDef) -> bool:
+        return False
+
+    def visit_Lambda(self, node: cst.Lambda) -> bool:
+        return False
+
+    def visit_ClassDef(self, node: cst.ClassDef) -> bool:
+        return False
+
+
+def _returns_sequence(func: FunctionLike) -> bool:
+    if isinstance(func, cst.Lambda):
+        return isinstance(func.body, (cst.Tuple, cst.List))
+    finder = _ReturnFinder()
+    func.body.visit(finder)
+    return bool(finder.values) and all(isinstance(v, (cst.Tuple, cst.List)) for v in finder.values)
 
 
 def _is_key_subscript(node: cst.Subscript) -> bool:

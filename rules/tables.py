@@ -69,6 +69,13 @@ PJIT_REPLACEMENT = "jax.jit"
 REMOVED_PJIT_KEYWORDS = {"in_axis_resources": "in_shardings", "out_axis_resources": "out_shardings"}
 
 
+# How a removed name may be rewritten to its replacement by a fix:
+# the replacement is the same object, or a function with the same parameters and results (a safe fix);
+RENAME_SAME = "same"
+# the replacement stands in for it but differs in a way the entry's `assumes` names (an unsafe fix).
+RENAME_SIMILAR = "similar"
+
+
 @dataclass(frozen=True)
 class RemovedName:
     """A public name that pmap-era code uses and that a recent jax no longer has.
@@ -84,6 +91,11 @@ class RemovedName:
     # Substrings one of which every spelling of the name contains (the rule's text prefilter).
     # Default: the last component, which every spelling names (in the import or as an attribute).
     triggers: tuple[str, ...] = ()
+    # What the fix may do with a use (see RENAME_SAME / RENAME_SIMILAR); None: no automatic fix, the
+    # message (replacement / note) says the manual route.
+    rename: str | None = None
+    # For RENAME_SIMILAR: what the unsafe rename assumes (shown in the fix summary).
+    assumes: str = ""
 
     @property
     def last(self) -> str:
@@ -98,9 +110,11 @@ class RemovedName:
 EXPERIMENTAL_MAPS_MODULE = "jax.experimental.maps"
 _NO_XMAP = "xmap has no drop-in; use jax.shard_map over a Mesh (or jax.vmap with spmd_axis_name)"
 EXPERIMENTAL_MAPS_NAMES: tuple[RemovedName, ...] = (
-    RemovedName("jax.experimental.maps.Mesh", "0.7.2", "jax.sharding.Mesh"),
+    RemovedName("jax.experimental.maps.Mesh", "0.7.2", "jax.sharding.Mesh", rename=RENAME_SAME),
     RemovedName("jax.experimental.maps.mesh", "0.7.2", "jax.sharding.Mesh",
-                "`with maps.mesh(devices, names):` becomes `with jax.sharding.Mesh(devices, names):`"),
+                "`with maps.mesh(devices, names):` becomes `with jax.sharding.Mesh(devices, names):`",
+                rename=RENAME_SIMILAR,
+                assumes="every use is `with mesh(devices, names):` (maps.mesh bound None to an `as` target)"),
     RemovedName("jax.experimental.maps.xmap", "0.7.2", None, _NO_XMAP),
     RemovedName("jax.experimental.maps.thread_resources", "0.7.2", None,
                 "pass the Mesh explicitly, or read the context mesh with jax.sharding.get_abstract_mesh()"),
@@ -118,36 +132,45 @@ _SHARDING_SPEC = ("the legacy pmap's layout descriptions are gone; "
                   "use jax.sharding.NamedSharding(mesh, PartitionSpec(...))")
 _TRANSLATION = "XLA translation rules are gone; register a lowering with jax.interpreters.mlir.register_lowering"
 _AT = "use the indexed-update syntax x.at[idx]"
+_ARRAY_TYPE = ("isinstance checks accept every jax.Array now, not only the old array type "
+               "(annotations are unaffected)")
 _X64 = "use jax.config.update('jax_enable_x64', ...) (newer jax also has the jax.enable_x64 context manager)"
 REMOVED_NAMES: tuple[RemovedName, ...] = (
     # Tree utilities: top-level aliases removed in favour of jax.tree.* (= jax.tree_util.tree_*).
-    RemovedName("jax.tree_map", "0.7.2", "jax.tree.map"),
-    RemovedName("jax.tree_multimap", "0.7.2", "jax.tree.map"),
-    RemovedName("jax.tree_util.tree_multimap", "0.7.2", "jax.tree.map"),
-    RemovedName("jax.tree_leaves", "0.7.2", "jax.tree.leaves"),
-    RemovedName("jax.tree_flatten", "0.7.2", "jax.tree.flatten"),
-    RemovedName("jax.tree_unflatten", "0.7.2", "jax.tree.unflatten"),
-    RemovedName("jax.tree_structure", "0.7.2", "jax.tree.structure"),
-    RemovedName("jax.tree_transpose", "0.7.2", "jax.tree.transpose"),
-    RemovedName("jax.tree_reduce", "0.7.2", "jax.tree.reduce"),
-    RemovedName("jax.tree_all", "0.7.2", "jax.tree.all"),
+    RemovedName("jax.tree_map", "0.7.2", "jax.tree.map", rename=RENAME_SAME),
+    RemovedName("jax.tree_multimap", "0.7.2", "jax.tree.map", rename=RENAME_SAME),
+    RemovedName("jax.tree_util.tree_multimap", "0.7.2", "jax.tree.map", rename=RENAME_SAME),
+    RemovedName("jax.tree_leaves", "0.7.2", "jax.tree.leaves", rename=RENAME_SAME),
+    RemovedName("jax.tree_flatten", "0.7.2", "jax.tree.flatten", rename=RENAME_SAME),
+    RemovedName("jax.tree_unflatten", "0.7.2", "jax.tree.unflatten", rename=RENAME_SAME),
+    RemovedName("jax.tree_structure", "0.7.2", "jax.tree.structure", rename=RENAME_SAME),
+    RemovedName("jax.tree_transpose", "0.7.2", "jax.tree.transpose", rename=RENAME_SAME),
+    RemovedName("jax.tree_reduce", "0.7.2", "jax.tree.reduce", rename=RENAME_SAME),
+    RemovedName("jax.tree_all", "0.7.2", "jax.tree.all", rename=RENAME_SAME),
     # Transformations and collectives of the pmap era.
     RemovedName("jax.xla_computation", "0.7.2", None, "use jax.jit(f).lower(*args) and its as_text() / compiler_ir()"),
     RemovedName("jax.soft_pmap", "0.7.2", None, "use jax.jit(jax.shard_map(...)) over a Mesh, or jax.vmap"),
     RemovedName("jax.lax.tie_in", "0.7.2", None, "it is a no-op since omnistaging: replace tie_in(x, y) by y"),
     RemovedName("jax.lax.pdot", "0.7.2", None, "use jnp.dot / jnp.einsum on the local blocks, then lax.psum"),
     # Array types: every array is a jax.Array now.
-    RemovedName("jax.interpreters.pxla.ShardedDeviceArray", "0.7.2", "jax.Array"),
-    RemovedName("jax.interpreters.xla.DeviceArray", "0.7.2", "jax.Array"),
-    RemovedName("jax.interpreters.xla._DeviceArray", "0.7.2", "jax.Array"),
-    RemovedName("jax.numpy.DeviceArray", "0.7.2", "jax.Array"),
-    RemovedName("jax.random.KeyArray", "0.7.2", "jax.Array"),
-    RemovedName("jax.random.PRNGKeyArray", "0.7.2", "jax.Array"),
+    RemovedName("jax.interpreters.pxla.ShardedDeviceArray", "0.7.2", "jax.Array",
+                rename=RENAME_SIMILAR, assumes=_ARRAY_TYPE),
+    RemovedName("jax.interpreters.xla.DeviceArray", "0.7.2", "jax.Array",
+                rename=RENAME_SIMILAR, assumes=_ARRAY_TYPE),
+    RemovedName("jax.interpreters.xla._DeviceArray", "0.7.2", "jax.Array",
+                rename=RENAME_SIMILAR, assumes=_ARRAY_TYPE),
+    RemovedName("jax.numpy.DeviceArray", "0.7.2", "jax.Array",
+                rename=RENAME_SIMILAR, assumes=_ARRAY_TYPE),
+    RemovedName("jax.random.KeyArray", "0.7.2", "jax.Array",
+                rename=RENAME_SIMILAR, assumes=_ARRAY_TYPE),
+    RemovedName("jax.random.PRNGKeyArray", "0.7.2", "jax.Array",
+                rename=RENAME_SIMILAR, assumes=_ARRAY_TYPE),
     RemovedName("jax.interpreters.pxla.make_sharded_device_array", "0.7.2",
                 "jax.make_array_from_single_device_arrays"),
     RemovedName("jax.experimental.global_device_array", "0.7.2", None,
                 "GlobalDeviceArray became jax.Array; build one with jax.make_array_from_callback"),
-    RemovedName("jax.experimental.global_device_array.GlobalDeviceArray", "0.7.2", "jax.Array"),
+    RemovedName("jax.experimental.global_device_array.GlobalDeviceArray", "0.7.2", "jax.Array",
+                rename=RENAME_SIMILAR, assumes=_ARRAY_TYPE),
     RemovedName("jax.experimental.gda_serialization", "0.7.2", "jax.experimental.array_serialization"),
     # Shardings and the pmap machinery behind ShardedDeviceArray.
     RemovedName("jax.interpreters.pxla.PmapSharding", "0.7.2", "jax.sharding.NamedSharding"),
@@ -155,15 +178,19 @@ REMOVED_NAMES: tuple[RemovedName, ...] = (
                 "removed with the legacy pmap in jax 0.10.0"),
     RemovedName("jax.sharding.PositionalSharding", "0.7.2", "jax.sharding.NamedSharding"),
     RemovedName("jax.sharding.GSPMDSharding", "0.7.2", "jax.sharding.NamedSharding"),
-    RemovedName("jax.sharding.XLACompatibleSharding", "0.7.2", "jax.sharding.Sharding"),
-    RemovedName("jax.experimental.PartitionSpec", "0.7.2", "jax.sharding.PartitionSpec"),
-    RemovedName("jax.experimental.pjit.PartitionSpec", "0.7.2", "jax.sharding.PartitionSpec"),
-    RemovedName("jax.experimental.pjit.with_sharding_constraint", "0.7.2", "jax.lax.with_sharding_constraint"),
+    RemovedName("jax.sharding.XLACompatibleSharding", "0.7.2", "jax.sharding.Sharding",
+                rename=RENAME_SIMILAR,
+                assumes="isinstance checks accept every jax.sharding.Sharding now (annotations are unaffected)"),
+    RemovedName("jax.experimental.PartitionSpec", "0.7.2", "jax.sharding.PartitionSpec", rename=RENAME_SAME),
+    RemovedName("jax.experimental.pjit.PartitionSpec", "0.7.2", "jax.sharding.PartitionSpec", rename=RENAME_SAME),
+    RemovedName("jax.experimental.pjit.with_sharding_constraint", "0.7.2", "jax.lax.with_sharding_constraint",
+                rename=RENAME_SAME),
     RemovedName("jax.experimental.pjit.FROM_GDA", "0.7.2", None,
                 "drop it: jax.Array inputs carry their own sharding (or pass in_shardings)"),
     RemovedName("jax.experimental.sharding", "0.7.2", "jax.sharding"),
-    RemovedName("jax.experimental.sharding.MeshPspecSharding", "0.7.2", "jax.sharding.NamedSharding"),
-    RemovedName("jax.interpreters.pxla.Mesh", "0.7.2", "jax.sharding.Mesh"),
+    RemovedName("jax.experimental.sharding.MeshPspecSharding", "0.7.2", "jax.sharding.NamedSharding",
+                rename=RENAME_SAME),
+    RemovedName("jax.interpreters.pxla.Mesh", "0.7.2", "jax.sharding.Mesh", rename=RENAME_SAME),
     RemovedName("jax.interpreters.pxla.ShardingSpec", "0.10.2", None, _SHARDING_SPEC),
     RemovedName("jax.interpreters.pxla.Chunked", "0.10.2", None, _SHARDING_SPEC),
     RemovedName("jax.interpreters.pxla.Unstacked", "0.10.2", None, _SHARDING_SPEC),
@@ -177,21 +204,23 @@ REMOVED_NAMES: tuple[RemovedName, ...] = (
     RemovedName("jax.interpreters.pxla.xla_pmap", "0.7.2", None,
                 "the legacy pmap primitive is gone: jax.pmap now traces to jit + shard_map"),
     RemovedName("jax.interpreters.xla.device_put", "0.7.2", "jax.device_put"),
-    RemovedName("jax.interpreters.xla.canonicalize_dtype", "0.10.2", "jax.dtypes.canonicalize_dtype"),
+    # Not the same function: xla.canonicalize_dtype canonicalized values (checked on 0.7.2).
+    RemovedName("jax.interpreters.xla.canonicalize_dtype", "0.10.2", "jax.dtypes.canonicalize_dtype",
+                "for a value rather than a dtype, check it with jax.core.valid_jaxtype"),
     RemovedName("jax.interpreters.xla.translations", "0.7.2", None, _TRANSLATION),
     RemovedName("jax.interpreters.xla.backend_specific_translations", "0.7.2", None, _TRANSLATION),
     # Backend helpers: jax.lib.xla_bridge and the raw XLA client modules.
     RemovedName("jax.lib.xla_bridge", "0.10.2", None,
                 "use jax.devices(), jax.default_backend(), jax.extend.backend.get_backend()"),
     RemovedName("jax.lib.xla_bridge.get_backend", "0.10.2", "jax.extend.backend.get_backend",
-                "for the platform name, jax.default_backend()"),
-    RemovedName("jax.lib.xla_bridge.device_count", "0.7.2", "jax.device_count"),
-    RemovedName("jax.lib.xla_bridge.local_device_count", "0.7.2", "jax.local_device_count"),
-    RemovedName("jax.lib.xla_bridge.process_index", "0.7.2", "jax.process_index"),
-    RemovedName("jax.lib.xla_bridge.host_id", "0.7.2", "jax.process_index"),
-    RemovedName("jax.lib.xla_bridge.default_backend", "0.7.2", "jax.default_backend"),
-    RemovedName("jax.lib.xla_bridge.devices", "0.7.2", "jax.devices"),
-    RemovedName("jax.lib.xla_bridge.local_devices", "0.7.2", "jax.local_devices"),
+                "for the platform name, jax.default_backend()", rename=RENAME_SAME),
+    RemovedName("jax.lib.xla_bridge.device_count", "0.7.2", "jax.device_count", rename=RENAME_SAME),
+    RemovedName("jax.lib.xla_bridge.local_device_count", "0.7.2", "jax.local_device_count", rename=RENAME_SAME),
+    RemovedName("jax.lib.xla_bridge.process_index", "0.7.2", "jax.process_index", rename=RENAME_SAME),
+    RemovedName("jax.lib.xla_bridge.host_id", "0.7.2", "jax.process_index", rename=RENAME_SAME),
+    RemovedName("jax.lib.xla_bridge.default_backend", "0.7.2", "jax.default_backend", rename=RENAME_SAME),
+    RemovedName("jax.lib.xla_bridge.devices", "0.7.2", "jax.devices", rename=RENAME_SAME),
+    RemovedName("jax.lib.xla_bridge.local_devices", "0.7.2", "jax.local_devices", rename=RENAME_SAME),
     RemovedName("jax.lib.xla_client", "0.10.2", None,
                 "use the public types: jax.Device, jax.sharding, jax.stages, jax.extend"),
     RemovedName("jax.lib.xla_extension", "0.10.2", None,
@@ -206,15 +235,17 @@ REMOVED_NAMES: tuple[RemovedName, ...] = (
     RemovedName("jax.experimental.host_callback.barrier_wait", "0.7.2", "jax.effects_barrier"),
     # Modules that moved.
     RemovedName("jax.abstract_arrays", "0.7.2", None, "ShapedArray lives in jax.core"),
-    RemovedName("jax.abstract_arrays.ShapedArray", "0.7.2", "jax.core.ShapedArray"),
-    RemovedName("jax.linear_util", "0.7.2", "jax.extend.linear_util"),
-    RemovedName("jax.experimental.optimizers", "0.7.2", "jax.example_libraries.optimizers"),
-    RemovedName("jax.experimental.stax", "0.7.2", "jax.example_libraries.stax"),
+    RemovedName("jax.abstract_arrays.ShapedArray", "0.7.2", "jax.core.ShapedArray", rename=RENAME_SAME),
+    RemovedName("jax.linear_util", "0.7.2", "jax.extend.linear_util",
+                rename=RENAME_SIMILAR, assumes="only names that jax.extend.linear_util still has are used"),
+    RemovedName("jax.experimental.optimizers", "0.7.2", "jax.example_libraries.optimizers", rename=RENAME_SAME),
+    RemovedName("jax.experimental.stax", "0.7.2", "jax.example_libraries.stax", rename=RENAME_SAME),
     RemovedName("jax.api", "0.7.2", "jax", "its public names are exported by the top-level jax module",
-                triggers=("jax.api", "import api")),
+                triggers=("jax.api", "import api"),
+                rename=RENAME_SIMILAR, assumes="only names that the top-level jax module still exports are used"),
     RemovedName("jax.config.config", "0.7.2", "jax.config",
                 "the same object as `from jax import config`",
-                triggers=("jax.config", "config.config")),
+                triggers=("jax.config", "config.config"), rename=RENAME_SAME),
     RemovedName("jax.experimental.compilation_cache.compilation_cache.initialize_cache", "0.10.2",
                 "jax.experimental.compilation_cache.compilation_cache.set_cache_dir",
                 "or set the jax_compilation_cache_dir option"),

@@ -1,0 +1,205 @@
+from __future__ import annotations
+
+import libcst as cst
+
+from rules.base import Invalid, Rule, Valid
+from rules.semantic import TransformSite
+
+
+class NestedPmap(Rule):
+    """A pmap that runs inside a function that is itself pmapped.
+
+    ## What it does
+    Finds pmaps nested in pmaps: `pmap(pmap(f, 'j'), 'i')`, stacked `@jax.pmap` decorators, a
+    pmapped function called (or handed to `jax.vmap`, `lax.map`, ...) inside another pmapped
+    function of the same module, and a pmap applied in a helper (plain or jitted) that a pmapped
+    body calls, however deep. The finding is at the inner pmap: the inner site, the call of the
+    pmapped function, or the pmapped function passed to the outer pmap.
+
+    ## Why is this bad?
+    The legacy pmap nested like `vmap`: `pmap(pmap(f, 'j'), 'i')` ran `f` over a 2-D device grid.
+    The new `jax.pmap` is a `shard_map` over a 1-D mesh of its own, and a shard_map inside another
+    one with a different mesh raises `ValueError: The context mesh ... should match the mesh passed
+    to shard_map`. The program fails at trace time on jax >= 0.8.
+
+    ## Example
+    ```python
+    import jax
+
+    step = jax.pmap(jax.pmap(f, axis_name="j"), axis_name="i")
+    ```
+
+    ## Use instead
+    One `shard_map` over a 2-D mesh, with the per-device view restored by nested `vmap`:
+    ```python
+    import jax
+    import numpy as np
+    from jax.sharding import Mesh, PartitionSpec as P
+
+    @jax.jit
+    def step(x):
+        devices = np.array(jax.local_devices()[: x.shape[0] * x.shape[1]])
+        mesh = Mesh(devices.reshape(x.shape[0], x.shape[1]), ("i", "j"))
+        return jax.shard_map(jax.vmap(jax.vmap(f, axis_name="j"), axis_name="i"), mesh=mesh,
+                             in_specs=P("i", "j"), out_specs=P("i", "j"), check_vma=False)(x)
+    ```
+
+    ## Fix safety
+    No automatic fix yet: merging the two pmaps needs both axis sizes and both option sets.
+    `runtime_shim.pmap` keeps the legacy nesting semantics and is the drop-in for such code.
+
+    ## References
+    - https://docs.jax.dev/en/latest/migrate_pmap.html
+    - https://docs.jax.dev/en/latest/notebooks/shard_map.html
+    """
+
+    CODE = "PM102"
+    NAME = "nested-pmap"
+    MESSAGE = "pmap nested inside a pmapped function: the new `jax.pmap` (a shard_map) raises on nesting"
+    TRIGGERS = ("pmap",)
+
+    VALID = [
+        Valid("import jax\nstep = jax.pmap(jax.vmap(f, axis_name='j'), axis_name='i')\n"),
+        Valid("import jax\nouter = jax.pmap(f)\ninner = jax.pmap(g)\ny = inner(outer(x))\n"),
+        # A pmapped function called from a plain (not pmapped) function is not nested.
+        Valid(
+            "import jax\n"
+            "@jax.pmap\n"
+            "def inner(x):\n    return x\n"
+            "def driver(x):\n    return inner(x)\n"
+            "@jax.pmap\n"
+            "def other(x):\n    return x + 1\n"
+        ),
+        # pmap over a jitted function, and jit over a pmapped one: one pmap each time.
+        Valid("import jax\nstep = jax.pmap(jax.jit(f))\nouter = jax.jit(jax.pmap(g))\n"),
+        # Stacked decorators of which only one is a pmap.
+        Valid("import jax\n@jax.jit\n@jax.pmap\ndef step(x):\n    return x\n"),
+        # A name that shadows the pmapped function inside the body is another function.
+        Valid(
+            "import jax\n"
+            "p = jax.pmap(f)\n"
+            "@jax.pmap\n"
+            "def step(x):\n"
+            "    p = lambda y: y\n"
+            "    return p(x)\n"
+        ),
+        # A pmapped callable passed to the outer pmap's caller, not into the pmapped body.
+        Valid("import jax\np = jax.pmap(f)\nq = jax.pmap(g)\nrun(p, q)\n"),
+        Valid("from flax import nnx\nstep = nnx.pmap(nnx.pmap(f))\n"),
+    ]
+    INVALID = [
+        Invalid("import jax\nstep = jax.pmap(jax.pmap(f, 'j'), 'i')\n", lines=(2,)),
+        Invalid(
+            "import jax\nstep = jax.pmap(\n    jax.pmap(f, axis_name='j'),\n    axis_name='i',\n)\n",
+            lines=(3,),
+        ),
+        Invalid("from jax import pmap\nstep = pmap(pmap(pmap(f, 'k'), 'j'), 'i')\n", lines=(2, 2)),
+        Invalid("import jax\n@jax.pmap\n@jax.pmap\ndef step(x):\n    return x\n", lines=(3,)),
+        Invalid(
+            "import functools, jax\n"
+            "@functools.partial(jax.pmap, axis_name='i')\n"
+            "@jax.jit\n"
+            "@functools.partial(jax.pmap, axis_name='j')\n"
+            "def step(x):\n    return x\n",
+            lines=(4,),
+        ),
+        Invalid(
+            "import jax\n"
+            "@jax.pmap\n"
+            "def inner(x):\n    return x * 2\n"
+            "@jax.pmap\n"
+            "def outer(x):\n    return inner(x) + 1\n",
+            lines=(7,),
+        ),
+        Invalid(
+            "import jax\n"
+            "def helper(x):\n    return jax.pmap(lambda y: y)(x)\n"
+            "def middle(x):\n    return helper(x)\n"
+            "step = jax.pmap(middle, axis_name='i')\n",
+            lines=(3,),
+        ),
+        Invalid(
+            "import jax\n"
+            "@jax.jit\n"
+            "def helper(x):\n    return jax.pmap(g)(x)\n"
+            "@jax.pmap\n"
+            "def step(x):\n    return helper(x)\n",
+            lines=(4,),
+        ),
+        Invalid("import jax\np_inner = jax.pmap(f, 'j')\nstep = jax.pmap(p_inner, 'i')\n", lines=(3,)),
+        # Every call of the inner pmapped function is a finding, and so is each outer that runs it.
+        Invalid(
+            "import jax\n"
+            "inner = jax.pmap(f, axis_name='j')\n"
+            "@jax.pmap\n"
+            "def a(x):\n    y = inner(x)\n    return inner(y)\n"
+            "@jax.pmap\n"
+            "def b(x):\n    return inner(x)\n",
+            lines=(5, 6, 9),
+        ),
+        Invalid("import jax\n@jax.pmap\ndef g(x):\n    return x\nstep = jax.pmap(g)\n", lines=(5,)),
+        Invalid(
+            "import jax\n"
+            "p_inner = jax.pmap(f, axis_name='j')\n"
+            "@jax.pmap\n"
+            "def step(x):\n    return jax.vmap(p_inner)(x)\n",
+            lines=(5,),
+        ),
+        Invalid(
+            "import jax\n"
+            "class Trainer:\n"
+            "    def __init__(self):\n"
+            "        self.p_inner = jax.pmap(self.inner, axis_name='j')\n"
+            "        self.p_step = jax.pmap(self.step, axis_name='i')\n"
+            "    def inner(self, x):\n        return x\n"
+            "    def step(self, x):\n        return self.p_inner(x)\n",
+            lines=(9,),
+        ),
+        Invalid(
+            "import jax\n"
+            "from functools import partial\n"
+            "pmap_i = partial(jax.pmap, axis_name='i')\n"
+            "@pmap_i\n"
+            "def step(x):\n"
+            "    @partial(jax.pmap, axis_name='j')\n"
+            "    def inner(y):\n        return y\n"
+            "    return inner(x)\n",
+            lines=(6, 9),
+        ),
+        Invalid("import jax\nstep = jax.pmap(jax.jit(jax.pmap(f, 'j')), 'i')\n", lines=(2,)),
+        Invalid(
+            "import jax\n"
+            "@jax.pmap\n"
+            "def step(x):\n"
+            "    def body(c, y):\n        return c, jax.pmap(g)(y)\n"
+            "    return jax.lax.scan(body, 0, x)\n",
+            lines=(5,),
+        ),
+    ]
+
+    def visit_Module(self, node: cst.Module) -> None:
+        for inner, (_, outer) in self.model.nested_sites().items():
+            if self._applied_directly(inner, outer):
+                where = "pmap applied to a function that is already pmapped"
+            else:
+                where = f"pmap run inside {self._describe(outer)}, which is itself pmapped"
+            self.report(inner, f"{where}: the new `jax.pmap` (a shard_map) raises on nesting; use one shard_map "
+                               "over a multi-axis mesh")
+
+    def _applied_directly(self, inner: cst.CSTNode, outer: TransformSite) -> bool:
+        """`pmap(pmap(f))`, `pmap(p_inner)`, `pmap(jit(pmap(f)))`, stacked `@pmap` decorators."""
+        if outer.decorated is not None:
+            return any(d is inner for d in outer.decorated.decorators)
+        return self.model.is_within(inner, outer.node)
+
+    def _describe(self, outer: TransformSite) -> str:
+        if outer.decorated is not None:
+            return f"`{outer.decorated.name.value}`"
+        fun = outer.fun
+        if isinstance(fun, (cst.Name, cst.Attribute)):
+            return f"`{self.model.module.code_for_node(fun)}`"
+        if isinstance(fun, cst.Call) and self.model.resolve_functions(fun):
+            functions = self.model.resolve_functions(fun)
+            if isinstance(functions[0], cst.FunctionDef):
+                return f"`{functions[0].name.value}`"
+        return "a function"

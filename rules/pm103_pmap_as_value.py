@@ -1,0 +1,109 @@
+from __future__ import annotations
+
+import libcst as cst
+
+from rules.base import Invalid, Rule, Valid
+from rules.semantic import PMAP
+
+
+class PmapAsValue(Rule):
+    """`jax.pmap` passed, stored or returned as a value.
+
+    ## What it does
+    Finds references to `jax.pmap` (or a module-local alias of it) that do not apply it to a
+    function: elements of lists, tuples, sets and dicts (`[jax.pmap, jax.vmap]`,
+    `@pytest.mark.parametrize("t", [jax.pmap, jax.vmap])`), call arguments (`apply(jax.pmap, f)`,
+    `partial(jax.pmap, axis_name="i")` passed on), return values, attributes
+    (`self.transform = jax.pmap`), conditional expressions (`jax.pmap if multi else jax.vmap`),
+    and `jax.pmap()` called without a function. Applications and alias definitions are
+    `PM101`'s; between the two rules every reference to `jax.pmap` is reported.
+
+    ## Why is this bad?
+    Where `jax.pmap` is a value, the code that finally applies it is out of sight: the call site,
+    its options and its inputs cannot be checked or rewritten, so every legacy-pmap hazard
+    (nesting, committed inputs, `out[0]` gathers, host-local inputs) may hide behind it.
+
+    ## Example
+    ```python
+    import jax
+    import pytest
+
+    @pytest.mark.parametrize("transform", [jax.pmap, jax.vmap])
+    def test_double(transform):
+        ...
+    ```
+
+    ## Use instead
+    ```python
+    import jax
+    import pytest
+    from runtime_shim import pmap  # legacy semantics on jit(shard_map); or a shard_map-based helper
+
+    @pytest.mark.parametrize("transform", [pmap, jax.vmap])
+    def test_double(transform):
+        ...
+    ```
+
+    ## Fix safety
+    No automatic fix yet. The faithful replacement is `runtime_shim.pmap`, which accepts every
+    legacy option and keeps legacy semantics wherever the value ends up being applied.
+
+    ## References
+    - https://docs.jax.dev/en/latest/migrate_pmap.html
+    """
+
+    CODE = "PM103"
+    NAME = "pmap-as-value"
+    MESSAGE = ("`jax.pmap` used as a value: where it is finally applied cannot be checked or rewritten; "
+               "pass `runtime_shim.pmap` or a shard_map-based function instead")
+    TRIGGERS = ("pmap",)
+
+    VALID = [
+        Valid("import jax\nstep = jax.pmap(f)\n"),
+        Valid("import jax\n@jax.pmap\ndef step(x):\n    return x\n"),
+        Valid("import jax\np = jax.pmap\nstep = p(f)\n"),
+        Valid("import jax, functools\npmap_i = functools.partial(jax.pmap, axis_name='i')\n@pmap_i\ndef s(x):\n    return x\n"),
+        Valid("import jax, functools\nstep = functools.partial(jax.pmap, axis_name='i')(f)\n"),
+        Valid("import jax\ntransforms = [jax.vmap, jax.jit]\n"),
+        Valid("from flax import nnx\ntransforms = [nnx.pmap, nnx.vmap]\n"),
+        Valid("import jax\nnames = ['jax.pmap', 'pmap']\n"),
+        Valid("from runtime_shim import pmap\ntransforms = [pmap]\n"),
+        # A local variable that only shares a name with an alias in another scope.
+        Valid("import jax\np = jax.pmap\ndef f(p):\n    return [p]\n"),
+        Valid("import jax\np = jax.pmap\nq = p\nstep = q(f)\n"),
+    ]
+    INVALID = [
+        Invalid("import jax\ntransforms = [jax.pmap, jax.vmap]\n", lines=(2,)),
+        Invalid("import jax\ntable = {'pmap': jax.pmap, 'vmap': jax.vmap}\n", lines=(2,)),
+        Invalid("import jax\nout = apply(jax.pmap, f)\n", lines=(2,)),
+        Invalid("import jax\ndef transform():\n    return jax.pmap\n", lines=(3,)),
+        Invalid(
+            "import jax, pytest\n"
+            "@pytest.mark.parametrize('t', [jax.pmap, jax.vmap])\n"
+            "def test_double(t):\n    assert t(f)(x) is not None\n",
+            lines=(2,),
+        ),
+        Invalid("import jax\nfrom functools import partial\nrun(partial(jax.pmap, axis_name='i'), f)\n", lines=(3,)),
+        Invalid("import jax\nstep_fn = jax.pmap if multi_device else jax.vmap\n", lines=(2,)),
+        Invalid("import jax\nclass T:\n    def __init__(self):\n        self.transform = jax.pmap\n", lines=(4,)),
+        Invalid("import jax\ndef make(transform=jax.pmap):\n    return transform\n", lines=(2,)),
+        Invalid("from jax import pmap as P\nts = (P, None)\n", lines=(2,)),
+        Invalid("import jax\np = jax.pmap\nts = [p]\n", lines=(3,)),
+        Invalid("import jax, functools\npmap_i = functools.partial(jax.pmap, axis_name='i')\nregister(pmap_i)\n", lines=(3,)),
+        Invalid("import jax\nx = jax.pmap()\n", lines=(2,)),
+        Invalid("import jax\nwrapped = jax.pmap.__wrapped__\n", lines=(2,)),
+        Invalid("import jax\nif transform is jax.pmap:\n    pass\n", lines=(2,)),
+    ]
+
+    def visit_Module(self, node: cst.Module) -> None:
+        for reference in self.model.value_uses(PMAP):
+            parent = self.model.parent(reference)
+            if isinstance(parent, cst.Call) and parent.func is reference:
+                self.report(reference, "`jax.pmap` called without a function to map")
+            elif isinstance(reference, cst.Name) and reference.value != "pmap" and not self.model.matches(
+                    reference, ("jax.pmap",)):
+                self.report(reference, f"`{reference.value}` (an alias of `jax.pmap`) used as a value: where it is "
+                                       "finally applied cannot be checked or rewritten; pass `runtime_shim.pmap` "
+                                       "or a shard_map-based function instead")
+            else:
+                self.report(reference)

@@ -1,0 +1,175 @@
+from __future__ import annotations
+
+import re
+
+import libcst as cst
+
+from rules import tables
+from rules.base import Invalid, Rule, Valid
+from rules.semantic import PMAP
+
+# The flag's name as a word of a string: "jax_pmap_shmap_merge", "--jax_pmap_shmap_merge=true",
+# "JAX_PMAP_SHMAP_MERGE" (the environment variable), "--xla_x=1 --jax_pmap_shmap_merge".
+_FLAG_WORD = re.compile(rf"(?<![a-z0-9_]){tables.PMAP_SHMAP_MERGE_FLAG}(?![a-z0-9_])")
+
+
+class RemovedPmapOption(Rule):
+    """A pmap option or configuration flag that no longer exists.
+
+    ## What it does
+    Finds `global_arg_shapes=` passed to `jax.pmap` (directly, as a decorator, or bound by
+    `functools.partial`), and every use of the `jax_pmap_shmap_merge` flag: `jax.config.update(
+    "jax_pmap_shmap_merge", ...)`, `jax.config.jax_pmap_shmap_merge`, the `JAX_PMAP_SHMAP_MERGE`
+    environment variable (`os.environ[...] = ...`, `os.environ.setdefault(...)`, env dicts),
+    `--jax_pmap_shmap_merge` in flag lists, `jax_pmap_shmap_merge=` keyword arguments
+    (`jtu.with_config(...)`, absl `FLAGS`), and the `pmap_shmap_merge` state object of
+    `jax._src.config` (`jax.config.pmap_shmap_merge`).
+
+    ## Why is this bad?
+    `global_arg_shapes` was a legacy-pmap-only option and is gone from `jax.pmap`'s signature
+    (TypeError). `jax_pmap_shmap_merge` switched between the legacy and the new pmap; jax 0.10.0
+    removed it, so `jax.config.update("jax_pmap_shmap_merge", False)` raises and reading it raises
+    AttributeError. Setting the environment variable silently does nothing: the code that relied
+    on it to keep the legacy pmap now runs the new one.
+
+    ## Example
+    ```python
+    import jax
+
+    jax.config.update("jax_pmap_shmap_merge", False)
+    step = jax.pmap(f, axis_name="i", global_arg_shapes=(shape,))
+    ```
+
+    ## Use instead
+    ```python
+    import jax
+
+    step = jax.pmap(f, axis_name="i")  # then migrate the pmap itself (PM101)
+    ```
+
+    ## Fix safety
+    No automatic fix yet. Deleting the flag is only correct once the code no longer needs the
+    legacy pmap's behaviour, which the other rules check.
+
+    ## References
+    - https://docs.jax.dev/en/latest/migrate_pmap.html
+    - https://docs.jax.dev/en/latest/changelog.html
+    """
+
+    CODE = "PM104"
+    NAME = "removed-pmap-option"
+    MESSAGE = "`jax_pmap_shmap_merge` was removed in jax 0.10.0: the legacy pmap cannot be selected any more"
+    TRIGGERS = ("global_arg_shapes", "pmap_shmap_merge", "PMAP_SHMAP_MERGE")
+
+    VALID = [
+        Valid("import jax\nstep = jax.pmap(f, axis_name='i', in_axes=(0, None))\n"),
+        Valid("import jax\njax.config.update('jax_enable_x64', True)\n"),
+        Valid("def f(global_arg_shapes=None):\n    return global_arg_shapes\nf(global_arg_shapes=1)\n"),
+        Valid("import jax\nstep = jax.jit(f, global_arg_shapes=s)\n"),
+        Valid("import jax\njax.config.update('jax_pmap_shmap_merge_extra', True)\n"),
+        Valid('"""Set jax_pmap_shmap_merge=False to get the legacy pmap."""\nimport jax\n'),
+        Valid(
+            "import jax\n"
+            "def f():\n"
+            "    '''Docs mention jax_pmap_shmap_merge.'''\n"
+            "    return 1\n"
+        ),
+        Valid("import os\nos.environ['XLA_FLAGS'] = '--xla_force_host_platform_device_count=8'\n"),
+    ]
+    INVALID = [
+        Invalid("import jax\nstep = jax.pmap(f, axis_name='i', global_arg_shapes=(s,))\n", lines=(2,)),
+        Invalid(
+            "import jax\nfrom functools import partial\n"
+            "@partial(jax.pmap, axis_name='i',\n         global_arg_shapes=(s,))\n"
+            "def step(x):\n    return x\n",
+            lines=(4,),
+        ),
+        Invalid(
+            "import jax\nfrom functools import partial\n"
+            "pmap_g = partial(jax.pmap, global_arg_shapes=(s,))\n"
+            "a = pmap_g(f)\nb = pmap_g(g)\n",
+            lines=(3,),
+        ),
+        Invalid("from jax import pmap as p\nstep = p(f, global_arg_shapes=s)\n", lines=(2,)),
+        Invalid("import jax\njax.config.update('jax_pmap_shmap_merge', False)\n", lines=(2,)),
+        Invalid("from jax import config\nconfig.update(\n    'jax_pmap_shmap_merge',\n    True)\n", lines=(3,)),
+        Invalid("import jax\nif jax.config.jax_pmap_shmap_merge:\n    pass\n", lines=(2,)),
+        Invalid("import os\nos.environ['JAX_PMAP_SHMAP_MERGE'] = '0'\n", lines=(2,)),
+        Invalid("import os\nos.environ.setdefault('JAX_PMAP_SHMAP_MERGE', 'false')\n", lines=(2,)),
+        Invalid("import sys\nsys.argv += ['--jax_pmap_shmap_merge=false', '--xla_flag=1']\n", lines=(2,)),
+        Invalid("FLAGS = ['--jax_pmap_shmap_merge']\n", lines=(1,)),
+        Invalid("import jax\nwith jax.config.pmap_shmap_merge(False):\n    pass\n", lines=(2,)),
+        Invalid("from jax._src import config\nconfig.pmap_shmap_merge.value\n", lines=(2,)),
+        Invalid("from jax._src.config import pmap_shmap_merge\nold = pmap_shmap_merge.value\n", lines=(2,)),
+        Invalid("from jax._src import test_util as jtu\n@jtu.with_config(jax_pmap_shmap_merge=False)\nclass T:\n    pass\n",
+                lines=(2,)),
+        Invalid("import subprocess\nsubprocess.run(cmd, env={'JAX_PMAP_SHMAP_MERGE': '1'})\n", lines=(2,)),
+        Invalid("from absl import flags\nFLAGS = flags.FLAGS\nlegacy = FLAGS.jax_pmap_shmap_merge\n", lines=(3,)),
+        Invalid("import jax\nlegacy = jax.config.read('jax_pmap_shmap_merge')\n", lines=(2,)),
+        Invalid("argv = [f'--jax_pmap_shmap_merge={legacy}']\n", lines=(1,)),
+        Invalid("import os\nos.environ.update(JAX_PMAP_SHMAP_MERGE='1')\n", lines=(2,)),
+    ]
+
+    def visit_Call(self, node: cst.Call) -> None:
+        # A pmap site, or a partial of pmap (aliased, used as a decorator or applied): its own
+        # keyword arguments, so a partial alias is reported once, not at every application.
+        site = self.model.site(node)
+        if site is not None and site.transform != PMAP:
+            return
+        if site is None:
+            callee = self.model.callee(node)
+            if callee is None or callee.transform != PMAP:
+                return
+        for arg in node.args:
+            if arg.keyword is not None and arg.keyword.value in tables.REMOVED_PMAP_KEYWORDS:
+                self.report(arg, f"`{arg.keyword.value}=` is not a `jax.pmap` option any more (removed with the "
+                                 "legacy pmap); drop it")
+
+    def visit_Arg(self, node: cst.Arg) -> None:
+        if node.keyword is not None and node.keyword.value.lower() == tables.PMAP_SHMAP_MERGE_FLAG:
+            self._report_flag(node, node.keyword.value)
+
+    def visit_SimpleString(self, node: cst.SimpleString) -> None:
+        if "pmap_shmap_merge" not in node.value.lower() or self._is_docstring(node):
+            return
+        value = node.evaluated_value
+        if isinstance(value, bytes):
+            value = value.decode("latin-1")
+        if _FLAG_WORD.search(value.lower()):
+            self._report_flag(node, value)
+
+    def visit_FormattedStringText(self, node: cst.FormattedStringText) -> None:
+        if _FLAG_WORD.search(node.value.lower()):  # f"--jax_pmap_shmap_merge={legacy}"
+            self.report(node)
+
+    def visit_Attribute(self, node: cst.Attribute) -> None:
+        attr = node.attr.value
+        if attr == tables.PMAP_SHMAP_MERGE_FLAG:
+            # The flag's own name, on `jax.config` or on an absl FLAGS object that cannot be resolved.
+            self.report(node)
+        elif attr == "pmap_shmap_merge" and self.model.matches(node, tables.PMAP_SHMAP_MERGE_STATE):
+            self.report(node)
+
+    def visit_Name(self, node: cst.Name) -> None:
+        if node.value == "pmap_shmap_merge" and not self._is_attribute_tail(node) and self.model.matches(
+                node, tables.PMAP_SHMAP_MERGE_STATE):
+            self.report(node)
+
+    def _report_flag(self, node: cst.CSTNode, text: str) -> None:
+        if tables.PMAP_SHMAP_MERGE_FLAG.upper() in text:
+            self.report(node, f"`{tables.PMAP_SHMAP_MERGE_FLAG.upper()}` is ignored since jax 0.10.0 removed the "
+                              "flag: the legacy pmap it selected is gone, so this silently runs the new pmap")
+        else:
+            self.report(node)
+
+    def _is_attribute_tail(self, node: cst.Name) -> bool:
+        parent = self.model.parent(node)
+        if isinstance(parent, (cst.ImportAlias, cst.AsName)):
+            return True  # the import itself; its uses are reported
+        return isinstance(parent, cst.Attribute) and parent.attr is node
+
+    def _is_docstring(self, node: cst.SimpleString) -> bool:
+        parent = self.model.parent(node)
+        if isinstance(parent, cst.ConcatenatedString):
+            parent = self.model.parent(parent)
+        return isinstance(parent, cst.Expr)

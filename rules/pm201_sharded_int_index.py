@@ -1,0 +1,138 @@
+from __future__ import annotations
+
+import libcst as cst
+
+from rules.base import Invalid, Rule, Valid
+
+
+class ShardedIntIndex(Rule):
+    """An integer index into the device axis of a pmap output.
+
+    ## What it does
+    Finds `out[0]`, `out[-1]`, `out[i]` (and `metrics["loss"][0]`, `state.params[0]`,
+    `step(x)[0]`) where `out` holds the output of a pmap, of `jax.device_put_replicated` /
+    `jax.device_put_sharded`, or of flax's `replicate` — values whose leading axis is laid out one
+    slice per device. Names bound by tuple unpacking (`loss, grads = p_step(x)`) count. Not
+    reported: `out.shape[0]` and other array attributes, slices (`out[:2]`, `out[:, 0]`), outputs
+    of pmaps with `out_axes=None`, and `out[0]` that picks one output of a pmapped function
+    returning a tuple (`step(x)[0]` with `return loss, grads`).
+
+    ## Why is this bad?
+    On the legacy pmap the output was a `ShardedDeviceArray` and `out[0]` read device 0's buffer.
+    The new pmap returns a `jax.Array` sharded over a mesh; `out[0]` is a jitted gather that
+    replicates the slice on every device. On an (8, 512, 512) output it went from 0.23 ms to
+    6-10 ms per index, inside what is usually a training loop.
+
+    ## Example
+    ```python
+    loss = p_train_step(state, batch)
+    print(loss[0])
+    ```
+
+    ## Use instead
+    ```python
+    loss = p_train_step(state, batch)
+    print(loss.addressable_shards[0].data.squeeze(0))  # device 0's slice, no communication
+    ```
+
+    ## Fix safety
+    No automatic fix yet: `addressable_shards[0]` is device 0's slice only for index 0 and for
+    single-process programs; other indices need `addressable_shards` searched by index.
+
+    ## References
+    - https://docs.jax.dev/en/latest/migrate_pmap.html
+    - https://docs.jax.dev/en/latest/jax.Array.html
+    """
+
+    CODE = "PM201"
+    NAME = "sharded-int-index"
+    MESSAGE = ("integer index into the device axis of a pmap output: now a cross-device gather; "
+               "read `x.addressable_shards[0].data` for one device's slice")
+    TRIGGERS = ("pmap", "replicate", "device_put_sharded")
+
+    VALID = [
+        Valid("import numpy as np\nx = np.ones((8, 3))\ny = x[0]\n"),
+        Valid("import jax\nstep = jax.pmap(f)\nout = step(x)\nn = out.shape[0]\n"),
+        Valid("import jax\nstep = jax.pmap(f)\nout = step(x)\nhead = out[:2]\ncol = out[:, 0]\n"),
+        Valid("import jax\nstep = jax.pmap(f)\nout = step(x)\ny = out[None]\nz = out[...]\n"),
+        Valid("import jax\nstep = jax.pmap(f, out_axes=None)\nout = step(x)\ny = out[0]\n"),
+        Valid("import jax\nstep = jax.jit(f)\nout = step(x)\ny = out[0]\n"),
+        Valid("import jax\nout = jax.device_get(jax.pmap(f)(x))\ny = out[0]\n"),
+        # Picking an output of a pmapped function that returns a tuple.
+        Valid(
+            "import jax\n"
+            "@jax.pmap\n"
+            "def step(x):\n    return x * 2, x + 1\n"
+            "loss = step(x)[0]\nout = step(x)\ngrads = out[1]\n"
+        ),
+        # A parameter that only shares its name with an output elsewhere.
+        Valid("import jax\nstep = jax.pmap(f)\nout = step(x)\ndef g(out):\n    return out[0]\n"),
+        Valid("import jax\nstep = jax.pmap(f)\nout = step(x)\ny = out.sharding.devices[0]\n"),
+        # The output was replaced by a host copy before the index (on every path to it).
+        Valid("import jax\nstep = jax.pmap(f)\nout = step(x)\nout = jax.device_get(out)\ny = out[0]\n"),
+        Valid(
+            "import jax\nfrom flax import jax_utils\nstep = jax.pmap(f)\n"
+            "def train(state, batches):\n"
+            "    for batch in batches:\n        state, metrics = step(state, batch)\n"
+            "        metrics = jax_utils.unreplicate(metrics)\n"
+            "        print(metrics['loss'][0])\n"
+        ),
+        # Unpacking an array output iterates its device axis: the pieces are per-device values.
+        Valid("import jax\nstep = jax.pmap(f)\nout = step(x)\nfirst, *rest = out\nz = first[0]\n"),
+    ]
+    INVALID = [
+        Invalid("import jax\nstep = jax.pmap(f)\nout = step(x)\ny = out[0]\n", lines=(4,)),
+        Invalid("import jax\nstep = jax.pmap(f)\nout = step(x)\na = out[-1]\nfor i in range(8):\n    print(out[i])\n",
+                lines=(4, 6)),
+        Invalid("import jax\nstep = jax.pmap(f)\nmetrics = step(x)\nloss = metrics['loss'][0]\n", lines=(4,)),
+        Invalid("import jax\nstep = jax.pmap(f)\ny = step(x)[0]\n", lines=(3,)),
+        Invalid("import jax\ny = jax.pmap(lambda v: v * 2)(x)[0]\n", lines=(2,)),
+        Invalid("import jax\n@jax.pmap\ndef step(s, b):\n    return s\nstate, metrics = step(s, b)\nm = metrics[0]\n",
+                lines=(6,)),
+        Invalid("import jax\nstep = jax.pmap(f)\nstate = step(x)\np = state.params[0]\n", lines=(4,)),
+        Invalid(
+            "import jax\n"
+            "@jax.pmap\n"
+            "def step(x):\n    return x * 2, x + 1\n"
+            "out = step(x)\nfirst_device = out[0][0]\n",
+            lines=(6,),
+        ),
+        Invalid("import jax\nstep = jax.pmap(f, out_axes=(0, None))\na, b = step(x)\nu = a[0]\nv = b[0]\n", lines=(4,)),
+        Invalid("import jax\nparams = jax.device_put_replicated(p, jax.local_devices())\nw = params[0]\n", lines=(3,)),
+        # Through plain copies of an output, and unpacking of a whole tuple output.
+        Invalid(
+            "import jax\n"
+            "@jax.pmap\n"
+            "def step(x):\n    return x * 2, {'loss': x}\n"
+            "out = step(x)\nys, aux = out\nm = aux\nl = m['loss']\n"
+            "a = ys[0]\nb = l[0]\n",
+            lines=(9, 10),
+        ),
+        Invalid("import jax\nstep = jax.pmap(f)\nstate = step(x)\nparams = state.params\nw = params['w'][0]\n",
+                lines=(5,)),
+        # A host copy made only on some paths does not hide the output; nor does one made before
+        # a loop whose later iterations read the pmap output assigned at its end.
+        Invalid(
+            "import jax\nstep = jax.pmap(f)\nout = step(x)\nif log:\n    out = jax.device_get(out)\ny = out[0]\n",
+            lines=(6,),
+        ),
+        Invalid(
+            "import jax, numpy as np\nstep = jax.pmap(f)\nout = np.zeros((8, 3))\n"
+            "for i in range(3):\n    print(out[0])\n    out = step(x)\n",
+            lines=(5,),
+        ),
+        # One device's slice is an ordinary array: indexing it again is not another gather.
+        Invalid("import jax\nstep = jax.pmap(f)\nout = step(x)\nrow = out[0]\ncopy = row\nz = copy[0]\n", lines=(4,)),
+        Invalid("from flax import jax_utils\nstate = jax_utils.replicate(state)\ns0 = state[0]\n", lines=(3,)),
+        Invalid("import jax\nxs = jax.device_put_sharded(shards, jax.devices())\nx0 = xs[0]\n", lines=(3,)),
+        Invalid(
+            "import jax\nclass T:\n    def __init__(self):\n        self.p_step = jax.pmap(self.step)\n"
+            "    def step(self, x):\n        return x\n"
+            "    def run(self, x):\n        out = self.p_step(x)\n        return out[0]\n",
+            lines=(9,),
+        ),
+    ]
+
+    def visit_Subscript(self, node: cst.Subscript) -> None:
+        if self.model.indexes_device_axis(node):
+            self.report(node)

@@ -1,0 +1,174 @@
+from __future__ import annotations
+
+import re
+
+import libcst as cst
+
+from rules.base import Invalid, Rule, Valid
+from rules.semantic import COMMITTED, JIT_OUTPUT, PMAP, TransformSite
+
+_SPACE = re.compile(r"\s+")
+
+
+class ImplicitReshard(Rule):
+    """A pmap input placed elsewhere, which the legacy pmap moved silently.
+
+    ## What it does
+    Finds arguments of a call to a pmapped function (or of an inline `jax.pmap(f)(x)`), or leaves
+    of dict/list/tuple displays passed as arguments, that are placed on other devices: values committed by `jax.device_put(x, device_or_sharding)`, outputs
+    of `jax.jit` functions (`@jax.jit`, `partial(jax.jit, ...)`, `jax.jit(f)(x)`), and outputs of a
+    pmap whose `devices=` option differs (as written) from the called pmap's. The finding is at the
+    argument. `jax.device_put(x)` without a placement leaves `x` uncommitted and is not reported.
+
+    ## Why is this bad?
+    The legacy pmap copied each input to its devices whatever its placement. The new pmap is a
+    `jit` with `in_shardings`: an input committed to one device raises `ValueError: Sharding passed
+    to jit does not match the sharding on the respective arg`, and so does a jit output computed
+    from committed inputs. An output of a pmap over other devices is still resharded, but as a
+    cross-device copy on every call that nothing in the code shows.
+
+    ## Example
+    ```python
+    import jax
+
+    x = jax.device_put(batch, jax.devices()[0])
+    out = p_step(x)
+    ```
+
+    ## Use instead
+    ```python
+    import jax
+    import numpy as np
+    from jax.sharding import Mesh, NamedSharding, PartitionSpec as P
+
+    mesh = Mesh(np.array(jax.local_devices()[: batch.shape[0]]), ("i",))
+    x = jax.device_put(batch, NamedSharding(mesh, P("i")))  # laid out as the pmap expects
+    out = p_step(x)
+    ```
+
+    ## Fix safety
+    No automatic fix: the right placement depends on where the value is used besides the pmap.
+    `runtime_shim.pmap` reshards inputs like the legacy pmap did.
+
+    ## References
+    - https://docs.jax.dev/en/latest/migrate_pmap.html
+    - https://docs.jax.dev/en/latest/sharded-computation.html
+    """
+
+    CODE = "PM304"
+    NAME = "implicit-reshard"
+    MESSAGE = ("pmap input committed to a device by `jax.device_put(..., device)`: the new pmap raises instead "
+               "of resharding it; put it with `NamedSharding(mesh, P('i'))` or leave it uncommitted")
+    TRIGGERS = ("pmap",)
+
+    VALID = [
+        Valid("import jax\nstep = jax.pmap(f)\nout = step(jax.device_put(x))\n"),
+        Valid("import jax\nstep = jax.pmap(f)\nx = jax.device_put(b, d)\nout = step({'n': x.shape[0]}, [len(x)])\n"),
+        Valid("import jax\nstep = jax.pmap(f)\nx = jax.device_put(batch, None)\nout = step(x)\n"),
+        Valid("import numpy as np, jax\nstep = jax.pmap(f)\nout = step(np.ones((8, 3)))\n"),
+        # The same pmap's output fed back in (a training loop), and pmaps over the same devices.
+        Valid("import jax\nstep = jax.pmap(f)\nstate = step(state)\nstate = step(state)\n"),
+        Valid(
+            "import jax\ndevs = jax.local_devices()[:4]\n"
+            "a = jax.pmap(f, devices=devs)\nb = jax.pmap(g, devices=devs)\ny = b(a(x))\n"
+        ),
+        Valid("import jax\na = jax.pmap(f)\nb = jax.pmap(g)\ny = b(a(x))\n"),
+        # Committed values passed to functions that are not pmapped.
+        Valid("import jax\nx = jax.device_put(batch, jax.devices()[0])\ny = jax.jit(f)(x)\nz = g(x)\n"),
+        Valid("import jax\nj = jax.jit(f)\ny = j(x)\n"),
+        # A parameter named like a committed value elsewhere.
+        Valid("import jax\nstep = jax.pmap(f)\nx = jax.device_put(b, d)\ndef run(x):\n    return step(x)\n"),
+    ]
+    INVALID = [
+        Invalid("import jax\nstep = jax.pmap(f)\nx = jax.device_put(batch, jax.devices()[0])\nout = step(x)\n",
+                lines=(4,)),
+        Invalid("import jax\nstep = jax.pmap(f)\nout = step(jax.device_put(batch, device=dev))\n", lines=(3,)),
+        Invalid(
+            "import jax\nstep = jax.pmap(f)\n"
+            "params = jax.device_put(params, NamedSharding(mesh, P()))\nout = step(params, batch)\n",
+            lines=(4,),
+        ),
+        Invalid("import jax\nx = jax.device_put(batch, dev)\nout = jax.pmap(lambda v: v)(x)\n", lines=(3,)),
+        Invalid(
+            "import jax\n@jax.jit\ndef prep(x):\n    return x * 2\n"
+            "@jax.pmap\ndef step(x):\n    return x\n"
+            "y = step(prep(batch))\n",
+            lines=(8,),
+        ),
+        Invalid(
+            "import jax\nfrom functools import partial\n"
+            "@partial(jax.jit, static_argnums=1)\ndef prep(x, n):\n    return x * n\n"
+            "step = jax.pmap(f)\nz = prep(batch, 2)\ny = step(z)\n",
+            lines=(8,),
+        ),
+        Invalid("import jax\nstep = jax.pmap(f)\ny = step(jax.jit(g)(batch))\n", lines=(3,)),
+        Invalid(
+            "import jax\n"
+            "a = jax.pmap(f, devices=jax.local_devices()[:4])\n"
+            "b = jax.pmap(g, devices=jax.local_devices()[4:])\n"
+            "h = a(x)\ny = b(h)\n",
+            lines=(5,),
+        ),
+        Invalid("import jax\na = jax.pmap(f, devices=devs)\nb = jax.pmap(g)\ny = b(a(x))\n", lines=(4,)),
+        Invalid(
+            "import jax\nstep = jax.pmap(f)\nx = jax.device_put(b, d)\nj = jax.jit(g)\nout = step(x, j(b), scale=x)\n",
+            lines=(5, 5, 5),
+        ),
+        Invalid(
+            "import jax\nstep = jax.pmap(f)\nx = jax.device_put(b, jax.devices()[0])\n"
+            "out = step({'x': x, 'y': y}, (jax.jit(g)(y), [x]))\n",
+            lines=(4, 4, 4),
+        ),
+        Invalid(
+            "import jax\nclass T:\n    def __init__(self):\n        self.p_step = jax.pmap(self.step)\n"
+            "    def step(self, x):\n        return x\n"
+            "    def run(self, batch):\n        x = jax.device_put(batch, jax.devices()[0])\n        return self.p_step(x)\n",
+            lines=(9,),
+        ),
+    ]
+
+    def visit_Call(self, node: cst.Call) -> None:
+        callee = self.model.transformed_call(node)
+        if callee is None or callee.transform != PMAP:
+            return
+        for arg in node.args:
+            if arg.star:
+                continue
+            for value in _leaves(arg.value):
+                message = self._placement_problem(value, callee)
+                if message is not None:
+                    self.report(value, message)
+
+    def _placement_problem(self, value: cst.BaseExpression, callee: TransformSite) -> str | None:
+        tags = self.model.value_tags(value)
+        if COMMITTED in tags:
+            return self.MESSAGE
+        if JIT_OUTPUT in tags:
+            return ("pmap input is a `jax.jit` output: committed to its device whenever the jit's inputs were, and "
+                    "then the new pmap raises instead of resharding it; place it with `NamedSharding(mesh, P('i'))`")
+        wanted = self._devices(callee)
+        for producer in self.model.producers(value):
+            if producer.transform == PMAP and producer is not callee and self._devices(producer) != wanted:
+                return ("pmap input is the output of a pmap over other `devices=`: the legacy pmap moved it silently "
+                        "and the new one reshards it on every call; run both on one mesh")
+        return None
+
+    def _devices(self, site: TransformSite) -> str | None:
+        option = site.option("devices")
+        if option is None:
+            return None
+        return _SPACE.sub("", self.model.module.code_for_node(option))
+
+
+def _leaves(value: cst.BaseExpression):
+    """The expressions a pytree argument is built from: `{"x": a, "y": b}`, `(a, [b])`, `a`."""
+    if isinstance(value, (cst.Tuple, cst.List)):
+        for element in value.elements:
+            if not isinstance(element, cst.StarredElement):
+                yield from _leaves(element.value)
+    elif isinstance(value, cst.Dict):
+        for element in value.elements:
+            if isinstance(element, cst.DictElement):
+                yield from _leaves(element.value)
+    else:
+        yield value
