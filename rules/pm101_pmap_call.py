@@ -3,7 +3,7 @@ from __future__ import annotations
 import libcst as cst
 
 from rules.base import FixSpec, Invalid, Rule, Valid
-from rules.pmap_rewrite import Rewriter
+from rules.pmap_rewrite import Rewriter, rewriter_for
 from rules.semantic import PMAP, TransformSite
 
 
@@ -119,9 +119,7 @@ class PmapCall(Rule):
 
     @property
     def rewriter(self) -> Rewriter:
-        if "rewriter" not in self.context.shared:
-            self.context.shared["rewriter"] = Rewriter(self.model)
-        return self.context.shared["rewriter"]
+        return rewriter_for(self.context)
 
     def _report_site(self, site: TransformSite) -> None:
         if site.transform != PMAP:

@@ -2,7 +2,8 @@ from __future__ import annotations
 
 import libcst as cst
 
-from rules.base import Invalid, Rule, Valid
+from rules.base import FixSpec, Invalid, Rule, Valid
+from rules.pmap_rewrite import rewriter_for
 from rules.semantic import PMAP
 
 
@@ -45,8 +46,10 @@ class PmapAsValue(Rule):
     ```
 
     ## Fix safety
-    No automatic fix yet. The faithful replacement is `runtime_shim.pmap`, which accepts every
-    legacy option and keeps legacy semantics wherever the value ends up being applied.
+    `fix` swaps the value for `runtime_shim.pmap` (safe: it accepts every legacy option and keeps
+    legacy semantics wherever the value ends up being applied; the program then needs pmap-migrate
+    installed at run time). A local alias used as a value is swapped at its definition. Identity
+    tests (`t is jax.pmap`) and attribute reads (`jax.pmap.__wrapped__`) are left for a manual edit.
 
     ## References
     - https://docs.jax.dev/en/latest/migrate_pmap.html
@@ -104,6 +107,20 @@ class PmapAsValue(Rule):
                     reference, ("jax.pmap",)):
                 self.report(reference, f"`{reference.value}` (an alias of `jax.pmap`) used as a value: where it is "
                                        "finally applied cannot be checked or rewritten; pass `runtime_shim.pmap` "
-                                       "or a shard_map-based function instead")
+                                       "or a shard_map-based function instead", fix=self._shim(reference))
             else:
-                self.report(reference)
+                self.report(reference, fix=self._shim(reference))
+
+    def _shim(self, reference: cst.BaseExpression) -> FixSpec | None:
+        """Hand out `runtime_shim.pmap` instead: whoever applies the value gets legacy semantics.
+        Not for identity tests or attribute reads of `jax.pmap` itself, whose meaning would change."""
+        parent = self.model.parent(reference)
+        if isinstance(parent, (cst.Attribute, cst.Comparison, cst.ComparisonTarget)):
+            return None
+        rewriter = rewriter_for(self.context)
+        target = rewriter._pmap_reference(reference)
+        if target is None:
+            return None
+        return rewriter.shim_reference(
+            target, "pass `runtime_shim.pmap` (legacy semantics wherever the value is applied; needs "
+                    "pmap-migrate installed at run time)")

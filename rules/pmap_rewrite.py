@@ -268,6 +268,13 @@ def simple_params(params: cst.Parameters) -> list[str] | None:
     return [p.name.value for p in plain]
 
 
+def rewriter_for(context) -> "Rewriter":
+    """The module's rewriter, shared by the rules of one file (they see the same tree)."""
+    if "rewriter" not in context.shared:
+        context.shared["rewriter"] = Rewriter(context.model)
+    return context.shared["rewriter"]
+
+
 class Rewriter:
     """Builds fixes for the PM1xx rules of one module."""
 
