@@ -33,11 +33,13 @@ class Valid:
 @dataclass(frozen=True)
 class Invalid:
     """Code the rule must report; ``lines`` are the 1-based lines of the expected findings
-    (default: exactly one finding, on any line)."""
+    (default: exactly one finding, on any line). ``expected``, when given, is the code after
+    fixing with this rule alone, unsafe fixes included (equal to ``code`` when nothing is fixed)."""
 
     code: str
     lines: tuple[int, ...] | None = None
     count: int | None = None
+    expected: str | None = None
 
 
 @dataclass(frozen=True)
@@ -77,6 +79,9 @@ class FixSpec:
     add_imports: tuple[ImportSpec, ...] = ()
     remove_imports: tuple[ImportSpec, ...] = ()
     shimmed: bool = False
+    # Higher goes first when fixes overlap: a rewrite spanning several statements (the idiomatic
+    # PM101 fix) before the local fixes of the code it recognises, which would change that code.
+    priority: int = 0
 
     def all_edits(self, reported: cst.CSTNode) -> tuple[Edit, ...]:
         first = () if self.replacement is None else (Edit(self.target or reported, self.replacement),)
@@ -90,12 +95,21 @@ class Report:
     fix: FixSpec | None = None
 
 
+@dataclass(frozen=True)
+class RuleOptions:
+    """Choices that change which fix a rule offers, never what it finds."""
+
+    # PM101: offer the idiomatic rewrite (unsafe) where a whole data-parallel loop is visible
+    idiomatic: bool = False
+
+
 @dataclass
 class RuleContext:
     path: str
     model: "SemanticModel"
     reports: list[tuple["Rule", Report]] = field(default_factory=list)
     shared: dict = field(default_factory=dict)  # per-file helpers shared by rules (e.g. the rewriter)
+    options: RuleOptions = field(default_factory=RuleOptions)
 
 
 class Rule(cst.BatchableCSTVisitor):

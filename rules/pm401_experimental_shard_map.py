@@ -3,7 +3,20 @@ from __future__ import annotations
 import libcst as cst
 
 from rules import tables
-from rules.base import Invalid, Rule, Valid
+from rules.api_rewrite import (
+    FixParts,
+    Unfixable,
+    as_keyword,
+    as_positional,
+    code_of,
+    parenthesized,
+    qualified_expression,
+    reads_summary,
+    removal_spec,
+    replace_expression,
+    rewrite_reads,
+)
+from rules.base import Edit, FixSpec, Invalid, Rule, Valid
 from rules.import_names import imported_names
 
 _EXPERIMENTAL = "jax.experimental.shard_map.shard_map"
@@ -12,6 +25,16 @@ _KEYWORD_MESSAGES = {
     "auto": "`auto=` is rejected by `jax.shard_map` (and by the experimental shard_map since jax 0.10); "
             "name the manual axes instead with `axis_names=` (the mesh axes not in `auto`)",
 }
+
+
+# The experimental shard_map's parameters, in order (jax 0.7.2; `auto` is gone in later releases).
+_PARAMETERS = ("f", "mesh", "in_specs", "out_specs", "check_rep", "auto")
+_RENAMED = {"mesh": "mesh", "in_specs": "in_specs", "out_specs": "out_specs", "check_rep": "check_vma"}
+_NEW_ONLY = frozenset({"check_vma", "axis_names"})  # jax.shard_map's own names for the same options
+# Mesh constructors whose axis names a fix may read statically: qualified name -> position.
+_MESH_AXIS_NAMES = {"jax.sharding.Mesh": 1, "jax._src.mesh.Mesh": 1, "jax.make_mesh": 1}
+_SUMMARY = ("use `jax.shard_map` (mesh, in_specs and out_specs by keyword, `check_vma=` for `check_rep=`, "
+            "`axis_names=` for `auto=`)")
 
 
 class ExperimentalShardMap(Rule):
@@ -50,9 +73,19 @@ class ExperimentalShardMap(Rule):
     ```
 
     ## Fix safety
-    Report only for now. Switching to `jax.shard_map` with keyword arguments and
-    `check_rep=` -> `check_vma=` keeps the meaning (a safe fix); `auto=` has to be turned into
-    the complementary `axis_names=` set, which needs the mesh's axis names.
+    Safe: every call (and `functools.partial` decorator) of the experimental shard_map becomes
+    `jax.shard_map` with `mesh=`, `in_specs=`, `out_specs=` as keywords and `check_rep=X` as
+    `check_vma=X` -- what the experimental function itself passes on (jax 0.7.2 and later; so
+    check_rep=True keeps the replication-checked autodiff, whose gradients of `P()` parameters
+    differ from check_rep=False ones, verified by running both on jax 0.7.2 and the newest jax).
+    `auto=A` becomes `axis_names=` the mesh axes not in `A`: a literal set when the mesh is bound
+    once to `Mesh(devices, ("i", "j"))` and `A` is a literal set, else
+    `frozenset(mesh.axis_names) - A`, as jax 0.7.2 computed it. The import goes once unused.
+    Unsafe: a mesh expression other than a name that the run-time form evaluates twice, and a
+    partial stored for later calls (its callers could pass `check_rep=` or the specs by position).
+    No fix: shard_map used as a value, arguments passed with `*`/`**`. On jax 0.7.2 only,
+    `jax.shard_map` also checks that a context mesh (`jax.set_mesh`) matches the mesh it is given,
+    which the experimental function skipped; later releases check it in both.
 
     ## References
     - https://docs.jax.dev/en/latest/notebooks/shard_map.html
@@ -94,15 +127,39 @@ class ExperimentalShardMap(Rule):
     ]
     INVALID = [
         Invalid("from jax.experimental.shard_map import shard_map\nf = shard_map(g, m, P('i'), P('i'))\n",
-                lines=(1,)),
-        Invalid("from jax.experimental.shard_map import shard_map as smap\n", lines=(1,)),
-        Invalid("import jax\nf = jax.experimental.shard_map.shard_map(g, m, P('i'), P('i'))\n", lines=(2,)),
+                lines=(1,),
+                expected=(
+                    "import jax\n"
+                    "\n"
+                    "f = jax.shard_map(g, mesh=m, in_specs=P('i'), out_specs=P('i'))\n"
+                )),
+        Invalid("from jax.experimental.shard_map import shard_map as smap\n", lines=(1,),
+                expected="\n"),
+        Invalid("import jax\nf = jax.experimental.shard_map.shard_map(g, m, P('i'), P('i'))\n", lines=(2,),
+                expected=(
+                    "import jax\n"
+                    "f = jax.shard_map(g, mesh=m, in_specs=P('i'), out_specs=P('i'))\n"
+                )),
         Invalid("import jax.experimental.shard_map as shmap\nf = shmap.shard_map(g, m, P('i'), P('i'))\n",
-                lines=(2,)),
+                lines=(2,),
+                expected=(
+                    "import jax\n"
+                    "\n"
+                    "f = jax.shard_map(g, mesh=m, in_specs=P('i'), out_specs=P('i'))\n"
+                )),
         Invalid("from jax.experimental import shard_map\nf = shard_map.shard_map(g, m, P('i'), P('i'))\n",
-                lines=(2,)),
+                lines=(2,),
+                expected=(
+                    "import jax\n"
+                    "\n"
+                    "f = jax.shard_map(g, mesh=m, in_specs=P('i'), out_specs=P('i'))\n"
+                )),
         Invalid("import jax\nf = jax.shard_map(g, mesh=m, in_specs=P('i'), out_specs=P('i'), check_rep=False)\n",
-                lines=(2,)),
+                lines=(2,),
+                expected=(
+                    "import jax\n"
+                    "f = jax.shard_map(g, mesh=m, in_specs=P('i'), out_specs=P('i'), check_vma=False)\n"
+                )),
         Invalid(
             "import jax\n"
             "f = jax.shard_map(\n"
@@ -110,12 +167,24 @@ class ExperimentalShardMap(Rule):
             "    auto=frozenset({'j'}),\n"
             ")\n",
             lines=(4,),
+            expected=(
+                "import jax\n"
+                "f = jax.shard_map(\n"
+                "    g, mesh=m, in_specs=P('i'), out_specs=P('i'),\n"
+                "    axis_names=frozenset(m.axis_names) - frozenset({'j'}),\n"
+                ")\n"
+            ),
         ),
         # The import and the keyword are two edits.
         Invalid(
             "from jax.experimental.shard_map import shard_map as smap\n"
             "f = smap(g, m, in_specs=P('i'), out_specs=P('i'), check_rep=False)\n",
             lines=(1, 2),
+            expected=(
+                "import jax\n"
+                "\n"
+                "f = jax.shard_map(g, mesh=m, in_specs=P('i'), out_specs=P('i'), check_vma=False)\n"
+            ),
         ),
         Invalid(
             "import functools\n"
@@ -124,11 +193,65 @@ class ExperimentalShardMap(Rule):
             "def body(x):\n"
             "    return x\n",
             lines=(3,),
+            expected=(
+                "import functools\n"
+                "from jax import shard_map\n"
+                "@functools.partial(shard_map, mesh=m, in_specs=P('i'), out_specs=P('i'), check_vma=False)\n"
+                "def body(x):\n"
+                "    return x\n"
+            ),
         ),
         Invalid(
             "import jax\n"
             "f = jax.experimental.shard_map.shard_map(g, m, P('i'), P('i'), check_rep=False, auto=a)\n",
             lines=(2, 2, 2),
+            expected=(
+                "import jax\n"
+                "f = jax.shard_map(g, mesh=m, in_specs=P('i'), out_specs=P('i'), check_vma=False, axis_names=frozenset(m.axis_names) - a)\n"
+            ),
+        ),
+        # auto= -> axis_names=: a literal set when the mesh's axes are literals...
+        Invalid(
+            "from jax.experimental.shard_map import shard_map\n"
+            "from jax.sharding import Mesh, PartitionSpec as P\n"
+            "mesh = Mesh(devices, ('i', 'j'))\n"
+            "f = shard_map(g, mesh, P('i'), P('i'), auto=frozenset({'j'}))\n",
+            lines=(1, 4),
+            expected=(
+                "from jax.sharding import Mesh, PartitionSpec as P\n"
+                "import jax\n"
+                "\n"
+                "mesh = Mesh(devices, ('i', 'j'))\n"
+                "f = jax.shard_map(g, mesh=mesh, in_specs=P('i'), out_specs=P('i'), axis_names={'i'})\n"
+            ),
+        ),
+        # ... else computed at run time; a mesh expression evaluated twice makes the fix unsafe.
+        Invalid(
+            "import jax\n"
+            "def build(self, g):\n"
+            "    return jax.shard_map(g, mesh=self.mesh, in_specs=P('i'), out_specs=P('i'), auto={'j'})\n",
+            lines=(3,),
+            expected=(
+                "import jax\n"
+                "def build(self, g):\n"
+                "    return jax.shard_map(g, mesh=self.mesh, in_specs=P('i'), out_specs=P('i'), axis_names=frozenset(self.mesh.axis_names) - {'j'})\n"
+            ),
+        ),
+        # Used as a value: its callers may pass the mesh by position; no fix.
+        Invalid("from jax.experimental.shard_map import shard_map\nregistry = {'shard_map': shard_map}\n",
+                lines=(1,)),
+        # A partial stored for later calls: unsafe (its callers could pass check_rep=).
+        Invalid(
+            "import functools\n"
+            "from jax.experimental.shard_map import shard_map\n"
+            "smap_i = functools.partial(shard_map, mesh=m, in_specs=P('i'), out_specs=P('i'))\n",
+            lines=(2,),
+            expected=(
+                "import functools\n"
+                "import jax\n"
+                "\n"
+                "smap_i = functools.partial(jax.shard_map, mesh=m, in_specs=P('i'), out_specs=P('i'))\n"
+            ),
         ),
     ]
 
@@ -141,18 +264,18 @@ class ExperimentalShardMap(Rule):
     def _check_import(self, node: cst.Import | cst.ImportFrom) -> None:
         for alias, full in imported_names(node):
             if full in tables.EXPERIMENTAL_SHARD_MAP:
-                self.report(alias)
+                self.report(alias, fix=self._import_fix(node, alias))
 
     def visit_Attribute(self, node: cst.Attribute) -> None:
         if node.attr.value == "shard_map" and self.model.matches(node, tables.EXPERIMENTAL_SHARD_MAP):
-            self.report(node)
+            self.report(node, fix=self._fix(lambda: self._rewrite_use(node)))
 
     def visit_Call(self, node: cst.Call) -> None:
         removed = [a for a in node.args if a.keyword is not None and a.keyword.value in _KEYWORD_MESSAGES]
         if not removed or not self._is_shard_map_call(node):
             return
         for arg in removed:
-            self.report(arg, _KEYWORD_MESSAGES[arg.keyword.value])
+            self.report(arg, _KEYWORD_MESSAGES[arg.keyword.value], fix=self._fix(lambda: self._rewrite_call(node)))
 
     def _is_shard_map_call(self, node: cst.Call) -> bool:
         if self.model.matches(node.func, tables.SHARD_MAP):
@@ -161,3 +284,172 @@ class ExperimentalShardMap(Rule):
             first = node.args[0]
             return first.keyword is None and not first.star and self.model.matches(first.value, tables.SHARD_MAP)
         return False
+
+    # ------------------------------------------------------------------------------ fixes
+    @staticmethod
+    def _fix(build) -> FixSpec | None:
+        try:
+            return build().spec(_SUMMARY)
+        except Unfixable:
+            return None
+
+    def _import_fix(self, statement: cst.Import | cst.ImportFrom, alias) -> FixSpec | None:
+        if not isinstance(alias, cst.ImportAlias):
+            return None
+        try:
+            result = rewrite_reads(self.model, statement, alias, self._rewrite_use)
+        except Unfixable:
+            return None
+        if not result.rewritten and self.context.path.endswith("__init__.py"):
+            return None  # an unused import in a package's __init__ may be a re-export
+        what = _SUMMARY if result.rewritten else "remove the unused import"
+        return result.parts.spec(reads_summary(what, result))
+
+    def _rewrite_use(self, use: cst.BaseExpression) -> FixParts:
+        """A reference to the experimental shard_map: the call or partial that applies it."""
+        parent = self.model.parent(use)
+        if isinstance(parent, cst.Call) and parent.func is use:
+            return self._rewrite_call(parent)
+        if isinstance(parent, cst.Arg) and parent.keyword is None and not parent.star:
+            call = self.model.parent(parent)
+            if (isinstance(call, cst.Call) and call.args and call.args[0] is parent
+                    and self.model.matches(call.func, tables.PARTIAL)):
+                return self._rewrite_call(call)
+        raise Unfixable("used as a value: its callers may pass mesh, in_specs and out_specs by position")
+
+    def _rewrite_call(self, call: cst.Call) -> FixParts:
+        """``call`` (a shard_map call, or `functools.partial(shard_map, ...)`) in `jax.shard_map`'s
+        terms, as one edit of the whole call."""
+        is_partial = self.model.matches(call.func, tables.PARTIAL)
+        callee = call.args[0].value if is_partial else call.func
+        args = list(call.args[1:] if is_partial else call.args)
+        names = self.model.qualified_names(callee) & tables.SHARD_MAP
+        experimental = names == tables.EXPERIMENTAL_SHARD_MAP
+        if any(a.star for a in args):
+            raise Unfixable("arguments passed with * or **")
+        parameters: list[str] = []
+        position = 0
+        for arg in args:
+            if arg.keyword is None:
+                if position >= len(_PARAMETERS):
+                    raise Unfixable("more positional arguments than shard_map takes")
+                parameters.append(_PARAMETERS[position])
+                position += 1
+            else:
+                parameters.append(arg.keyword.value)
+        if len(set(parameters)) != len(parameters) or {"check_rep", "check_vma"} <= set(parameters) or {
+                "auto", "axis_names"} <= set(parameters):
+            raise Unfixable("an option is given twice")
+        if not experimental and any(a.keyword is None for a in args[1:]):
+            raise Unfixable("mesh/in_specs/out_specs passed by position to what may be `jax.shard_map`")
+        bound = dict(zip(parameters, args))
+        parts = FixParts()
+        new_args: list[cst.Arg] = []
+        for parameter, arg in zip(parameters, args):
+            if parameter == "f":
+                if arg.keyword is not None:
+                    if is_partial or arg is not args[0]:
+                        raise Unfixable("`f=` passed by keyword (jax.shard_map takes the function by position)")
+                    arg = as_positional(arg)
+                new_args.append(arg)
+            elif parameter in _RENAMED:
+                new_args.append(as_keyword(arg, _RENAMED[parameter]))
+            elif parameter == "auto":
+                names_value = self._manual_axes(bound.get("mesh"), arg.value, parts)
+                if names_value is not None:
+                    new_args.append(as_keyword(arg, "axis_names").with_changes(value=names_value))
+            elif parameter in _NEW_ONLY and not experimental:
+                new_args.append(arg)
+            else:
+                raise Unfixable(f"`{parameter}=` is not a shard_map option")
+        if new_args and args and new_args[-1] is not args[-1]:
+            new_args[-1] = new_args[-1].with_changes(comma=args[-1].comma)
+        if experimental:
+            expression, imports = qualified_expression(self.model, callee, "jax.shard_map")
+            parts.add_imports += imports
+            spec = removal_spec(self.model, callee)
+            if spec is not None:
+                parts.remove_imports.append(spec)
+            callee = replace_expression(callee, expression)
+        if is_partial:
+            new_call = call.with_changes(args=[call.args[0].with_changes(value=callee), *new_args])
+            if experimental and not isinstance(self.model.parent(call), cst.Decorator):
+                parts.assumptions.append("the partial's callers pass only the function (jax.shard_map takes mesh, "
+                                         "in_specs and out_specs by keyword, and no check_rep=/auto=)")
+        else:
+            new_call = call.with_changes(func=callee, args=new_args)
+        parts.edits.append(Edit(call, new_call))
+        return parts
+
+    def _manual_axes(self, mesh_arg: cst.Arg | None, auto: cst.BaseExpression,
+                     parts: FixParts) -> cst.BaseExpression | None:
+        """`axis_names=` for `auto=`: the mesh axes not in ``auto`` (what the experimental shard_map
+        of jax 0.7.2 computed: `frozenset(mesh.axis_names) - auto`). A literal set when the mesh's
+        axes and ``auto`` are literals; None when that leaves every axis manual (the default)."""
+        if mesh_arg is None:
+            raise Unfixable("`auto=` without a mesh argument")
+        mesh = mesh_arg.value
+        axes = self._literal_mesh_axes(mesh)
+        automatic = _literal_strings(auto) if self._builtin_set_calls(auto) else None
+        if axes is not None and automatic is not None:
+            manual = [node for node in axes if node.evaluated_value not in automatic]
+            if len(manual) in (0, len(axes)):  # empty axis_names means every mesh axis
+                return None
+            return cst.Set([cst.Element(cst.SimpleString(n.value)) for n in manual])
+        if not isinstance(mesh, cst.Name):
+            parts.assumptions.append(f"evaluating `{code_of(mesh)}` a second time gives the same mesh")
+        axis_names = cst.Attribute(parenthesized(mesh), cst.Name("axis_names"))
+        mesh_axes = cst.Call(cst.Name("frozenset"), [cst.Arg(axis_names)])
+        return cst.BinaryOperation(mesh_axes, cst.Subtract(), parenthesized(auto))
+
+    def _builtin_set_calls(self, node: cst.BaseExpression) -> bool:
+        """`frozenset(...)` / `set(...)` are the builtins here (or ``node`` is no such call)."""
+        if isinstance(node, cst.Call) and isinstance(node.func, cst.Name):
+            return self.model.qualified_names(node.func) <= {"builtins.frozenset", "builtins.set"}
+        return True
+
+    def _literal_mesh_axes(self, mesh: cst.BaseExpression) -> list[cst.SimpleString] | None:
+        """The axis names of a mesh bound once, in this scope, to `Mesh(devices, ("i", "j"))`."""
+        if not isinstance(mesh, cst.Name):
+            return None
+        assignments = self.model.assignments_of(mesh)
+        if len(assignments) != 1:
+            return None
+        value = self.model._index.assigned_value.get(getattr(assignments[0], "node", None))
+        if not isinstance(value, cst.Call):
+            return None
+        position = next((p for n, p in _MESH_AXIS_NAMES.items() if self.model.matches(value.func, {n})), None)
+        if position is None:
+            return None
+        positional = [a for a in value.args if a.keyword is None]
+        if any(a.star for a in value.args):
+            return None
+        names = next((a.value for a in value.args if a.keyword is not None and a.keyword.value == "axis_names"),
+                     positional[position].value if len(positional) > position else None)
+        if isinstance(names, cst.SimpleString):
+            return [names]
+        if isinstance(names, (cst.Tuple, cst.List)) and all(
+                isinstance(e.value, cst.SimpleString) for e in names.elements):
+            return [e.value for e in names.elements]
+        return None
+
+
+def _literal_strings(node: cst.BaseExpression) -> set[str] | None:
+    """The strings of a literal set: `{"a"}`, `frozenset({"a"})`, `frozenset(("a",))`, `frozenset()`.
+    (A bare tuple or list is not a set: `frozenset(...) - ("a",)` raised in jax 0.7.2, and still does.)"""
+    if isinstance(node, cst.Call) and isinstance(node.func, cst.Name) and node.func.value in ("frozenset", "set"):
+        if not node.args:
+            return set()
+        if len(node.args) != 1 or node.args[0].keyword is not None or node.args[0].star:
+            return None
+        node = node.args[0].value
+        if not isinstance(node, (cst.Set, cst.Tuple, cst.List)):
+            return None
+    elif not isinstance(node, cst.Set):
+        return None
+    values = set()
+    for element in node.elements:
+        if not isinstance(element.value, cst.SimpleString):
+            return None
+        values.add(element.value.evaluated_value)
+    return values

@@ -3,11 +3,33 @@ from __future__ import annotations
 import libcst as cst
 
 from rules import tables
-from rules.base import Invalid, Rule, Valid
+from rules.api_rewrite import (
+    FixParts,
+    Unfixable,
+    as_keyword,
+    as_positional,
+    qualified_expression,
+    reads_summary,
+    removal_spec,
+    replace_expression,
+    rewrite_reads,
+)
+from rules.base import Edit, FixSpec, Invalid, Rule, Valid
 from rules.import_names import imported_names
 from rules.semantic import JIT
 
 _PJIT = "jax.experimental.pjit.pjit"
+# Positional parameters every pjit release agreed on (the oldest named the two shardings
+# in_axis_resources / out_axis_resources); jax.jit takes all but the function by keyword.
+_POSITIONAL = ("fun", "in_shardings", "out_shardings")
+_SUMMARY = "use `jax.jit` (the same parameters; in_shardings/out_shardings by keyword)"
+# pjit reads the mesh of a legacy `with mesh:` block; jax.jit does not (checked on jax 0.7.2 and
+# 0.12: `jax.jit(f, in_shardings=P("x"))` called under `with mesh:` raises "jit requires a
+# non-empty mesh in context"), and pjit's `None` sharding means replicated where jit's means
+# unspecified (the same values, another layout).
+_JIT_ASSUMES = ("the call does not rely on a legacy `with mesh:` block: jax.jit resolves bare PartitionSpecs "
+                "only under `jax.set_mesh(mesh)` (or given NamedShardings), and a `None` sharding leaves the "
+                "layout to the compiler instead of replicating")
 
 
 def pjit_message(name: str) -> str:
@@ -60,15 +82,21 @@ class ExperimentalPjit(Rule):
     import jax
     from jax.sharding import PartitionSpec as P
 
-    @partial(jax.jit, in_shardings=P("data"), out_shardings=None)  # under `with mesh:` / jax.set_mesh
+    @partial(jax.jit, in_shardings=P("data"), out_shardings=None)  # called under `with jax.set_mesh(mesh):`
     def step(batch):
         return batch.sum()
     ```
 
     ## Fix safety
-    Report only for now. `pjit` -> `jax.jit` and the keyword renames keep the meaning when the
-    call runs under the same mesh context (bare `PartitionSpec`s need one); both are safe fix
-    candidates.
+    Safe: `in_axis_resources=` / `out_axis_resources=` become `in_shardings=` / `out_shardings=`
+    (pjit renamed the parameters; `jax.jit` rejects the old names). Unsafe: `pjit` becomes
+    `jax.jit` with the two shardings, if passed by position, as keywords. pjit reads the mesh of a
+    legacy `with mesh:` block and jit does not: under `with mesh:`,
+    `jax.jit(f, in_shardings=P("x"))` raises "jit requires a non-empty mesh in context" (checked
+    on jax 0.7.2 and 0.12), and a `None` sharding means replicated to pjit but unspecified to jit.
+    With NamedShardings, or no shardings, the programs checked print the same; bare
+    PartitionSpecs need the caller's `with mesh:` turned into `with jax.set_mesh(mesh):`. No fix: options after the shardings passed
+    by position (their order changed between pjit releases), pjit used as a value.
 
     ## References
     - https://docs.jax.dev/en/latest/_autosummary/jax.jit.html
@@ -107,15 +135,36 @@ class ExperimentalPjit(Rule):
         ),
     ]
     INVALID = [
-        Invalid("from jax.experimental.pjit import pjit\nstep = pjit(f, in_shardings=s)\n", lines=(1,)),
-        Invalid("from jax.experimental.pjit import pjit as pj\n", lines=(1,)),
-        Invalid("from jax import pjit\n", lines=(1,)),
-        Invalid("import jax\nstep = jax.experimental.pjit.pjit(f)\n", lines=(2,)),
-        Invalid("from jax.experimental import pjit as pjit_lib\nstep = pjit_lib.pjit(f)\n", lines=(2,)),
+        Invalid("from jax.experimental.pjit import pjit\nstep = pjit(f, in_shardings=s)\n", lines=(1,),
+                expected=(
+                    "import jax\n"
+                    "\n"
+                    "step = jax.jit(f, in_shardings=s)\n"
+                )),
+        Invalid("from jax.experimental.pjit import pjit as pj\n", lines=(1,),
+                expected="\n"),
+        Invalid("from jax import pjit\n", lines=(1,),
+                expected="\n"),
+        Invalid("import jax\nstep = jax.experimental.pjit.pjit(f)\n", lines=(2,),
+                expected=(
+                    "import jax\n"
+                    "step = jax.jit(f)\n"
+                )),
+        Invalid("from jax.experimental import pjit as pjit_lib\nstep = pjit_lib.pjit(f)\n", lines=(2,),
+                expected=(
+                    "import jax\n"
+                    "\n"
+                    "step = jax.jit(f)\n"
+                )),
         Invalid(
             "from jax.experimental.pjit import pjit\n"
             "step = pjit(f, in_axis_resources=P('data'), out_axis_resources=None)\n",
             lines=(1, 2, 2),
+            expected=(
+                "import jax\n"
+                "\n"
+                "step = jax.jit(f, in_shardings=P('data'), out_shardings=None)\n"
+            ),
         ),
         Invalid(
             "import functools\n"
@@ -126,20 +175,61 @@ class ExperimentalPjit(Rule):
             "def step(batch, params):\n"
             "    return batch\n",
             lines=(2, 4, 5),
+            expected=(
+                "import functools\n"
+                "import jax\n"
+                "\n"
+                "@functools.partial(jax.jit,\n"
+                "                   in_shardings=(P('data'), None),\n"
+                "                   out_shardings=P('data'))\n"
+                "def step(batch, params):\n"
+                "    return batch\n"
+            ),
         ),
-        Invalid("import jax\nstep = jax.jit(f, in_axis_resources=P('x'))\n", lines=(2,)),
+        Invalid("import jax\nstep = jax.jit(f, in_axis_resources=P('x'))\n", lines=(2,),
+                expected=(
+                    "import jax\n"
+                    "step = jax.jit(f, in_shardings=P('x'))\n"
+                )),
         Invalid(
             "import jax\n"
             "from functools import partial\n"
             "sharded = partial(jax.jit, out_axis_resources=P('x'))\n",
             lines=(3,),
+            expected=(
+                "import jax\n"
+                "from functools import partial\n"
+                "sharded = partial(jax.jit, out_shardings=P('x'))\n"
+            ),
         ),
         Invalid(
             "import jax\n"
             "jit_ = jax.jit\n"
             "step = jit_(f, in_axis_resources=P('x'))\n",
             lines=(3,),
+            expected=(
+                "import jax\n"
+                "jit_ = jax.jit\n"
+                "step = jit_(f, in_shardings=P('x'))\n"
+            ),
         ),
+        # Options after the shardings passed by position changed order between releases: no fix.
+        Invalid("from jax.experimental.pjit import pjit\nstep = pjit(f, P('x'), None, (0,))\n", lines=(1,)),
+        Invalid(
+            "from jax.experimental.pjit import pjit\n"
+            "@pjit\n"
+            "def step(x):\n"
+            "    return x\n",
+            lines=(1,),
+            expected=(
+                "import jax\n"
+                "\n"
+                "@jax.jit\n"
+                "def step(x):\n"
+                "    return x\n"
+            ),
+        ),
+        Invalid("import jax\nstep = jax.jit(f, in_axis_resources=P('x'), in_shardings=P('x'))\n", lines=(2,)),
     ]
 
     def visit_Import(self, node: cst.Import) -> None:
@@ -151,21 +241,23 @@ class ExperimentalPjit(Rule):
     def _check_import(self, node: cst.Import | cst.ImportFrom) -> None:
         for alias, full in imported_names(node):
             if full in tables.PJIT:
-                self.report(alias, pjit_message(full))
+                self.report(alias, pjit_message(full), fix=self._import_fix(node, alias))
 
     def visit_Attribute(self, node: cst.Attribute) -> None:
         if node.attr.value != "pjit":
             return
         names = self.model.qualified_names(node) & tables.PJIT
         if names:
-            self.report(node, pjit_message(min(names)))
+            self.report(node, pjit_message(min(names)), fix=self._fix(lambda: self._rewrite_use(node), _SUMMARY))
 
     def visit_Call(self, node: cst.Call) -> None:
         removed = [a for a in node.args if a.keyword is not None and a.keyword.value in tables.REMOVED_PJIT_KEYWORDS]
         if not removed or not self._applies_jit(node):
             return
         for arg in removed:
-            self.report(arg, keyword_message(arg.keyword.value))
+            summary = f"rename `{arg.keyword.value}=` to `{tables.REMOVED_PJIT_KEYWORDS[arg.keyword.value]}=`"
+            self.report(arg, keyword_message(arg.keyword.value),
+                        fix=self._fix(lambda: self._rewrite_call(node, None), summary))
 
     def _applies_jit(self, node: cst.Call) -> bool:
         """``pjit(f, ...)`` / ``jax.jit(f, ...)`` / aliases of them, or ``partial(pjit, ...)``."""
@@ -174,3 +266,100 @@ class ExperimentalPjit(Rule):
             if callee is not None and callee.transform == JIT:
                 return True
         return False
+
+    # ------------------------------------------------------------------------------ fixes
+    @staticmethod
+    def _fix(build, summary: str) -> FixSpec | None:
+        try:
+            return build().spec(summary)
+        except Unfixable:
+            return None
+
+    def _import_fix(self, statement: cst.Import | cst.ImportFrom, alias) -> FixSpec | None:
+        if not isinstance(alias, cst.ImportAlias):
+            return None
+        try:
+            result = rewrite_reads(self.model, statement, alias, self._rewrite_use)
+        except Unfixable:
+            return None
+        if not result.rewritten and self.context.path.endswith("__init__.py"):
+            return None  # an unused import in a package's __init__ may be a re-export
+        what = _SUMMARY if result.rewritten else "remove the unused import"
+        return result.parts.spec(reads_summary(what, result))
+
+    def _rewrite_use(self, use: cst.BaseExpression) -> FixParts:
+        """A reference to pjit: the call, partial or decorator that applies it."""
+        parent = self.model.parent(use)
+        if isinstance(parent, cst.Call) and parent.func is use:
+            return self._rewrite_call(parent, use)
+        if isinstance(parent, cst.Decorator):
+            parts = FixParts()
+            parts.edits.append(Edit(use, self._jit_expression(use, parts)))
+            return parts
+        if isinstance(parent, cst.Arg) and parent.keyword is None and not parent.star:
+            call = self.model.parent(parent)
+            if (isinstance(call, cst.Call) and call.args and call.args[0] is parent
+                    and self.model.matches(call.func, tables.PARTIAL)):
+                return self._rewrite_call(call, use)
+        raise Unfixable("used as a value: its callers may pass in_shardings/out_shardings by position")
+
+    def _jit_expression(self, callee: cst.BaseExpression, parts: FixParts) -> cst.BaseExpression:
+        """`jax.jit` in place of the pjit reference ``callee``; its imports go into ``parts``."""
+        expression, imports = qualified_expression(self.model, callee, tables.PJIT_REPLACEMENT)
+        parts.add_imports += imports
+        spec = removal_spec(self.model, callee)
+        if spec is not None:
+            parts.remove_imports.append(spec)
+        if not self.model.qualified_names(callee).isdisjoint(tables.PJIT_GONE):
+            parts.assumptions.append("`jax.pjit` meant `jax.experimental.pjit.pjit`")
+        parts.assumptions.append(_JIT_ASSUMES)
+        return replace_expression(callee, expression)
+
+    def _rewrite_call(self, call: cst.Call, callee: cst.BaseExpression | None) -> FixParts:
+        """``call`` (a pjit/jit call, or `partial(pjit, ...)`) with its shardings by keyword under
+        their current names; ``callee`` (a pjit reference) becomes `jax.jit` (None: kept)."""
+        is_partial = self.model.matches(call.func, tables.PARTIAL)
+        args = list(call.args[1:] if is_partial else call.args)
+        if any(a.star for a in args):
+            raise Unfixable("arguments passed with * or **")
+        keywords = {a.keyword.value for a in args if a.keyword is not None}
+        new_args: list[cst.Arg] = []
+        position = 0
+        for arg in args:
+            if arg.keyword is None:
+                if position >= len(_POSITIONAL):
+                    raise Unfixable("options after out_shardings passed by position (their order changed "
+                                    "between pjit releases)")
+                name = _POSITIONAL[position]
+                position += 1
+                if name == "fun":
+                    new_args.append(arg)
+                    continue
+                if name in keywords or next((o for o, n in tables.REMOVED_PJIT_KEYWORDS.items() if n == name), None) \
+                        in keywords:
+                    raise Unfixable(f"`{name}` given twice")
+                new_args.append(as_keyword(arg, name))
+            elif arg.keyword.value == "fun":
+                if is_partial or arg is not args[0]:
+                    raise Unfixable("`fun=` passed by keyword (jax.jit takes the function by position)")
+                new_args.append(as_positional(arg))
+            elif arg.keyword.value in tables.REMOVED_PJIT_KEYWORDS:
+                new = tables.REMOVED_PJIT_KEYWORDS[arg.keyword.value]
+                if new in keywords:
+                    raise Unfixable(f"both `{arg.keyword.value}=` and `{new}=`")
+                new_args.append(as_keyword(arg, new))
+            else:
+                new_args.append(arg)
+        parts = FixParts()
+        if is_partial:
+            first = call.args[0]
+            if callee is not None:
+                first = first.with_changes(value=self._jit_expression(callee, parts))
+                if not isinstance(self.model.parent(call), cst.Decorator):
+                    parts.assumptions.append("the partial's callers pass nothing but the function by position")
+            new_call = call.with_changes(args=[first, *new_args])
+        else:
+            func = self._jit_expression(callee, parts) if callee is not None else call.func
+            new_call = call.with_changes(func=func, args=new_args)
+        parts.edits.append(Edit(call, new_call))
+        return parts

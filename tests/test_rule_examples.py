@@ -6,10 +6,12 @@ import pytest
 
 from codemod.diagnostics import State
 from codemod.engine import lint_bytes
+from codemod.fixer import fix_bytes
 from rules import all_rules
 
 VALID = [(rule, i, ex) for rule in all_rules() for i, ex in enumerate(rule.VALID)]
 INVALID = [(rule, i, ex) for rule in all_rules() for i, ex in enumerate(rule.INVALID)]
+FIXED = [(rule, i, ex) for rule, i, ex in INVALID if ex.expected is not None]
 
 
 def _active(rule, code):
@@ -37,6 +39,17 @@ def test_invalid_example_is_reported(rule, index, example):
         assert len(found) == 1, (example.code, found)
 
 
+@pytest.mark.parametrize(("rule", "index", "example"), FIXED, ids=[f"{r.CODE}-fix-{i}" for r, i, _ in FIXED])
+def test_invalid_example_is_fixed_as_expected(rule, index, example):
+    """The rule's own fixes (unsafe ones too) turn the example into ``expected``, which is a fixpoint."""
+    outcome = fix_bytes(example.code.encode(), "example.py", [rule], unsafe=True)
+    assert outcome.error is None, outcome.error
+    fixed = (outcome.fixed or example.code.encode()).decode()
+    assert fixed == example.expected, f"{rule.CODE} invalid example {index} fixed to:\n{fixed}"
+    again = fix_bytes(fixed.encode(), "example.py", [rule], unsafe=True)
+    assert again.error is None and again.fixed is None, f"fixing the fixed example changed it:\n{again.fixed}"
+
+
 def test_every_rule_has_examples_and_docs():
     sections = ["## What it does", "## Why is this bad?", "## Example", "## Use instead", "## Fix safety", "## References"]
     for rule in all_rules():
@@ -44,3 +57,13 @@ def test_every_rule_has_examples_and_docs():
         doc = rule.documentation()
         missing = [s for s in sections if s not in doc]
         assert not missing, f"{rule.CODE} documentation lacks {missing}"
+
+
+def test_triggers_admit_every_invalid_example():
+    """The text prefilter must never drop a file a rule would report: every INVALID example
+    contains one of its rule's TRIGGERS (the example tests above bypass the prefilter)."""
+    from codemod.engine import might_match, triggers_of
+
+    dropped = [f"{rule.CODE}-invalid-{i}" for rule, i, example in INVALID
+               if not might_match(example.code.encode(), triggers_of([rule]))]
+    assert dropped == []

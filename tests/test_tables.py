@@ -48,7 +48,8 @@ def probe_request() -> dict:
         | set(tables.PJIT_GONE)
         | {tables.EXPERIMENTAL_MAPS_MODULE}
     )
-    return {"names": names, "signatures": list(SIGNATURES)}
+    same = [[e.name, e.replacement] for e in ALL_REMOVED if e.rename == tables.RENAME_SAME]
+    return {"names": names, "signatures": list(SIGNATURES), "identical": same}
 
 
 def problems(answer: dict) -> list[str]:
@@ -65,6 +66,11 @@ def problems(answer: dict) -> list[str]:
         if have[name]:
             found.append(f"{name} is listed as gone but exists")
     found += [f"replacement {name} does not exist" for name in REPLACEMENTS if not have[name]]
+    # A safe rename needs the same object where both still exist (jax.tree_map & co. are gone
+    # everywhere checked; their jax.tree.* replacements wrap the same tree_util functions).
+    for old, same in answer.get("identical", {}).items():
+        if same is False:
+            found.append(f"{old} is marked RENAME_SAME but is not the same object as its replacement")
     found += [f"{name} (a spelling the rules recognise) does not exist" for name in EXPECTED_PRESENT if not have[name]]
 
     signatures = answer["signatures"]
@@ -101,6 +107,9 @@ def test_entries_are_well_formed():
         assert entry.absent_in in ("0.7.2", "0.10.2"), entry
         assert entry.replacement is not None or entry.note, f"{entry.name}: no replacement needs a note"
         assert entry.replacement != entry.name, entry
+        assert entry.rename in (None, tables.RENAME_SAME, tables.RENAME_SIMILAR), entry
+        assert entry.rename is None or entry.replacement is not None, f"{entry.name}: a rename needs a replacement"
+        assert (entry.rename == tables.RENAME_SIMILAR) == bool(entry.assumes), f"{entry.name}: assumes <=> similar"
         for trigger in entry.text_triggers:
             assert trigger, entry
         # The default trigger (last component) is in every spelling; custom ones must at least

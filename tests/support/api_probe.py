@@ -4,8 +4,9 @@ Run as a script (``python api_probe.py``) it reads a JSON request on stdin and w
 on stdout, so the same probe checks the test interpreter's jax and the cached venvs' (legacy 0.7.2,
 newest). It imports only the standard library besides jax, and nothing from this repository.
 
-Request: ``{"names": [...], "signatures": [...]}``. Answer: ``{"version": "0.10.2",
-"names": {name: true|false}, "signatures": {name: [parameter, ...] | null}}``.
+Request: ``{"names": [...], "signatures": [...], "identical": [[old, new], ...]}``. Answer:
+``{"version": "0.10.2", "names": {name: true|false}, "signatures": {name: [parameter, ...] | null},
+"identical": {old: true|false|null}}`` (null: one of the two does not exist).
 """
 
 from __future__ import annotations
@@ -65,6 +66,15 @@ def parameters(name: str) -> list[str] | None:
         return None
 
 
+def identical(old: str, new: str) -> bool | None:
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        a, b = resolve(old), resolve(new)
+    if a is _MISSING or b is _MISSING:
+        return None
+    return a is b
+
+
 def answer(request: dict) -> dict:
     import jax
 
@@ -72,6 +82,7 @@ def answer(request: dict) -> dict:
         "version": jax.__version__,
         "names": {n: exists(n) for n in request.get("names", ())},
         "signatures": {n: parameters(n) for n in request.get("signatures", ())},
+        "identical": {old: identical(old, new) for old, new in request.get("identical", ())},
     }
 
 
