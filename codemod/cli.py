@@ -79,24 +79,56 @@ def selection_options(command):
     return command
 
 
+_IDIOMATIC_HELP = ("Offer the idiomatic rewrite of a whole data-parallel loop (one mesh, no stacked device axis; "
+                   "an unsafe fix) instead of the faithful one where it is recognised; overrides `idiomatic` "
+                   "in the config.")
+
+
 @main.command()
 @selection_options
 @click.option("--output-format", type=click.Choice(OUTPUT_FORMATS), default="text", show_default=True)
 @click.option("--statistics", is_flag=True, help="Print the number of findings per rule instead of each finding.")
 @click.option("--exit-zero", is_flag=True, help="Exit 0 even when legacy patterns are found.")
+@click.option("--baseline", "baseline_file", type=click.Path(dir_okay=False), default=None, metavar="FILE",
+              help="Fail only where a file's count of findings for a rule grew beyond this baseline.")
+@click.option("--write-baseline", "write_baseline_file", type=click.Path(dir_okay=False), default=None,
+              metavar="FILE", help="Record the current findings as the baseline in FILE and exit 0.")
+@click.option("--idiomatic/--no-idiomatic", default=None, help=_IDIOMATIC_HELP)
 @handle_errors
 def check(paths, select, ignore, extend_exclude, force_exclude, config_file, no_cache, jobs, stdin_filename,
-          quiet, output_format, statistics, exit_zero):
+          quiet, output_format, statistics, exit_zero, baseline_file, write_baseline_file, idiomatic):
     """Report legacy pmap patterns in PATHS (default: the current directory; `-` reads stdin)."""
     from codemod.session import Session
 
+    if baseline_file and write_baseline_file:
+        _fail("--baseline and --write-baseline cannot be combined")
     session = Session.create(paths, select=select, ignore=ignore, extend_exclude=extend_exclude,
-                             force_exclude=force_exclude, config_file=config_file)
+                             force_exclude=force_exclude, config_file=config_file, idiomatic=idiomatic)
     outcome = session.check(use_cache=not no_cache, jobs=jobs, stdin_filename=stdin_filename,
                             progress=not quiet and output_format in ("text", "concise"))
     diagnostics = outcome.active_with_errors
+    if write_baseline_file:
+        from pathlib import Path
+
+        from codemod import baseline
+
+        table = baseline.write(Path(write_baseline_file), diagnostics)
+        if not quiet:
+            click.echo(f"Wrote a baseline of {len(diagnostics)} finding{'s' if len(diagnostics) != 1 else ''} in "
+                       f"{len(table)} file{'s' if len(table) != 1 else ''} to {write_baseline_file}.", err=True)
+        sys.exit(EXIT_ERROR if outcome.internal_errors else EXIT_CLEAN)
+    verdict = None
+    if baseline_file:
+        from pathlib import Path
+
+        from codemod import baseline
+
+        verdict = baseline.compare(Path(baseline_file), diagnostics, checked=[r.path for r in outcome.run.results])
+        diagnostics = verdict.new
     _emit(session, diagnostics, output_format=output_format, statistics=statistics, quiet=quiet,
           files=outcome.run.files, errors=len(outcome.run.errors))
+    if verdict is not None and output_format in ("text", "concise") and not quiet:
+        _baseline_summary(verdict, baseline_file)
     if outcome.internal_errors:
         sys.exit(EXIT_ERROR)
     sys.exit(EXIT_FINDINGS if diagnostics and not exit_zero else EXIT_CLEAN)
@@ -108,18 +140,32 @@ def check(paths, select, ignore, extend_exclude, force_exclude, config_file, no_
 @click.option("--diff", is_flag=True, help="Print a unified diff of what would change and write nothing "
               "(exit 1 if anything would change).")
 @click.option("--show-fixes", is_flag=True, help="List every fix applied.")
+@click.option("--interactive", "-i", is_flag=True, help="Show each fix as a diff and ask: apply, skip or quit.")
 @click.option("--output-format", type=click.Choice(OUTPUT_FORMATS), default="text", show_default=True,
               help="Format of the findings left after fixing.")
+@click.option("--idiomatic/--no-idiomatic", default=None, help=_IDIOMATIC_HELP + " Needs --unsafe-fixes.")
 @handle_errors
 def fix(paths, select, ignore, extend_exclude, force_exclude, config_file, no_cache, jobs, stdin_filename,
-        quiet, unsafe_fixes, diff, show_fixes, output_format):
+        quiet, unsafe_fixes, diff, show_fixes, output_format, interactive, idiomatic):
     """Rewrite legacy pmap patterns in PATHS in place (safe fixes; --unsafe-fixes for the rest)."""
     from codemod.files import write_atomic
     from codemod.session import Session
 
+    if interactive and diff:
+        _fail("--interactive and --diff cannot be combined")
+    if idiomatic and not unsafe_fixes and not quiet:
+        click.echo("pmap-migrate: warning: --idiomatic rewrites are unsafe fixes and need --unsafe-fixes; "
+                   "applying the faithful rewrite", err=True)
     session = Session.create(paths, select=select, ignore=ignore, extend_exclude=extend_exclude,
-                             force_exclude=force_exclude, config_file=config_file)
-    outcomes = session.fix(unsafe=unsafe_fixes, jobs=jobs, progress=not quiet and not diff)
+                             force_exclude=force_exclude, config_file=config_file, idiomatic=idiomatic)
+    skipped = []
+    if interactive:
+        from codemod.interactive import review
+
+        reviewed = review(session.files(), session.settings, session.rules, unsafe=unsafe_fixes, decide=_ask_about_fix)
+        outcomes, skipped = reviewed.outcomes, reviewed.skipped
+    else:
+        outcomes = session.fix(unsafe=unsafe_fixes, jobs=jobs, progress=not quiet and not diff)
     changed = [(path, o) for path, o in outcomes if o.changed and o.error is None]
     if diff:
         for path, outcome in changed:
@@ -129,14 +175,20 @@ def fix(paths, select, ignore, extend_exclude, force_exclude, config_file, no_ca
             click.echo(f"Would fix {applied} finding{'s' if applied != 1 else ''} in {len(changed)} "
                        f"file{'s' if len(changed) != 1 else ''}.", err=True)
         sys.exit(EXIT_FINDINGS if changed else EXIT_CLEAN)
-    write_failures = []
+    written = []
     for path, outcome in changed:
         try:
-            write_atomic(path, outcome.fixed)
+            write_atomic(path, outcome.fixed, expected=outcome.original)
         except OSError as error:
-            write_failures.append(f"{outcome.path}: cannot write: {error.strerror or error}")
-    for failure in write_failures:
-        click.echo(f"pmap-migrate: error: {failure}", err=True)
+            # Like an unreadable file: a PM001 finding, and the file keeps (and reports) its findings.
+            from codemod.diagnostics import FileError
+
+            outcome.error = FileError(outcome.path, "PM001",
+                                      f"cannot write file: {error.strerror or error}; left unchanged")
+            outcome.remaining, outcome.applied, outcome.fixed = [*outcome.applied, *outcome.remaining], [], None
+        else:
+            written.append((path, outcome))
+    changed = written
     remaining = sorted([d for _, o in outcomes for d in o.remaining]
                        + [o.error.as_diagnostic() for _, o in outcomes if o.error is not None],
                        key=lambda d: d.sort_key())
@@ -144,19 +196,70 @@ def fix(paths, select, ignore, extend_exclude, force_exclude, config_file, no_ca
     if show_fixes and applied:
         _show_fixes(applied)
     if output_format in ("text", "concise") and not quiet:
-        fixed_files = len(changed) - len(write_failures)
+        fixed_files = len(changed)
         click.echo(f"Fixed {len(applied)} finding{'s' if len(applied) != 1 else ''} in {fixed_files} "
                    f"file{'s' if fixed_files != 1 else ''}.")
+        if skipped:
+            click.echo(f"Skipped {len(skipped)} fix{'es' if len(skipped) != 1 else ''} (still reported below):")
+            for d in skipped:
+                click.echo(f"  {d.location}: {d.code} {d.fix.summary if d.fix else d.message}")
     _emit(session, remaining, output_format=output_format, statistics=False, quiet=quiet,
           files=len(outcomes), errors=sum(1 for _, o in outcomes if o.error is not None))
-    if write_failures or any(o.error is not None and o.error.code == "PM002" for _, o in outcomes):
+    if any(o.error is not None and o.error.code == "PM002" for _, o in outcomes):
         sys.exit(EXIT_ERROR)
     sys.exit(EXIT_FINDINGS if remaining else EXIT_CLEAN)
+
+
+def _ask_about_fix(proposal):
+    """The --interactive question: the fix as a coloured diff, then apply / skip / quit."""
+    from rich.text import Text
+
+    from codemod.diagnostics import Applicability
+    from codemod.interactive import Decision
+
+    console = _console()
+    d = proposal.diagnostic
+    header = Text()
+    header.append(d.location, style="bold")
+    header.append(": ")
+    header.append(d.code, style="bold red")
+    header.append(f" {d.fix.summary}")
+    if d.fix.applicability is Applicability.UNSAFE:
+        header.append(" [unsafe fix]", style="yellow")
+    console.print(header, soft_wrap=True)
+    for line in proposal.diff.splitlines():
+        style = ("bold" if line.startswith(("---", "+++")) else "cyan" if line.startswith("@@")
+                 else "green" if line.startswith("+") else "red" if line.startswith("-") else None)
+        console.print(Text(line, style=style or ""), soft_wrap=True, highlight=False)
+    try:
+        answer = click.prompt("Apply this fix? [a]pply, [s]kip, [q]uit",
+                              type=click.Choice(["a", "s", "q", "apply", "skip", "quit"], case_sensitive=False),
+                              show_choices=False)
+    except click.exceptions.Abort:  # end of input: stop asking, keep what was applied
+        return Decision.QUIT
+    return {"a": Decision.APPLY, "s": Decision.SKIP, "q": Decision.QUIT}[answer[0].lower()]
+
+
+def _baseline_summary(verdict, baseline_file: str) -> None:
+    console = _console()
+    for growth in verdict.grown:
+        console.print(f"{growth.path}: {growth.found} x {growth.code}, the baseline allows {growth.allowed}",
+                      markup=False, highlight=False)
+    if verdict.hidden:
+        console.print(f"{verdict.hidden} finding{'s' if verdict.hidden != 1 else ''} within the baseline "
+                      f"{baseline_file} not shown.", markup=False, highlight=False)
+    if verdict.shrunk:
+        console.print(f"{verdict.shrunk} fewer finding{'s' if verdict.shrunk != 1 else ''} than the baseline allows: "
+                      f"`pmap-migrate check --write-baseline {baseline_file}` tightens it.", markup=False, highlight=False)
 
 
 def unified_diff(outcome) -> str:
     import difflib
 
+    from codemod.notebooks import is_notebook, notebook_diff
+
+    if is_notebook(outcome.path):
+        return notebook_diff(outcome.path, outcome.original, outcome.fixed)
     before = _decode(outcome.original).splitlines(keepends=True)
     after = _decode(outcome.fixed).splitlines(keepends=True)
     return "".join(difflib.unified_diff(before, after, f"a/{outcome.path}", f"b/{outcome.path}"))
@@ -212,6 +315,39 @@ def _console(stderr: bool = False):
     from rich.console import Console
 
     return Console(stderr=stderr, highlight=False, soft_wrap=True)
+
+
+@main.command()
+@selection_options
+@click.option("--format", "report_format", type=click.Choice(("markdown", "json")), default="markdown",
+              show_default=True)
+@click.option("--output", "-o", "output_file", type=click.Path(dir_okay=False), default=None, metavar="FILE",
+              help="Write the report to FILE instead of stdout.")
+@handle_errors
+def report(paths, select, ignore, extend_exclude, force_exclude, config_file, no_cache, jobs, stdin_filename,
+           quiet, report_format, output_file):
+    """A ledger of every legacy site in PATHS and what will become of it (fixable, shimmed, manual, ...)."""
+    from codemod import report as ledger
+    from codemod.session import Session
+
+    session = Session.create(paths, select=select, ignore=ignore, extend_exclude=extend_exclude,
+                             force_exclude=force_exclude, config_file=config_file)
+    outcome = session.check(use_cache=not no_cache, jobs=jobs, stdin_filename=stdin_filename, progress=not quiet)
+    built = ledger.build(outcome.run, session.rules)
+    text = ledger.to_markdown(built) if report_format == "markdown" else ledger.to_json(built)
+    if output_file:
+        from pathlib import Path
+
+        try:
+            Path(output_file).write_text(text, encoding="utf-8")
+        except OSError as error:
+            _fail(f"cannot write {output_file}: {error.strerror or error}")
+        if not quiet:
+            click.echo(f"Wrote the migration report ({len(built.sites)} site{'s' if len(built.sites) != 1 else ''}) "
+                       f"to {output_file}.", err=True)
+    else:
+        click.echo(text, nl=False)
+    sys.exit(EXIT_ERROR if outcome.internal_errors else EXIT_CLEAN)
 
 
 @main.command(name="rules")

@@ -48,7 +48,7 @@ class Settings:
 
     def fingerprint(self, version: str, codes: tuple[str, ...]) -> str:
         """Everything a cached result depends on besides the file's bytes."""
-        text = repr((version, codes))
+        text = repr((version, codes, self.idiomatic))
         return hashlib.blake2b(text.encode(), digest_size=12).hexdigest()
 
 
@@ -81,7 +81,10 @@ def load_settings(config_file: Path | None, cwd: Path) -> Settings:
         raise ConfigError(f"cannot read {config_file}: {error}") from None
     except tomllib.TOMLDecodeError as error:
         raise ConfigError(f"{config_file}: invalid TOML: {error}") from None
-    table = data.get("tool", {}).get(SECTION, {}) if config_file.name == "pyproject.toml" else data
+    # pyproject.toml-style files keep the settings under [tool.pmap-migrate]; a dedicated TOML file
+    # may hold them at the top level.
+    nested = data.get("tool", {}).get(SECTION) if isinstance(data.get("tool"), dict) else None
+    table = nested if nested is not None else ({} if config_file.name == "pyproject.toml" else data)
     if not isinstance(table, dict):
         raise ConfigError(f"{config_file}: [tool.{SECTION}] must be a table")
     unknown = sorted(set(table) - KNOWN_KEYS)
@@ -122,9 +125,11 @@ def load_settings(config_file: Path | None, cwd: Path) -> Settings:
     )
 
 
-def with_overrides(settings: Settings, *, select=None, ignore=None, extend_exclude=None) -> Settings:
-    """Command-line flags replace (select, ignore) or extend (exclude) the configured values."""
+def with_overrides(settings: Settings, *, select=None, ignore=None, extend_exclude=None, idiomatic=None) -> Settings:
+    """Command-line flags replace (select, ignore, idiomatic) or extend (exclude) the configured values."""
     changes = {}
+    if idiomatic is not None:
+        changes["idiomatic"] = bool(idiomatic)
     if select:
         changes["select"] = tuple(select)
     if ignore:

@@ -40,9 +40,16 @@ class Diagnostic:
     end_column: int
     fix: FixInfo | None = None
     state: State = State.ACTIVE
+    cell: int | None = None  # notebooks only: 1-based index in the notebook's cells; line is within the cell
 
     def sort_key(self) -> tuple:
-        return (self.path, self.line, self.column, self.code)
+        return (self.path, self.cell or 0, self.line, self.column, self.code)
+
+    @property
+    def location(self) -> str:
+        """``path:line:col``, or ``path:cell N:line:col`` in a notebook (ruff's spelling)."""
+        cell = f"cell {self.cell}:" if self.cell is not None else ""
+        return f"{self.path}:{cell}{self.line}:{self.column}"
 
     def to_json(self) -> dict:
         return {
@@ -57,7 +64,7 @@ class Diagnostic:
             "fix": None
             if self.fix is None
             else {"applicability": self.fix.applicability.value, "summary": self.fix.summary},
-        }
+        } | ({"cell": self.cell} if self.cell is not None else {})
 
 
 @dataclass(frozen=True)

@@ -10,7 +10,7 @@ import pathspec
 
 from codemod.config import DEFAULT_EXCLUDE, Settings
 
-PYTHON_SUFFIXES = (".py",)
+PYTHON_SUFFIXES = (".py", ".ipynb")  # notebooks are checked through their code cells
 
 
 @dataclass(frozen=True)
@@ -79,9 +79,18 @@ def discover(paths: list[str], settings: Settings, *, force_exclude: bool = Fals
             relative = path.name + suffix
         return exclude.match_file(relative)
 
-    def add(path: Path) -> None:
-        real = path.resolve()
-        if real not in seen:
+    # What lies below a named directory may be a symbolic link; it is followed only where it
+    # stays inside the named paths (`fix` writes through links, never outside what it was given).
+    roots = [Path(given).resolve() for given in paths if Path(given).exists()]
+
+    def add(path: Path, named: bool = False) -> None:
+        try:
+            real = path.resolve()
+        except (OSError, RuntimeError):  # a link loop
+            return
+        if not named and not any(real == r or r in real.parents for r in roots):
+            return
+        if real not in seen:  # a file reached through several links is looked at once
             seen.add(real)
             files.append(path)
 
@@ -93,7 +102,7 @@ def discover(paths: list[str], settings: Settings, *, force_exclude: bool = Fals
             continue
         if absolute.is_file():
             if not (force_exclude and excluded(absolute, False)):
-                add(path)
+                add(path, named=True)
             continue
         if excluded(absolute, True):
             if force_exclude:

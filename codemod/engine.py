@@ -10,7 +10,7 @@ from libcst.metadata import CodeRange, MetadataWrapper, PositionProvider
 
 from codemod.diagnostics import Applicability, Diagnostic, FileError, FileResult, FixInfo, State
 from codemod.suppression import Suppressions, is_guarded
-from rules.base import FixSpec, Rule, RuleContext
+from rules.base import FixSpec, Rule, RuleContext, RuleOptions
 from rules.semantic import SemanticModel
 
 
@@ -28,15 +28,22 @@ def might_match(data: bytes, triggers: tuple[bytes, ...] | None) -> bool:
     return triggers is None or any(t in data for t in triggers)
 
 
+def one_line(message: str) -> str:
+    """Messages are one line (`path:line:col: CODE message`), whatever an exception's text holds."""
+    return " ".join(message.split()) or "no details"
+
+
 def parse(data: bytes | str, path: str) -> cst.Module | FileError:
     try:
         return cst.parse_module(data)
     except cst.ParserSyntaxError as error:
         message = str(error).splitlines()[0] if str(error) else "invalid syntax"
-        return FileError(path, "PM000", f"SyntaxError: {error.message or message}",
+        return FileError(path, "PM000", one_line(f"SyntaxError: {error.message or message}"),
                          max(error.raw_line, 1), error.raw_column + 1)
-    except (UnicodeDecodeError, LookupError) as error:  # bad bytes, or a coding cookie naming no codec
-        return FileError(path, "PM001", f"cannot decode file: {error}")
+    except (UnicodeError, LookupError) as error:  # bad bytes, or a coding cookie naming no text codec
+        return FileError(path, "PM001", one_line(f"cannot decode file: {error}"))
+    except SyntaxError as error:  # the encoding detection: no valid cookie for non-UTF-8 bytes, a BOM contradicting it
+        return FileError(path, "PM001", one_line(f"cannot decode file: {error.msg}"))
     except RecursionError:
         return FileError(path, "PM000", "SyntaxError: too deeply nested to parse")
 
@@ -57,12 +64,13 @@ class Analysis:
     positions: Mapping[cst.CSTNode, CodeRange]
 
 
-def analyse(module: cst.Module, path: str, rules: Sequence[type[Rule]]) -> Analysis:
+def analyse(module: cst.Module, path: str, rules: Sequence[type[Rule]],
+            options: RuleOptions | None = None) -> Analysis:
     """Every finding of ``rules`` on ``module``, with suppression and guard states set."""
     if not rules:
         return Analysis(module, [], {})
     wrapper = MetadataWrapper(module, unsafe_skip_copy=True)
-    context = RuleContext(path, SemanticModel(wrapper))
+    context = RuleContext(path, SemanticModel(wrapper), options=options or RuleOptions())
     wrapper.visit_batched([rule(context) for rule in rules])
     if not context.reports:
         return Analysis(module, [], {})
@@ -96,11 +104,13 @@ def analyse(module: cst.Module, path: str, rules: Sequence[type[Rule]]) -> Analy
     return Analysis(module, findings, positions)
 
 
-def lint_module(module: cst.Module, path: str, rules: Sequence[type[Rule]]) -> list[Diagnostic]:
-    return [f.diagnostic for f in analyse(module, path, rules).findings]
+def lint_module(module: cst.Module, path: str, rules: Sequence[type[Rule]],
+                options: RuleOptions | None = None) -> list[Diagnostic]:
+    return [f.diagnostic for f in analyse(module, path, rules, options).findings]
 
 
-def lint_bytes(data: bytes | str, path: str, rules: Sequence[type[Rule]]) -> FileResult:
+def lint_bytes(data: bytes | str, path: str, rules: Sequence[type[Rule]],
+               options: RuleOptions | None = None) -> FileResult:
     """Check one file's contents. Never raises: failures become the result's ``error``."""
     result = FileResult(path, parsed=True)
     try:
@@ -108,9 +118,9 @@ def lint_bytes(data: bytes | str, path: str, rules: Sequence[type[Rule]]) -> Fil
         if isinstance(module, FileError):
             result.error = module
             return result
-        result.diagnostics = lint_module(module, path, rules)
+        result.diagnostics = lint_module(module, path, rules, options)
     except RecursionError:
         result.error = FileError(path, "PM002", "internal error: code nested too deeply to analyse")
     except Exception as error:  # a rule bug must not end the run or show a traceback
-        result.error = FileError(path, "PM002", f"internal error: {type(error).__name__}: {error}")
+        result.error = FileError(path, "PM002", one_line(f"internal error: {type(error).__name__}: {error}"))
     return result

@@ -10,15 +10,19 @@ parse is never returned.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
+
+import ast
+import sys
+import warnings
 
 import libcst as cst
 from libcst.codemod import CodemodContext
 from libcst.codemod.visitors import AddImportsVisitor, RemoveImportsVisitor
 
 from codemod.diagnostics import Applicability, Diagnostic, FileError, State
-from codemod.engine import Analysis, Finding, analyse, parse
-from rules.base import Edit, Rule
+from codemod.engine import Analysis, Finding, analyse, one_line, parse
+from rules.base import Edit, Rule, RuleOptions
 
 MAX_ROUNDS = 8
 
@@ -64,13 +68,15 @@ def _spans(analysis: Analysis, finding: Finding):
 
 
 def choose(analysis: Analysis, candidates: Sequence[Finding]) -> list[Finding]:
-    """Innermost first; a fix whose edits overlap an already chosen one waits for the next round."""
-    def size(finding: Finding):
-        return max(((e[0] - s[0], e[1] - s[1]) for s, e in _spans(analysis, finding)), default=(0, 0))
+    """Innermost first (after any fix with a higher priority); a fix whose edits overlap an already
+    chosen one waits for the next round."""
+    def order(finding: Finding):
+        size = max(((e[0] - s[0], e[1] - s[1]) for s, e in _spans(analysis, finding)), default=(0, 0))
+        return -finding.fix.priority, size
 
     chosen: list[Finding] = []
     taken: list[tuple[tuple[int, int], tuple[int, int]]] = []
-    for finding in sorted(candidates, key=size):
+    for finding in sorted(candidates, key=order):
         spans = _spans(analysis, finding)
         if any(s < te and ts < e for s, e in spans for ts, te in taken if s != e and ts != te):
             continue
@@ -123,16 +129,43 @@ def apply(module: cst.Module, chosen: Sequence[Finding]) -> cst.Module:
     return module
 
 
+def _python_rejects(original: bytes, fixed: bytes) -> str | None:
+    """Why the running Python's own parser rejects ``fixed`` although it accepts ``original``
+    (None when it accepts both, or already rejected the original: code for a newer Python).
+    A second opinion on libcst's parser, which is more lenient in places."""
+
+    def problem(data: bytes) -> str | None:
+        try:
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore")  # invalid escape sequences and the like
+                compile(data, "<fixed>", "exec", ast.PyCF_ONLY_AST, dont_inherit=True)
+        except SyntaxError as error:
+            return f"line {error.lineno}: {error.msg}"
+        except (ValueError, RecursionError, MemoryError) as error:
+            return f"{type(error).__name__}: {error}"
+        return None
+
+    found = problem(fixed)
+    if found is None or problem(original) is not None:
+        return None
+    return found
+
+
 def fix_bytes(data: bytes, path: str, rules: Sequence[type[Rule]], *, unsafe: bool = False,
-              max_rounds: int = MAX_ROUNDS) -> FixOutcome:
-    """Fix one file's contents. Never raises; never returns output that does not parse."""
+              max_rounds: int = MAX_ROUNDS, options: RuleOptions | None = None) -> FixOutcome:
+    """Fix one file's contents. Never raises; never returns output that does not parse.
+
+    The idiomatic option only takes effect with ``unsafe`` (its fixes are unsafe); without it the
+    faithful rewrite applies."""
     outcome = FixOutcome(path, data)
+    if options is not None and options.idiomatic and not unsafe:
+        options = replace(options, idiomatic=False)
     try:
         module = parse(data, path)
         if isinstance(module, FileError):
             outcome.error = module
             return outcome
-        analysis = analyse(module, path, rules)
+        analysis = analyse(module, path, rules, options)
         for _ in range(max_rounds):
             chosen = choose(analysis, [f for f in analysis.findings if applicable(f, unsafe)])
             if not chosen:
@@ -144,20 +177,26 @@ def fix_bytes(data: bytes, path: str, rules: Sequence[type[Rule]], *, unsafe: bo
             reparsed = parse(new_bytes, path)
             if isinstance(reparsed, FileError):
                 codes = ", ".join(sorted({f.diagnostic.code for f in chosen}))
-                outcome.error = FileError(path, "PM002", f"internal error: the {codes} fix produced code that "
-                                          f"does not parse ({reparsed.message}); file left unchanged")
+                outcome.error = FileError(path, "PM002", one_line(f"internal error: the {codes} fix produced code "
+                                          f"that does not parse ({reparsed.message}); file left unchanged"))
                 return outcome
             outcome.applied.extend(f.diagnostic for f in chosen)
             outcome.rounds += 1
-            analysis = analyse(reparsed, path, rules)
+            analysis = analyse(reparsed, path, rules, options)
         final = analysis.module.bytes
         if final != data:
+            refusal = _python_rejects(data, final)
+            if refusal is not None:
+                outcome.error = FileError(path, "PM002", one_line(
+                    f"internal error: the fixed code does not compile under Python "
+                    f"{sys.version_info.major}.{sys.version_info.minor} ({refusal}); file left unchanged"))
+                return outcome
             outcome.fixed = final
         outcome.remaining = [f.diagnostic for f in analysis.findings if f.diagnostic.state is State.ACTIVE]
     except RecursionError:
         outcome.error = FileError(path, "PM002", "internal error: code nested too deeply to analyse")
         outcome.fixed = None
     except Exception as error:  # a rule bug must not end the run or show a traceback
-        outcome.error = FileError(path, "PM002", f"internal error: {type(error).__name__}: {error}")
+        outcome.error = FileError(path, "PM002", one_line(f"internal error: {type(error).__name__}: {error}"))
         outcome.fixed = None
     return outcome

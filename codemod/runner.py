@@ -18,8 +18,9 @@ from codemod.cache import CACHE_DIR_NAME, ResultCache, digest
 from codemod.config import Settings
 from codemod.diagnostics import FileError, FileResult, State
 from codemod.engine import lint_bytes, might_match, triggers_of
+from codemod.notebooks import fix_notebook, is_notebook, lint_notebook
 from rules import rules_by_code
-from rules.base import Rule
+from rules.base import Rule, RuleOptions
 
 # Below this many files to parse, a process pool costs more than it saves.
 PARALLEL_THRESHOLD = 24
@@ -61,9 +62,29 @@ def _rules_for(codes: tuple[str, ...]) -> tuple[type[Rule], ...]:
     return tuple(table[c] for c in codes)
 
 
-def _lint_job(job: tuple[bytes, str, tuple[str, ...]]) -> FileResult:
-    data, shown, codes = job
-    return lint_bytes(data, shown, _rules_for(codes))
+def rule_options(settings: Settings) -> RuleOptions:
+    return RuleOptions(idiomatic=settings.idiomatic)
+
+
+def lint_file(data: bytes, shown: str, rules: Sequence[type[Rule]], options: RuleOptions | None = None) -> FileResult:
+    """Check one file's contents by its kind: a notebook's code cells, or a Python module."""
+    if is_notebook(shown):
+        return lint_notebook(data, shown, rules)
+    return lint_bytes(data, shown, rules, options)
+
+
+def fix_file(data: bytes, shown: str, rules: Sequence[type[Rule]], *, unsafe: bool,
+             options: RuleOptions | None = None):
+    from codemod.fixer import fix_bytes
+
+    if is_notebook(shown):
+        return fix_notebook(data, shown, rules, unsafe=unsafe)
+    return fix_bytes(data, shown, rules, unsafe=unsafe, options=options)
+
+
+def _lint_job(job: tuple[bytes, str, tuple[str, ...], RuleOptions]) -> FileResult:
+    data, shown, codes, options = job
+    return lint_file(data, shown, _rules_for(codes), options)
 
 
 @lru_cache(maxsize=1)
@@ -143,7 +164,8 @@ def run(
     outcome.parsed = len(pending)
     if on_total is not None:
         on_total(len(pending))
-    work = [(data, display_path(files[index]), codes) for index, _, _, _, data in pending]
+    options = rule_options(settings)
+    work = [(data, display_path(files[index]), codes, options) for index, _, _, _, data in pending]
     for (index, key, stat, content_digest, _), result in zip(pending, execute(_lint_job, work, jobs, progress)):
         slots[index] = result
         internal_error = result.error is not None and result.error.code == "PM002"
@@ -162,10 +184,27 @@ def execute(function, work: list, jobs: int | None, progress: Callable[[int], No
     jobs = jobs or default_jobs()
     if jobs > 1 and len(work) >= PARALLEL_THRESHOLD:
         context = multiprocessing.get_context("fork") if "fork" in multiprocessing.get_all_start_methods() else None
-        with ProcessPoolExecutor(max_workers=jobs, mp_context=context) as pool:
+        pool = ProcessPoolExecutor(max_workers=jobs, mp_context=context, initializer=_worker_ignores_interrupts)
+        try:
             yield from _with_progress(pool.map(function, work, chunksize=max(1, len(work) // (jobs * 8))), progress)
+        except BaseException:  # Ctrl-C (or a failure): drop the queued work instead of finishing it
+            workers = list((getattr(pool, "_processes", None) or {}).values())  # private; gone after shutdown
+            pool.shutdown(wait=False, cancel_futures=True)
+            for process in workers:
+                process.terminate()
+            raise
+        finally:
+            pool.shutdown(wait=True)
     else:
         yield from _with_progress(map(function, work), progress)
+
+
+def _worker_ignores_interrupts() -> None:
+    """Ctrl-C reaches the whole process group: the parent alone handles it (one message, no
+    traceback from each worker), and stops the workers."""
+    import signal
+
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
 
 
 def _with_progress(results, progress):
@@ -175,11 +214,9 @@ def _with_progress(results, progress):
         yield result
 
 
-def _fix_job(job: tuple[bytes, str, tuple[str, ...], bool]):
-    from codemod.fixer import fix_bytes
-
-    data, shown, codes, unsafe = job
-    return fix_bytes(data, shown, _rules_for(codes), unsafe=unsafe)
+def _fix_job(job: tuple[bytes, str, tuple[str, ...], bool, RuleOptions]):
+    data, shown, codes, unsafe, options = job
+    return fix_file(data, shown, _rules_for(codes), unsafe=unsafe, options=options)
 
 
 def run_fix(files: Sequence[Path], settings: Settings, rules: Sequence[type[Rule]], *, unsafe: bool,
@@ -192,7 +229,8 @@ def run_fix(files: Sequence[Path], settings: Settings, rules: Sequence[type[Rule
     codes = tuple(rule.CODE for rule in rules)
     triggers = triggers_of(rules)
     outcomes: list = []
-    work: list[tuple[bytes, str, tuple[str, ...], bool]] = []
+    options = rule_options(settings)
+    work: list[tuple[bytes, str, tuple[str, ...], bool, RuleOptions]] = []
     paths: list[Path] = []
     for path in files:
         shown = display_path(path)
@@ -203,7 +241,10 @@ def run_fix(files: Sequence[Path], settings: Settings, rules: Sequence[type[Rule
             outcomes.append((None, FixOutcome(shown, b"", error=failure)))
             continue
         if might_match(data, triggers):
-            work.append((data, shown, codes, unsafe))
+            # Rules a per-file ignore switches off do not fix that file either.
+            ignored = ignored_codes(shown, settings)
+            file_codes = tuple(c for c in codes if not any(c.startswith(i) for i in ignored)) if ignored else codes
+            work.append((data, shown, file_codes, unsafe, options))
             paths.append(path)
     if on_total is not None:
         on_total(len(work))
@@ -231,17 +272,25 @@ def _spec(pattern: str) -> pathspec.PathSpec:
     return pathspec.GitIgnoreSpec.from_lines([pattern])
 
 
-def apply_per_file_ignores(result: FileResult, settings: Settings) -> FileResult:
-    if not settings.per_file_ignores or not result.diagnostics:
-        return result
+def ignored_codes(path: str, settings: Settings) -> set[str]:
+    """Codes (or prefixes) that `per-file-ignores` switches off for ``path``."""
+    if not settings.per_file_ignores:
+        return set()
     try:
-        relative = Path(result.path).resolve().relative_to(settings.root).as_posix()
+        relative = Path(path).resolve().relative_to(settings.root).as_posix()
     except ValueError:
-        relative = result.path
+        relative = path
     ignored: set[str] = set()
     for pattern, codes in settings.per_file_ignores:
         if _spec(pattern).match_file(relative):
             ignored.update(codes)
+    return ignored
+
+
+def apply_per_file_ignores(result: FileResult, settings: Settings) -> FileResult:
+    if not settings.per_file_ignores or not result.diagnostics:
+        return result
+    ignored = ignored_codes(result.path, settings)
     if not ignored:
         return result
     result.diagnostics = [

@@ -10,8 +10,8 @@ from pathlib import Path
 from codemod.config import ConfigError, Settings, load_settings, with_overrides
 from codemod.diagnostics import Diagnostic, FileResult, State
 from codemod.discovery import discover
-from codemod.engine import lint_bytes
-from codemod.runner import RunResult, apply_per_file_ignores, run
+from codemod.notebooks import cell_sources, is_notebook
+from codemod.runner import RunResult, apply_per_file_ignores, lint_file, rule_options, run
 from rules import select_rules, unknown_selectors
 from rules.base import Rule
 
@@ -43,12 +43,15 @@ class Session:
     force_exclude: bool = False
     _lines: dict = field(default_factory=dict)
     _stdin_text: dict[str, str] = field(default_factory=dict)
+    _cells: dict[str, dict[int, str]] = field(default_factory=dict)  # notebooks: cell sources by path
 
     @classmethod
-    def create(cls, paths, *, select=(), ignore=(), extend_exclude=(), force_exclude=False, config_file=None) -> Session:
+    def create(cls, paths, *, select=(), ignore=(), extend_exclude=(), force_exclude=False, config_file=None,
+               idiomatic: bool | None = None) -> Session:
         cwd = Path.cwd()
         settings = load_settings(Path(config_file) if config_file else None, cwd)
-        settings = with_overrides(settings, select=list(select), ignore=list(ignore), extend_exclude=list(extend_exclude))
+        settings = with_overrides(settings, select=list(select), ignore=list(ignore),
+                                  extend_exclude=list(extend_exclude), idiomatic=idiomatic)
         unknown = unknown_selectors(list(settings.select) + list(settings.ignore))
         if unknown:
             raise ConfigError(f"unknown rule selector(s): {', '.join(unknown)}; `pmap-migrate rules` lists the codes")
@@ -61,27 +64,31 @@ class Session:
             if len(self.paths) > 1:
                 raise ConfigError("`-` (stdin) cannot be combined with other paths")
             return CheckOutcome(self._check_stdin(stdin_filename))
+        return CheckOutcome(self._run(self.files(), use_cache=use_cache, jobs=jobs, progress=progress))
+
+    def files(self) -> list[Path]:
+        """The files this invocation looks at (an error for a named path that does not exist)."""
+        if STDIN in self.paths:
+            raise ConfigError("this command does not read stdin; name the files")
         found = discover(self.paths, self.settings, force_exclude=self.force_exclude)
         if found.missing:
             raise ConfigError(f"no such file or directory: {', '.join(found.missing)}")
-        return CheckOutcome(self._run(found.files, use_cache=use_cache, jobs=jobs, progress=progress))
+        return found.files
 
     def fix(self, *, unsafe: bool, jobs: int | None = None, progress: bool = False) -> list:
         """``(path, FixOutcome)`` pairs; writing is the caller's decision (``--diff`` writes nothing)."""
         if STDIN in self.paths:
             raise ConfigError("`fix` does not read stdin; name the files to fix")
-        found = discover(self.paths, self.settings, force_exclude=self.force_exclude)
-        if found.missing:
-            raise ConfigError(f"no such file or directory: {', '.join(found.missing)}")
+        files = self.files()
         from codemod.runner import run_fix
 
         if not progress or not sys.stderr.isatty():
-            return run_fix(found.files, self.settings, self.rules, unsafe=unsafe, jobs=jobs)
+            return run_fix(files, self.settings, self.rules, unsafe=unsafe, jobs=jobs)
         from rich.progress import Progress
 
         with Progress(transient=True) as bar:
             task = bar.add_task("fixing", total=None, visible=False)
-            return run_fix(found.files, self.settings, self.rules, unsafe=unsafe, jobs=jobs,
+            return run_fix(files, self.settings, self.rules, unsafe=unsafe, jobs=jobs,
                            progress=lambda n: bar.advance(task, n),
                            on_total=lambda total: bar.update(task, total=total, visible=total >= PROGRESS_THRESHOLD))
 
@@ -102,15 +109,25 @@ class Session:
     def _check_stdin(self, stdin_filename: str | None) -> RunResult:
         data = sys.stdin.buffer.read()
         shown = stdin_filename or STDIN
-        result: FileResult = lint_bytes(data, shown, self.rules)
+        result: FileResult = lint_file(data, shown, self.rules, rule_options(self.settings))
         result = apply_per_file_ignores(result, self.settings)
+        if is_notebook(shown):
+            self._cells[shown] = cell_sources(data)
         try:
             self._stdin_text[shown] = data.decode("utf-8-sig")
         except UnicodeDecodeError:
             pass
         return RunResult([result], files=1, parsed=1)
 
-    def source_line(self, path: str, line: int) -> str | None:
+    def source_line(self, path: str, line: int, cell: int | None = None) -> str | None:
+        if cell is not None:  # a notebook: the line within its cell
+            if path not in self._cells:
+                try:
+                    self._cells[path] = cell_sources(Path(path).read_bytes())
+                except OSError:
+                    self._cells[path] = {}
+            lines = self._cells[path].get(cell, "").splitlines()
+            return lines[line - 1] if 1 <= line <= len(lines) else None
         if path in self._stdin_text:
             lines = self._stdin_text[path].splitlines()
             return lines[line - 1] if 1 <= line <= len(lines) else None

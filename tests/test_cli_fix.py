@@ -87,3 +87,24 @@ def test_select_limits_what_is_fixed(project):
     path.write_text(LEGACY)
     result = fix("train.py", "--select", "PM4")
     assert result.exit_code == 0 and path.read_text() == LEGACY
+
+
+def test_per_file_ignores_also_hold_for_fix(project):
+    (project / "pyproject.toml").write_text('[tool.pmap-migrate.per-file-ignores]\n"legacy_*.py" = ["PM101"]\n')
+    kept, fixed = project / "legacy_keep.py", project / "train.py"
+    kept.write_text(LEGACY)
+    fixed.write_text(LEGACY)
+    result = fix(".")
+    assert result.exit_code == 0, result.output
+    assert kept.read_text() == LEGACY and "jax.shard_map" in fixed.read_text()
+
+
+def test_a_rewritten_module_is_not_taken_for_a_multi_process_one(project):
+    """The generated multi-process guard must not make PM501 (or the rewriter) see a
+    multi-process program: a pmap left for a later round is still rewritten to plain JAX."""
+    path = project / "two.py"
+    path.write_text(LEGACY + '\n\nother = jax.pmap(lambda x: x + 1, axis_name="j")\n')
+    assert fix("two.py").exit_code == 0
+    text = path.read_text()
+    assert "runtime_shim" not in text.replace("use runtime_shim.pmap", "")
+    assert CliRunner().invoke(main, ["check", "--no-cache", "two.py"]).exit_code == 0

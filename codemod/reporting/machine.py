@@ -29,11 +29,17 @@ def to_github(diagnostics: Sequence[Diagnostic]) -> str:
     """GitHub Actions workflow commands: one ``::error`` annotation per finding."""
     lines = []
     for d in diagnostics:
-        props = (
-            f"file={_escape_property(d.path)},line={d.line},col={d.column},"
-            f"endLine={d.end_line},endColumn={d.end_column},title={_escape_property(d.code)}"
-        )
-        lines.append(f"::error {props}::{_escape_data(f'{d.code} {d.message}')}")
+        if d.cell is not None:
+            # Annotation lines index the file's JSON, not a cell: annotate the notebook as a whole.
+            props = f"file={_escape_property(d.path)},title={_escape_property(d.code)}"
+            text = f"{d.code} cell {d.cell}, line {d.line}: {d.message}"
+        else:
+            props = (
+                f"file={_escape_property(d.path)},line={d.line},col={d.column},"
+                f"endLine={d.end_line},endColumn={d.end_column},title={_escape_property(d.code)}"
+            )
+            text = f"{d.code} {d.message}"
+        lines.append(f"::error {props}::{_escape_data(text)}")
     return "".join(line + "\n" for line in lines)
 
 
@@ -64,25 +70,32 @@ def to_sarif(diagnostics: Sequence[Diagnostic], rules: Sequence[type[Rule]]) -> 
             })
     results = []
     for d in diagnostics:
+        location = {"artifactLocation": {"uri": quote(d.path), "uriBaseId": "%SRCROOT%"}}
+        properties = {}
+        if d.cell is None:
+            location["region"] = {
+                "startLine": d.line,
+                "startColumn": d.column,
+                "endLine": d.end_line,
+                "endColumn": d.end_column,
+            }
+            message = d.message
+        else:
+            # SARIF regions index the file's text (the notebook's JSON), not a cell: the location is
+            # the notebook; the cell and the position within it go into the message and properties.
+            properties.update(cell=d.cell, cellLine=d.line, cellColumn=d.column)
+            message = f"cell {d.cell}, line {d.line}: {d.message}"
         result = {
             "ruleId": d.code,
             "ruleIndex": index[d.code],
             "level": "error",
-            "message": {"text": d.message},
-            "locations": [{
-                "physicalLocation": {
-                    "artifactLocation": {"uri": quote(d.path), "uriBaseId": "%SRCROOT%"},
-                    "region": {
-                        "startLine": d.line,
-                        "startColumn": d.column,
-                        "endLine": d.end_line,
-                        "endColumn": d.end_column,
-                    },
-                }
-            }],
+            "message": {"text": message},
+            "locations": [{"physicalLocation": location}],
         }
         if d.fix is not None:
-            result["properties"] = {"fix": {"applicability": d.fix.applicability.value, "summary": d.fix.summary}}
+            properties["fix"] = {"applicability": d.fix.applicability.value, "summary": d.fix.summary}
+        if properties:
+            result["properties"] = properties
         results.append(result)
     log = {
         "$schema": "https://json.schemastore.org/sarif-2.1.0.json",

@@ -12,10 +12,13 @@ from codemod.diagnostics import Applicability, Diagnostic
 
 
 def render_diagnostics(console: Console, diagnostics: Sequence[Diagnostic],
-                       source_line: Callable[[str, int], str | None], *, show_source: bool = True) -> None:
+                       source_line: Callable[..., str | None], *, show_source: bool = True) -> None:
+    """``source_line(path, line)``, or ``source_line(path, line, cell)`` for a notebook finding."""
     for d in diagnostics:
         header = Text()
         header.append(d.path, style="bold")
+        if d.cell is not None:
+            header.append(f":cell {d.cell}", style="cyan")
         header.append(f":{d.line}:{d.column}: ", style="cyan")
         header.append(d.code, style="bold red")
         header.append(" ")
@@ -23,7 +26,9 @@ def render_diagnostics(console: Console, diagnostics: Sequence[Diagnostic],
         if d.fix is not None:
             header.append(" [*]" if d.fix.applicability is Applicability.SAFE else " [unsafe fix]", style="dim")
         console.print(header, soft_wrap=True)
-        line = source_line(d.path, d.line) if show_source else None
+        line = None
+        if show_source:
+            line = source_line(d.path, d.line) if d.cell is None else source_line(d.path, d.line, d.cell)
         if line is None:
             continue
         text = line.rstrip("\r\n")

@@ -1,0 +1,301 @@
+"""The migration report: a ledger of every legacy site the tool saw, and what will become of it.
+
+Every finding of every selected rule is listed — suppressed and guarded ones included — and so is
+every file that could not be checked and every existing use of ``runtime_shim``. A site the tool
+cannot rewrite is listed as *manual* with the reason; nothing is dropped (tf_upgrade_v2 reported
+"0 issues" while missing constructs; this ledger must not).
+"""
+
+from __future__ import annotations
+
+import json
+from collections import Counter
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+from enum import Enum
+from pathlib import Path, PurePosixPath
+
+import libcst as cst
+from libcst.metadata import MetadataWrapper, PositionProvider, QualifiedNameProvider
+
+from codemod import __version__
+from codemod.diagnostics import Applicability, Diagnostic, FileError, State
+from codemod.runner import RunResult
+from rules.base import Rule
+
+
+class SiteState(str, Enum):
+    FIXABLE_SAFE = "fixable-safe"  # `pmap-migrate fix` rewrites it to plain JAX
+    FIXABLE_UNSAFE = "fixable-unsafe"  # `fix --unsafe-fixes` rewrites it, under a stated assumption
+    SHIMMED = "shimmed"  # routed to runtime_shim (by a fix, or already)
+    MANUAL = "manual"  # needs a person; the reason says why
+    SUPPRESSED = "suppressed"  # `# noqa` or per-file-ignores
+    GUARDED = "guarded"  # inside code written for both the old and the new API
+
+    @property
+    def label(self) -> str:
+        return _LABELS[self]
+
+
+_LABELS = {
+    SiteState.FIXABLE_SAFE: "fixable (safe)",
+    SiteState.FIXABLE_UNSAFE: "fixable (unsafe)",
+    SiteState.SHIMMED: "shimmed",
+    SiteState.MANUAL: "manual",
+    SiteState.SUPPRESSED: "suppressed",
+    SiteState.GUARDED: "guarded",
+}
+
+# What each public runtime_shim name stands in for: the rule whose pattern it replaces.
+SHIM_NAMES = {
+    "runtime_shim.pmap": "PM101",
+    "runtime_shim.install": "PM101",
+    "runtime_shim.device_put_replicated": "PM301",
+    "runtime_shim.device_put_sharded": "PM302",
+    "runtime_shim.unreplicate": "PM202",
+}
+
+
+@dataclass(frozen=True)
+class Site:
+    path: str
+    line: int
+    column: int
+    code: str
+    name: str
+    state: SiteState
+    reason: str
+    message: str
+    cell: int | None = None
+    fixable_by: str | None = None  # the fix's summary, when there is one
+
+    def sort_key(self) -> tuple:
+        return (self.path, self.cell or 0, self.line, self.column, self.code)
+
+    @property
+    def position(self) -> str:
+        return (f"cell {self.cell}:" if self.cell is not None else "") + f"{self.line}:{self.column}"
+
+    def to_json(self) -> dict:
+        entry = {
+            "path": self.path, "line": self.line, "column": self.column, "code": self.code, "name": self.name,
+            "state": self.state.value, "reason": self.reason, "message": self.message, "fix": self.fixable_by,
+        }
+        if self.cell is not None:
+            entry["cell"] = self.cell
+        return entry
+
+
+@dataclass
+class Report:
+    sites: list[Site]
+    files_checked: int
+    files_with_sites: int = field(init=False)
+
+    def __post_init__(self) -> None:
+        self.sites.sort(key=Site.sort_key)
+        self.files_with_sites = len({s.path for s in self.sites})
+
+    def by_state(self) -> Counter:
+        return Counter(s.state for s in self.sites)
+
+    def by_rule(self) -> dict[tuple[str, str], Counter]:
+        table: dict[tuple[str, str], Counter] = {}
+        for site in self.sites:
+            table.setdefault((site.code, site.name), Counter())[site.state] += 1
+        return dict(sorted(table.items()))
+
+    def by_directory(self) -> dict[str, Counter]:
+        table: dict[str, Counter] = {}
+        for site in self.sites:
+            table.setdefault(directory_of(site.path), Counter())[site.state] += 1
+        return dict(sorted(table.items()))
+
+
+def directory_of(path: str) -> str:
+    parent = str(PurePosixPath(path).parent)
+    return parent if parent not in ("", ".") else "."
+
+
+def classify(d: Diagnostic) -> Site:
+    """The ledger entry of one finding."""
+    if d.state is State.SUPPRESSED:
+        state, reason = SiteState.SUPPRESSED, f"suppressed (`# noqa` or per-file-ignores): {d.message}"
+    elif d.state is State.GUARDED:
+        state, reason = SiteState.GUARDED, f"inside a guard for both the old and the new API: {d.message}"
+    elif d.fix is None:
+        state, reason = SiteState.MANUAL, d.message
+    elif d.fix.shimmed:
+        state, reason = SiteState.SHIMMED, d.fix.summary
+    elif d.fix.applicability is Applicability.SAFE:
+        state, reason = SiteState.FIXABLE_SAFE, d.fix.summary
+    else:
+        state, reason = SiteState.FIXABLE_UNSAFE, d.fix.summary
+    return Site(d.path, d.line, d.column, d.code, d.name, state, reason, d.message, d.cell,
+                d.fix.summary if d.fix is not None else None)
+
+
+def _error_site(error: FileError) -> Site:
+    return Site(error.path, error.line, error.column, error.code, FileError.NAMES.get(error.code, "error"),
+                SiteState.MANUAL, f"the file could not be checked: {error.message}", error.message)
+
+
+def build(run: RunResult, rules: Sequence[type[Rule]], *, read=lambda path: Path(path).read_bytes()) -> Report:
+    """The ledger of a run whose results keep every state (as ``Session.check`` returns them)."""
+    sites = [classify(d) for result in run.results for d in result.diagnostics]
+    sites += [_error_site(e) for e in run.errors]
+    codes = {rule.CODE: rule.NAME for rule in rules}
+    for result in run.results:
+        if result.error is not None:
+            continue
+        try:
+            data = read(result.path)
+        except OSError:
+            continue
+        sites.extend(shim_sites(data, result.path, codes))
+    return Report(sites, run.files)
+
+
+class _ShimUses(cst.CSTVisitor):
+    METADATA_DEPENDENCIES = (QualifiedNameProvider, PositionProvider)
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.found: list[tuple[cst.CSTNode, str]] = []
+
+    def visit_Import(self, node) -> bool:
+        return False
+
+    def visit_ImportFrom(self, node) -> bool:
+        return False
+
+    def _match(self, node: cst.CSTNode) -> bool:
+        for qualified in self.get_metadata(QualifiedNameProvider, node, set()):
+            if qualified.name in SHIM_NAMES:
+                self.found.append((node, qualified.name))
+                return True
+        return False
+
+    def visit_Attribute(self, node: cst.Attribute) -> bool:
+        return not self._match(node)
+
+    def visit_Name(self, node: cst.Name) -> None:
+        self._match(node)
+
+
+def shim_sites(data: bytes, path: str, codes: dict[str, str]) -> list[Site]:
+    """Existing uses of ``runtime_shim`` in one file (a migrated-by-shim site has no finding left)."""
+    if b"runtime_shim" not in data:
+        return []
+    from codemod.engine import parse
+    from codemod.notebooks import NotebookError, is_notebook, load
+
+    locate = None
+    if is_notebook(path):
+        try:
+            notebook = load(data, path)
+        except NotebookError:
+            return []
+        locate = notebook.locator(notebook.settle())
+        module = notebook.tree
+    else:
+        module = parse(data, path)
+    if module is None or isinstance(module, FileError):
+        return []
+    wrapper = MetadataWrapper(module, unsafe_skip_copy=True)
+    visitor = _ShimUses()
+    wrapper.visit(visitor)
+    positions = wrapper.resolve(PositionProvider)
+    sites = []
+    for node, qualified in visitor.found:
+        code = SHIM_NAMES[qualified]
+        if code not in codes:
+            continue
+        where = positions[node].start
+        cell, line = locate(where.line) if locate is not None else (None, where.line)
+        what = "replaces `jax.pmap` process-wide" if qualified.endswith(".install") else "legacy semantics at run time"
+        sites.append(Site(path, line, where.column + 1, code, codes[code], SiteState.SHIMMED,
+                          f"uses `{qualified}` ({what}); migrated as far as `check` is concerned",
+                          f"uses `{qualified}`", cell))
+    return sites
+
+
+# ---------------------------------------------------------------------------------------------
+# Rendering
+
+STATES = tuple(SiteState)
+
+
+def to_json(report: Report) -> str:
+    def states(counter: Counter) -> dict[str, int]:
+        return {state.value: counter.get(state, 0) for state in STATES} | {"total": sum(counter.values())}
+
+    document = {
+        "version": 1,
+        "tool": {"name": "pmap-migrate", "version": __version__},
+        "files_checked": report.files_checked,
+        "files_with_sites": report.files_with_sites,
+        "summary": {
+            "total": states(report.by_state()),
+            "by_rule": {code: {"name": name, **states(counter)} for (code, name), counter in report.by_rule().items()},
+            "by_directory": {directory: states(counter) for directory, counter in report.by_directory().items()},
+        },
+        "sites": [site.to_json() for site in report.sites],
+    }
+    return json.dumps(document, indent=2) + "\n"
+
+
+def _cell(text: str) -> str:
+    """Text safe inside a Markdown table cell."""
+    return " ".join(text.replace("|", "\\|").split())
+
+
+def _row(values: Iterable[object]) -> str:
+    return "| " + " | ".join(str(v) for v in values) + " |"
+
+
+def _count_table(first: str, rows: list[tuple[str, Counter]]) -> list[str]:
+    lines = [_row([first, *(s.label for s in STATES), "total"]), _row(["---", *("---:" for _ in STATES), "---:"])]
+    total: Counter = Counter()
+    for label, counter in rows:
+        total.update(counter)
+        lines.append(_row([label, *(counter.get(s, 0) or "" for s in STATES), sum(counter.values())]))
+    lines.append(_row(["**total**", *(f"**{total.get(s, 0)}**" for s in STATES), f"**{sum(total.values())}**"]))
+    return lines
+
+
+def to_markdown(report: Report) -> str:
+    counts = report.by_state()
+    out = ["# pmap-migrate: migration report", ""]
+    total = len(report.sites)
+    if total == 0:
+        out += [f"No legacy sites in {report.files_checked} file{'s' if report.files_checked != 1 else ''} checked.", ""]
+        return "\n".join(out)
+    parts = [f"{counts[s]} {s.label}" for s in STATES if counts.get(s)]
+    out += [
+        f"**{total}** legacy site{'s' if total != 1 else ''} in {report.files_with_sites} of "
+        f"{report.files_checked} file{'s' if report.files_checked != 1 else ''} checked: {', '.join(parts)}.",
+        "",
+        "States: *fixable (safe)* — `pmap-migrate fix` rewrites it to plain JAX; *fixable (unsafe)* — "
+        "`fix --unsafe-fixes` does, under the assumption stated; *shimmed* — routed to `runtime_shim` "
+        "(legacy semantics at run time); *manual* — needs a person, for the reason given; *suppressed* — "
+        "`# noqa` or per-file-ignores; *guarded* — in code written for both the old and the new API.",
+        "",
+        "## Summary by rule",
+        "",
+        *_count_table("rule", [(f"{code} `{name}`", counter) for (code, name), counter in report.by_rule().items()]),
+        "",
+        "## Summary by directory",
+        "",
+        *_count_table("directory", [(f"`{directory}`", counter) for directory, counter in report.by_directory().items()]),
+        "",
+        "## Sites",
+        "",
+        _row(["file", "position", "rule", "state", "reason"]),
+        _row(["---", "---", "---", "---", "---"]),
+    ]
+    for site in report.sites:
+        out.append(_row([f"`{_cell(site.path)}`", site.position, f"{site.code} `{site.name}`", site.state.label,
+                         _cell(site.reason)]))
+    out.append("")
+    return "\n".join(out)
