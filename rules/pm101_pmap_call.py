@@ -3,6 +3,7 @@ from __future__ import annotations
 import libcst as cst
 
 from rules.base import FixSpec, Invalid, Rule, Valid
+from rules.idiomatic_rewrite import idiomatic_fix
 from rules.pmap_rewrite import Rewriter, rewriter_for
 from rules.semantic import PMAP, TransformSite
 
@@ -52,6 +53,15 @@ class PmapCall(Rule):
     faithful `jax.jit(jax.shard_map(...))` form above (safe: same values for all inputs). Sites
     whose options are computed at run time, or whose alias comes from another module, are
     swapped to `runtime_shim.pmap` instead.
+
+    With `--idiomatic` (or `idiomatic = true` in the config) and `--unsafe-fixes`, a whole
+    data-parallel loop in one module (params replicated with `device_put_replicated` / flax
+    `replicate` / stacked copies, batches reshaped to `(devices, per_device, ...)` or `shard`-ed, a
+    step that `pmean`s its gradients, outputs read with `[0]` / `unreplicate`) is rewritten the way
+    it is written today instead: one mesh, the params `NamedSharding(mesh, P())`, the global batch
+    `P("batch")`, a `jax.jit(jax.shard_map(...))` step with the body unchanged, and no stacked
+    device axis (unsafe: it assumes the replicated copies are identical, and printed stacked values
+    show one copy). Anything that does not fit exactly gets the faithful rewrite.
 
     ## References
     - https://docs.jax.dev/en/latest/migrate_pmap.html
@@ -125,14 +135,17 @@ class PmapCall(Rule):
         if site.transform != PMAP:
             return
         via = site.callee.via
-        fix = self.rewriter.fix_for_site(site)
+        fix = idiomatic_fix(self.context, site) if self.context.options.idiomatic else None
+        note = "; idiomatic fix: the whole data-parallel loop, without the stacked device axis" if fix else ""
+        if fix is None:  # not asked for, or the module's loop does not fit the pattern exactly
+            fix = self.rewriter.fix_for_site(site)
         if via:
             message = f"`{via[0]}` applies the legacy `jax.pmap` (alias); migrate to `jax.jit(jax.shard_map(...))`"
             if site.callee.ambiguous:
                 message += f"; `{via[0]}` is also bound to something else, so this site needs a manual check"
-            self.report(site.node, message, fix=fix)
+            self.report(site.node, message + note, fix=fix)
         else:
-            self.report(site.node, fix=fix)
+            self.report(site.node, self.MESSAGE + note, fix=fix)
 
     def visit_Call(self, node: cst.Call) -> None:
         site = self.model.site(node)

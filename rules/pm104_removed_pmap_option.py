@@ -5,8 +5,14 @@ import re
 import libcst as cst
 
 from rules import tables
-from rules.base import Invalid, Rule, Valid
+from rules.base import Edit, FixSpec, Invalid, Rule, Valid
+from rules.placement_rewrite import remove_line
 from rules.semantic import PMAP
+
+_CONFIG_UPDATE = frozenset({"jax.config.update"})
+_ENVIRON = frozenset({"os.environ"})
+# Values jax reads as False for a boolean flag (`jax._src.config.bool_env`): the legacy default.
+_FALSE_STRINGS = frozenset({"n", "no", "f", "false", "off", "0"})
 
 # The flag's name as a word of a string: "jax_pmap_shmap_merge", "--jax_pmap_shmap_merge=true",
 # "JAX_PMAP_SHMAP_MERGE" (the environment variable), "--xla_x=1 --jax_pmap_shmap_merge".
@@ -48,8 +54,14 @@ class RemovedPmapOption(Rule):
     ```
 
     ## Fix safety
-    No automatic fix yet. Deleting the flag is only correct once the code no longer needs the
-    legacy pmap's behaviour, which the other rules check.
+    - `global_arg_shapes=None` is dropped (safe: the default). Another value is dropped as an
+      unsafe fix: jax 0.4.x and later raised `ValueError` for it, so the call never ran as written.
+    - A statement that only sets the flag (`jax.config.update("jax_pmap_shmap_merge", False)`,
+      `os.environ["JAX_PMAP_SHMAP_MERGE"] = "0"`, `os.environ.setdefault(...)`) is deleted: safe
+      when it sets the legacy default (False: jax 0.7.2 behaves the same without it, jax 0.10+
+      rejects it), unsafe otherwise (on jax 0.7.2, pmaps this module does not migrate would go back
+      to the legacy implementation). Reads of the flag, flag lists and test decorators are not
+      rewritten. The pmaps themselves are migrated by PM101.
 
     ## References
     - https://docs.jax.dev/en/latest/migrate_pmap.html
@@ -77,7 +89,10 @@ class RemovedPmapOption(Rule):
         Valid("import os\nos.environ['XLA_FLAGS'] = '--xla_force_host_platform_device_count=8'\n"),
     ]
     INVALID = [
-        Invalid("import jax\nstep = jax.pmap(f, axis_name='i', global_arg_shapes=(s,))\n", lines=(2,)),
+        Invalid("import jax\nstep = jax.pmap(f, axis_name='i', global_arg_shapes=(s,))\n", lines=(2,),
+                expected="import jax\nstep = jax.pmap(f, axis_name='i')\n"),
+        Invalid("import jax\nstep = jax.pmap(\n    f,\n    global_arg_shapes=None,\n    axis_name='i',\n)\n", lines=(4,),
+                expected="import jax\nstep = jax.pmap(\n    f,\n    axis_name='i',\n)\n"),
         Invalid(
             "import jax\nfrom functools import partial\n"
             "@partial(jax.pmap, axis_name='i',\n         global_arg_shapes=(s,))\n"
@@ -91,11 +106,20 @@ class RemovedPmapOption(Rule):
             lines=(3,),
         ),
         Invalid("from jax import pmap as p\nstep = p(f, global_arg_shapes=s)\n", lines=(2,)),
-        Invalid("import jax\njax.config.update('jax_pmap_shmap_merge', False)\n", lines=(2,)),
+        Invalid("import jax\njax.config.update('jax_pmap_shmap_merge', False)\nx = 1\n", lines=(2,),
+                expected="import jax\nx = 1\n"),
+        Invalid("import jax\nif legacy:\n    jax.config.update('jax_pmap_shmap_merge', True)\n", lines=(3,),
+                expected="import jax\nif legacy:\n    pass\n"),
         Invalid("from jax import config\nconfig.update(\n    'jax_pmap_shmap_merge',\n    True)\n", lines=(3,)),
         Invalid("import jax\nif jax.config.jax_pmap_shmap_merge:\n    pass\n", lines=(2,)),
-        Invalid("import os\nos.environ['JAX_PMAP_SHMAP_MERGE'] = '0'\n", lines=(2,)),
-        Invalid("import os\nos.environ.setdefault('JAX_PMAP_SHMAP_MERGE', 'false')\n", lines=(2,)),
+        Invalid("import os\nos.environ['JAX_PMAP_SHMAP_MERGE'] = '0'  # keep the C++ pmap\nimport jax\n", lines=(2,),
+                expected="import os\nimport jax\n"),
+        Invalid("import os\nos.environ.setdefault('JAX_PMAP_SHMAP_MERGE', 'false')\n", lines=(2,),
+                expected="import os\n"),
+        # Reads of the flag are reported, not rewritten.
+        Invalid("import jax\nif jax.config.jax_pmap_shmap_merge:\n    pass\nlegacy = jax.config.read('jax_pmap_shmap_merge')\n",
+                lines=(2, 4),
+                expected="import jax\nif jax.config.jax_pmap_shmap_merge:\n    pass\nlegacy = jax.config.read('jax_pmap_shmap_merge')\n"),
         Invalid("import sys\nsys.argv += ['--jax_pmap_shmap_merge=false', '--xla_flag=1']\n", lines=(2,)),
         Invalid("FLAGS = ['--jax_pmap_shmap_merge']\n", lines=(1,)),
         Invalid("import jax\nwith jax.config.pmap_shmap_merge(False):\n    pass\n", lines=(2,)),
@@ -123,7 +147,18 @@ class RemovedPmapOption(Rule):
         for arg in node.args:
             if arg.keyword is not None and arg.keyword.value in tables.REMOVED_PMAP_KEYWORDS:
                 self.report(arg, f"`{arg.keyword.value}=` is not a `jax.pmap` option any more (removed with the "
-                                 "legacy pmap); drop it")
+                                 "legacy pmap); drop it", fix=self._drop_argument(node, arg))
+
+    def _drop_argument(self, call: cst.Call, arg: cst.Arg) -> FixSpec:
+        edits = [Edit(arg, cst.RemovalSentinel.REMOVE)]
+        index = next(i for i, a in enumerate(call.args) if a is arg)
+        if index == len(call.args) - 1 and index > 0:
+            previous = call.args[index - 1]  # it becomes the last argument: it ends as this one ended
+            edits.append(Edit(previous, previous.with_changes(comma=arg.comma)))
+        if isinstance(arg.value, cst.Name) and arg.value.value == "None":
+            return FixSpec("safe", f"drop `{arg.keyword.value}=None` (the default)", edits=tuple(edits))
+        return FixSpec("unsafe", f"drop `{arg.keyword.value}=`; jax 0.4 and later rejected any value but None, so "
+                                 "this call did not run as written", edits=tuple(edits))
 
     def visit_Arg(self, node: cst.Arg) -> None:
         if node.keyword is not None and node.keyword.value.lower() == tables.PMAP_SHMAP_MERGE_FLAG:
@@ -156,11 +191,52 @@ class RemovedPmapOption(Rule):
             self.report(node)
 
     def _report_flag(self, node: cst.CSTNode, text: str) -> None:
+        fix = self._flag_setting_removal(node)
         if tables.PMAP_SHMAP_MERGE_FLAG.upper() in text:
             self.report(node, f"`{tables.PMAP_SHMAP_MERGE_FLAG.upper()}` is ignored since jax 0.10.0 removed the "
-                              "flag: the legacy pmap it selected is gone, so this silently runs the new pmap")
+                              "flag: the legacy pmap it selected is gone, so this silently runs the new pmap", fix=fix)
         else:
-            self.report(node)
+            self.report(node, fix=fix)
+
+    def _flag_setting_removal(self, node: cst.CSTNode) -> FixSpec | None:
+        """Delete a statement whose only effect is setting the flag: `jax.config.update(flag, v)`,
+        `os.environ[FLAG] = v`, `os.environ.setdefault(FLAG, v)`, with the flag's name as ``node``."""
+        model = self.model
+        parent = model.parent(node)
+        value = None
+        if isinstance(parent, cst.Arg) and parent.keyword is None:
+            call = model.parent(parent)
+            if not isinstance(call, cst.Call) or len(call.args) != 2 or call.args[0] is not parent \
+                    or call.args[1].keyword is not None or call.args[1].star:
+                return None
+            setdefault = isinstance(call.func, cst.Attribute) and call.func.attr.value == "setdefault" \
+                and model.matches(call.func.value, _ENVIRON)
+            if not (model.matches(call.func, _CONFIG_UPDATE) or setdefault):
+                return None
+            value = call.args[1].value
+            statement = model.parent(call)
+            if not isinstance(statement, cst.Expr):
+                return None
+        elif isinstance(parent, cst.Index):
+            subscript = model.parent(model.parent(parent))
+            target = model.parent(subscript)
+            statement = model.parent(target)
+            if not (isinstance(subscript, cst.Subscript) and isinstance(target, cst.AssignTarget)
+                    and isinstance(statement, cst.Assign) and len(statement.targets) == 1
+                    and model.matches(subscript.value, _ENVIRON)):
+                return None
+            value = statement.value
+        else:
+            return None
+        line = model.parent(statement)
+        if not isinstance(line, cst.SimpleStatementLine) or len(line.body) != 1:
+            return None
+        summary = f"delete the `{tables.PMAP_SHMAP_MERGE_FLAG}` setting"
+        if _sets_false(value):
+            return FixSpec("safe", summary + " (it sets the legacy default; jax 0.10 and later reject the flag)",
+                           replacement=remove_line(model, line), target=line)
+        return FixSpec("unsafe", summary + "; on jax 0.7.2, pmaps not migrated here would run the legacy pmap "
+                                           "again", replacement=remove_line(model, line), target=line)
 
     def _is_attribute_tail(self, node: cst.Name) -> bool:
         parent = self.model.parent(node)
@@ -173,3 +249,14 @@ class RemovedPmapOption(Rule):
         if isinstance(parent, cst.ConcatenatedString):
             parent = self.model.parent(parent)
         return isinstance(parent, cst.Expr)
+
+
+def _sets_false(value: cst.BaseExpression | None) -> bool:
+    if isinstance(value, cst.Name):
+        return value.value == "False"
+    if isinstance(value, cst.Integer):
+        return value.evaluated_value == 0
+    if isinstance(value, cst.SimpleString):
+        text = value.evaluated_value
+        return isinstance(text, str) and text.strip().lower() in _FALSE_STRINGS
+    return False

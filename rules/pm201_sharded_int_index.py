@@ -2,7 +2,15 @@ from __future__ import annotations
 
 import libcst as cst
 
-from rules.base import Invalid, Rule, Valid
+from rules.base import FixSpec, Invalid, Rule, Valid
+from rules.placement_rewrite import (
+    is_assignment_target,
+    keep_parens,
+    literal_index,
+    placement_for,
+    row_of,
+    single_index,
+)
 
 
 class ShardedIntIndex(Rule):
@@ -36,8 +44,16 @@ class ShardedIntIndex(Rule):
     ```
 
     ## Fix safety
-    No automatic fix yet: `addressable_shards[0]` is device 0's slice only for index 0 and for
-    single-process programs; other indices need `addressable_shards` searched by index.
+    `out[k]` becomes `out.addressable_shards[k].data.squeeze(0)`, exact when every value `out`
+    may hold (on every path to the index) is a stack with one row per device along a 1-D mesh: an
+    output of a pmap (the migrated form, the new `jax.pmap` and `runtime_shim.pmap` all put row k on
+    the k-th device of their mesh, and `addressable_shards` follows mesh order) or a
+    `device_put_replicated` / `device_put_sharded` / flax `replicate` stack. Safe for a literal
+    index; unsafe for `out[i]` (assumes `i` is an int, not a slice or an index array). No fix
+    where the value may come from elsewhere on some path (a host array before a loop, a
+    parameter), for outputs of nested pmaps (2-D meshes), in code that may run under jit (the
+    value would be a tracer), or in multi-process programs (the first addressable shard is not
+    row 0 of the global array).
 
     ## References
     - https://docs.jax.dev/en/latest/migrate_pmap.html
@@ -82,6 +98,39 @@ class ShardedIntIndex(Rule):
     ]
     INVALID = [
         Invalid("import jax\nstep = jax.pmap(f)\nout = step(x)\ny = out[0]\n", lines=(4,)),
+        # Fixed where every value of `out` is an array with one row per device: a literal index is
+        # safe, a variable one unsafe (applied here as --unsafe-fixes would).
+        Invalid(
+            "import jax\nimport jax.numpy as jnp\n@jax.pmap\ndef step(x):\n    return jnp.sin(x) * 2\n"
+            "out = step(xs)\nfirst, last = out[0], out[-1]\nfor i in range(8):\n    print(out[i])\n",
+            lines=(7, 7, 9),
+            expected=(
+                "import jax\nimport jax.numpy as jnp\n@jax.pmap\ndef step(x):\n    return jnp.sin(x) * 2\n"
+                "out = step(xs)\n"
+                "first, last = out.addressable_shards[0].data.squeeze(0), out.addressable_shards[-1].data.squeeze(0)\n"
+                "for i in range(8):\n    print(out.addressable_shards[i].data.squeeze(0))\n"
+            ),
+        ),
+        Invalid(
+            "import jax\nfrom jax import lax\nstep = jax.pmap(lambda x: (lax.psum(x, 'i'), {'y': x + 1}), axis_name='i')\n"
+            "loss, aux = step(xs)\nprint(aux['y'][0])\n",
+            lines=(5,),
+            expected=(
+                "import jax\nfrom jax import lax\nstep = jax.pmap(lambda x: (lax.psum(x, 'i'), {'y': x + 1}), axis_name='i')\n"
+                "loss, aux = step(xs)\nprint(aux['y'].addressable_shards[0].data.squeeze(0))\n"
+            ),
+        ),
+        # Not fixed: the output may be a list of the pytree (`[0]` picks an element), or a traced value.
+        Invalid(
+            "import jax\n@jax.pmap\ndef step(params):\n    return params\nparams = step(params)\nlayer = params[0]\n",
+            lines=(6,),
+            expected="import jax\n@jax.pmap\ndef step(params):\n    return params\nparams = step(params)\nlayer = params[0]\n",
+        ),
+        Invalid(
+            "import jax\nstep = jax.pmap(lambda x: x + 1)\n@jax.jit\ndef g(x):\n    return step(x)[0]\n",
+            lines=(5,),
+            expected="import jax\nstep = jax.pmap(lambda x: x + 1)\n@jax.jit\ndef g(x):\n    return step(x)[0]\n",
+        ),
         Invalid("import jax\nstep = jax.pmap(f)\nout = step(x)\na = out[-1]\nfor i in range(8):\n    print(out[i])\n",
                 lines=(4, 6)),
         Invalid("import jax\nstep = jax.pmap(f)\nmetrics = step(x)\nloss = metrics['loss'][0]\n", lines=(4,)),
@@ -117,9 +166,12 @@ class ShardedIntIndex(Rule):
             lines=(6,),
         ),
         Invalid(
-            "import jax, numpy as np\nstep = jax.pmap(f)\nout = np.zeros((8, 3))\n"
+            "import jax, numpy as np\nstep = jax.pmap(lambda x: x * 2)\nout = np.zeros((8, 3))\n"
             "for i in range(3):\n    print(out[0])\n    out = step(x)\n",
             lines=(5,),
+            # not fixed: the first iteration reads the NumPy array
+            expected=("import jax, numpy as np\nstep = jax.pmap(lambda x: x * 2)\nout = np.zeros((8, 3))\n"
+                      "for i in range(3):\n    print(out[0])\n    out = step(x)\n"),
         ),
         # One device's slice is an ordinary array: indexing it again is not another gather.
         Invalid("import jax\nstep = jax.pmap(f)\nout = step(x)\nrow = out[0]\ncopy = row\nz = copy[0]\n", lines=(4,)),
@@ -135,4 +187,18 @@ class ShardedIntIndex(Rule):
 
     def visit_Subscript(self, node: cst.Subscript) -> None:
         if self.model.indexes_device_axis(node):
-            self.report(node)
+            self.report(node, fix=self._fix(node))
+
+    def _fix(self, node: cst.Subscript) -> FixSpec | None:
+        index = single_index(node)
+        if index is None or is_assignment_target(self.model, node):
+            return None
+        if placement_for(self.context).first_shard_reason(node, node.value) is not None:
+            return None
+        replacement = keep_parens(node, row_of(node.value, index))
+        summary = "read the row from the device that holds it (`addressable_shards`), without a cross-device gather"
+        if literal_index(index):
+            return FixSpec("safe", summary, replacement=replacement)
+        return FixSpec("unsafe", summary + f"; assumes `{self.model.module.code_for_node(index)}` is an int "
+                                           "(a slice or an index array would select other rows)",
+                       replacement=replacement)

@@ -3,7 +3,19 @@ from __future__ import annotations
 import libcst as cst
 
 from rules import tables
-from rules.base import Invalid, Rule, Valid
+from rules.api_rewrite import code_of, removal_spec
+from rules.base import Edit, FixSpec, ImportSpec, Invalid, Rule, Valid
+from rules.placement_rewrite import (
+    Unfixable,
+    alias_definition,
+    alias_fix,
+    called,
+    keep_parens,
+    literal_index,
+    placement_for,
+    row_of,
+    single_index,
+)
 from rules.semantic import DEVICE_STACKED, FunctionLike, integer_index
 
 _OPERATOR_ITEMGETTER = frozenset({"operator.itemgetter"})
@@ -46,8 +58,16 @@ class Unreplicate(Rule):
     leading device axis: then there is nothing to unreplicate.
 
     ## Fix safety
-    No automatic fix yet. `addressable_shards[0]` equals `x[0]` for stacked arrays in
-    single-process programs; in multi-process programs device 0 may not be addressable.
+    `tree_map(lambda x: x[0], out)` becomes `tree_map(lambda x: x.addressable_shards[0].data.squeeze(0),
+    out)` (every `x[k]` of the lambda's parameter), `tree_map(operator.itemgetter(k), out)` and
+    `flax.jax_utils.unreplicate(out)` the same with a `lambda leaf: ...`. Safe when every value
+    `out` may hold is a pmap output (not of a nested pmap) or a per-device stack, whose leaves are
+    arrays with one row per device in mesh order, in a single-process program and outside code
+    that may run under jit: then shard k is row k, which is what `x[k]` read. Unsafe for a
+    non-literal index (`x[i]`: assumes an int). No fix for functions defined with `def` (they may
+    be used elsewhere), several trees, `is_leaf=`, values that may come from elsewhere on some
+    path, or multi-process programs (`runtime_shim.unreplicate` reads the shard that holds row 0
+    there).
 
     ## References
     - https://flax.readthedocs.io/en/latest/api_reference/flax.jax_utils.html
@@ -72,7 +92,28 @@ class Unreplicate(Rule):
         Valid("def unreplicate(t):\n    return t\nx = unreplicate(y)\n"),
     ]
     INVALID = [
-        Invalid("from flax import jax_utils\nparams = jax_utils.unreplicate(state.params)\n", lines=(2,)),
+        # Not fixed: nothing shows `state` is a pmap output.
+        Invalid("from flax import jax_utils\nparams = jax_utils.unreplicate(state.params)\n", lines=(2,),
+                expected="from flax import jax_utils\nparams = jax_utils.unreplicate(state.params)\n"),
+        Invalid(
+            "from flax import jax_utils\nimport jax\np_step = jax.pmap(lambda s: s)\nstate = jax_utils.replicate(state)\n"
+            "for _ in range(3):\n    state = p_step(state)\nfinal = jax_utils.unreplicate(state)\n",
+            lines=(7,),
+            expected=(
+                "from flax import jax_utils\nimport jax\np_step = jax.pmap(lambda s: s)\nstate = jax_utils.replicate(state)\n"
+                "for _ in range(3):\n    state = p_step(state)\n"
+                "final = jax.tree.map(lambda leaf: leaf.addressable_shards[0].data.squeeze(0), state)\n"
+            ),
+        ),
+        Invalid(
+            "import jax\nstep = jax.pmap(lambda s, x: {'w': s['w'] - x.mean()})\nstate = step(state, xs)\n"
+            "host = jax.tree_util.tree_map(lambda x: float(x[0]), state)\n",
+            lines=(4,),
+            expected=(
+                "import jax\nstep = jax.pmap(lambda s, x: {'w': s['w'] - x.mean()})\nstate = step(state, xs)\n"
+                "host = jax.tree_util.tree_map(lambda x: float(x.addressable_shards[0].data.squeeze(0)), state)\n"
+            ),
+        ),
         Invalid("from flax.jax_utils import unreplicate\nparams = unreplicate(state.params)\n", lines=(2,)),
         Invalid("import flax\nparams = flax.jax_utils.unreplicate(state.params)\n", lines=(2,)),
         Invalid("from flax.jax_utils import unreplicate as unrep\np = unrep(s)\n", lines=(2,)),
@@ -95,7 +136,9 @@ class Unreplicate(Rule):
             lines=(6,),
         ),
         Invalid("import jax, operator\nstep = jax.pmap(f)\nys = jax.tree.map(operator.itemgetter(0), step(x))\n",
-                lines=(3,)),
+                lines=(3,),
+                expected=("import jax\nstep = jax.pmap(f)\n"
+                          "ys = jax.tree.map(lambda leaf: leaf.addressable_shards[0].data.squeeze(0), step(x))\n")),
         Invalid(
             "import jax\nreplicated = jax.device_put_replicated(params, jax.local_devices())\n"
             "back = jax.tree.map(lambda x: x[0], replicated)\n",
@@ -112,7 +155,28 @@ class Unreplicate(Rule):
     def visit_Module(self, node: cst.Module) -> None:
         for reference in self.model.references(tables.FLAX_UNREPLICATE, ("unreplicate",), follow_aliases=True):
             self.report(reference, "`flax.jax_utils.unreplicate` indexes `x[0]` on every leaf: a cross-device "
-                                   "gather per leaf with the new pmap; read `x.addressable_shards[0].data`")
+                                   "gather per leaf with the new pmap; read `x.addressable_shards[0].data`",
+                        fix=self._unreplicate_fix(reference))
+
+    def _unreplicate_fix(self, reference: cst.BaseExpression) -> FixSpec | None:
+        placement = placement_for(self.context)
+        if alias_definition(self.model, reference) is not None:
+            return alias_fix(placement, reference, None)
+        call = called(self.model, reference)
+        if call is None or len(call.args) != 1 or call.args[0].keyword is not None or call.args[0].star:
+            return None
+        tree = call.args[0].value
+        if placement.first_shard_reason(call, tree, leaf=True) is not None:
+            return None
+        try:
+            jax, imports = placement.jax(call)
+        except Unfixable:
+            return None
+        text = f"{jax}.tree.map(lambda leaf: {code_of(row_of(cst.Name('leaf'), cst.Integer('0')))}, {code_of(tree)})"
+        removal = removal_spec(self.model, reference)
+        return FixSpec("safe", "read each leaf's row 0 from the device that holds it, without a cross-device gather",
+                       replacement=keep_parens(call, cst.parse_expression(text)), target=call, add_imports=imports,
+                       remove_imports=(removal,) if removal is not None else ())
 
     def visit_Call(self, node: cst.Call) -> None:
         if not node.args or not self.model.resolves_to(node.func, tables.TREE_MAP):
@@ -128,7 +192,40 @@ class Unreplicate(Rule):
         if function is None or not self._indexes_argument(function):
             return
         if any(not self.model.value_tags(tree).isdisjoint(DEVICE_STACKED) for tree in trees):
-            self.report(node)
+            self.report(node, fix=self._tree_map_fix(node, function, trees))
+
+    def _tree_map_fix(self, node: cst.Call, function: cst.BaseExpression, trees: list) -> FixSpec | None:
+        if len(trees) != 1 or any(a.keyword is not None and a.keyword.value not in ("f", "tree") for a in node.args):
+            return None
+        if placement_for(self.context).first_shard_reason(node, trees[0], leaf=True) is not None:
+            return None
+        summary = "read each leaf's row from the device that holds it, without a cross-device gather"
+        if isinstance(function, cst.Call):  # operator.itemgetter(k)
+            index = function.args[0].value
+            text = f"lambda leaf: {code_of(row_of(cst.Name('leaf'), index))}"
+            removal = removal_spec(self.model, function.func)
+            head = function.func.value if isinstance(function.func, cst.Attribute) else None
+            if removal is None and isinstance(head, cst.Name) and head.value == "operator":
+                removal = ImportSpec("operator")  # `import operator`: removed only if nothing else uses it
+            return FixSpec("safe", summary, replacement=keep_parens(function, cst.parse_expression(text)),
+                           target=function, remove_imports=(removal,) if removal is not None else ())
+        if not isinstance(function, cst.Lambda):
+            return None  # a def may be used elsewhere
+        finder = _IntegerIndexOf(function.params.params[0].name.value, collect=True)
+        function.body.visit(finder)
+        edits, assumptions = [], []
+        for subscript in finder.subscripts:
+            index = single_index(subscript)
+            if index is None:
+                return None
+            if not literal_index(index):
+                assumptions.append(f"`{code_of(index)}` is an int")
+            edits.append(Edit(subscript, keep_parens(subscript, row_of(subscript.value, index))))
+        if not edits:
+            return None
+        if assumptions:
+            return FixSpec("unsafe", summary + "; assumes " + ", ".join(assumptions), edits=tuple(edits))
+        return FixSpec("safe", summary, edits=tuple(edits))
 
     def _indexes_argument(self, function: cst.BaseExpression) -> bool:
         if isinstance(function, cst.Call) and self.model.matches(function.func, _OPERATOR_ITEMGETTER):
@@ -146,16 +243,20 @@ def _indexes_first_parameter(function: FunctionLike) -> bool:
 
 
 class _IntegerIndexOf(cst.CSTVisitor):
-    """Whether ``name[<int>]`` occurs (the name as the function's own parameter)."""
+    """Whether ``name[<int>]`` occurs (the name as the function's own parameter); with
+    ``collect``, every such subscript."""
 
-    def __init__(self, name: str) -> None:
+    def __init__(self, name: str, collect: bool = False) -> None:
         self.name = name
         self.found = False
+        self.collect = collect
+        self.subscripts: list[cst.Subscript] = []
 
     def visit_Subscript(self, node: cst.Subscript) -> bool:
         if isinstance(node.value, cst.Name) and node.value.value == self.name and integer_index(node):
             self.found = True
-        return not self.found
+            self.subscripts.append(node)
+        return self.collect or not self.found
 
     def visit_Lambda(self, node: cst.Lambda) -> bool:
         return not any(p.name.value == self.name for p in node.params.params)  # shadowed

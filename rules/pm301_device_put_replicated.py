@@ -3,7 +3,17 @@ from __future__ import annotations
 import libcst as cst
 
 from rules import tables
-from rules.base import Invalid, Rule, Valid
+from rules.base import FixSpec, Invalid, Rule, Valid
+from rules.placement_rewrite import (
+    Unfixable,
+    alias_definition,
+    alias_fix,
+    call_arguments,
+    called,
+    placement_for,
+    shim_swap,
+    stack_fix,
+)
 
 
 class DevicePutReplicated(Rule):
@@ -27,23 +37,35 @@ class DevicePutReplicated(Rule):
     ```
 
     ## Use instead
-    The faithful equivalent (same stacked shape), one `device_put` for the whole tree:
+    The same stack, placed explicitly (one `device_put` per leaf of a host-side broadcast view, so
+    no device holds more than its own copy):
     ```python
     import jax
     import numpy as np
     from jax.sharding import Mesh, NamedSharding, PartitionSpec as P
 
     devices = jax.local_devices()
-    mesh = Mesh(np.array(devices), ("i",))
-    params = jax.device_put(jax.tree.map(lambda x: np.stack([x] * len(devices)), params),
-                            NamedSharding(mesh, P("i")))
+    params = jax.tree.map(
+        lambda leaf: jax.device_put(np.broadcast_to(leaf, (len(devices), *np.shape(leaf))),
+                                    NamedSharding(Mesh(devices, ("i",)), P("i"))),
+        params)
     ```
-    or, once the pmap is migrated, no device axis at all:
+    Each row lives on the device of the same index in `devices`, as before, so the result feeds a
+    migrated pmap (whose mesh is `jax.local_devices()[:n]`) without a reshard; the mesh's axis
+    name does not matter. Once the pmap is migrated idiomatically there is no device axis at all:
     `jax.device_put(params, NamedSharding(mesh, P()))`.
 
     ## Fix safety
-    No automatic fix yet. `runtime_shim.device_put_replicated` is a drop-in with the legacy
-    result.
+    Calls are rewritten to the form above: safe, the same values, shapes, dtypes and devices.
+    A `devices` expression other than a name is bound once before the statement. Unsafe when a
+    Python number literal is replicated directly (`device_put_replicated(0.1, devs)`, `{"lr":
+    0.1}`): legacy kept it weakly typed, the NumPy stack is strongly typed (same printed values
+    and dtype; promotion with bfloat16/float16 differs). Typed PRNG key arrays (`jax.random.key`)
+    cannot go through NumPy and raise `TypeError`: replicate `jax.random.key_data(k)`.
+    Where that form does not apply (the function used as a value, multi-process programs, calls
+    in a class body, `*args`) the reference becomes `runtime_shim.device_put_replicated`, the
+    drop-in with the legacy result. A local alias (`dpr = jax.device_put_replicated`) is removed
+    once its uses are rewritten.
 
     ## References
     - https://docs.jax.dev/en/latest/migrate_pmap.html
@@ -64,7 +86,71 @@ class DevicePutReplicated(Rule):
         Valid("import jax\nx = jax.device_put_sharded(shards, devs)\n"),
     ]
     INVALID = [
-        Invalid("import jax\nparams = jax.device_put_replicated(params, jax.local_devices())\n", lines=(2,)),
+        Invalid(
+            "import jax\nparams = jax.device_put_replicated(params, jax.local_devices())\n", lines=(2,),
+            expected=(
+                "import jax\nimport numpy as np\nfrom jax.sharding import Mesh, NamedSharding, PartitionSpec as P\n\n"
+                "devices = jax.local_devices()\n"
+                "params = jax.tree.map(\n"
+                "    lambda leaf: jax.device_put(\n"
+                "        np.broadcast_to(leaf, (len(devices), *np.shape(leaf))),\n"
+                "        NamedSharding(Mesh(devices, (\"i\",)), P(\"i\"))),\n"
+                "    params)\n"
+            ),
+        ),
+        # A name needs no binding; the import goes once unused.
+        Invalid(
+            "from jax import device_put_replicated as dpr\nimport numpy as np\nparams = dpr(p, devs)\n", lines=(3,),
+            expected=(
+                "import numpy as np\nimport jax\nfrom jax.sharding import Mesh, NamedSharding, PartitionSpec as P\n\n"
+                "params = jax.tree.map(\n"
+                "    lambda leaf: jax.device_put(\n"
+                "        np.broadcast_to(leaf, (len(devs), *np.shape(leaf))),\n"
+                "        NamedSharding(Mesh(devs, (\"i\",)), P(\"i\"))),\n"
+                "    p)\n"
+            ),
+        ),
+        # A Python scalar was weakly typed in the legacy stack: unsafe (applied here, as --unsafe-fixes would).
+        Invalid(
+            "import jax\nimport numpy as np\nfrom jax.sharding import Mesh, NamedSharding, PartitionSpec as P\n"
+            "def main(devs):\n    return jax.device_put_replicated({'lr': 0.1}, devs)\n",
+            lines=(5,),
+            expected=(
+                "import jax\nimport numpy as np\nfrom jax.sharding import Mesh, NamedSharding, PartitionSpec as P\n"
+                "def main(devs):\n"
+                "    return jax.tree.map(\n"
+                "        lambda leaf: jax.device_put(\n"
+                "            np.broadcast_to(leaf, (len(devs), *np.shape(leaf))),\n"
+                "            NamedSharding(Mesh(devs, (\"i\",)), P(\"i\"))),\n"
+                "        {'lr': 0.1})\n"
+            ),
+        ),
+        # Used as a value, or in a multi-process program: the shim's drop-in.
+        Invalid(
+            "import jax\nplace = [jax.device_put_replicated]\n", lines=(2,),
+            expected="import jax\nimport runtime_shim\n\nplace = [runtime_shim.device_put_replicated]\n",
+        ),
+        Invalid(
+            "import jax\njax.distributed.initialize()\nx = jax.device_put_replicated(p, jax.local_devices())\n",
+            lines=(3,),
+            expected=("import jax\nimport runtime_shim\n\njax.distributed.initialize()\n"
+                      "x = runtime_shim.device_put_replicated(p, jax.local_devices())\n"),
+        ),
+        # A local alias goes once its uses are rewritten.
+        Invalid(
+            "import jax\nimport numpy as np\ndef main(p, devs):\n    dpr = jax.device_put_replicated\n"
+            "    return dpr(p, devs)\n",
+            lines=(4, 5),
+            expected=(
+                "import jax\nimport numpy as np\nfrom jax.sharding import Mesh, NamedSharding, PartitionSpec as P\n\n"
+                "def main(p, devs):\n"
+                "    return jax.tree.map(\n"
+                "        lambda leaf: jax.device_put(\n"
+                "            np.broadcast_to(leaf, (len(devs), *np.shape(leaf))),\n"
+                "            NamedSharding(Mesh(devs, (\"i\",)), P(\"i\"))),\n"
+                "        p)\n"
+            ),
+        ),
         Invalid("from jax import device_put_replicated\nparams = device_put_replicated(p, devs)\n", lines=(2,)),
         Invalid("from jax import device_put_replicated as dpr\nparams = dpr(p, devs)\n", lines=(2,)),
         Invalid("import jax as J\nparams = J.device_put_replicated(p, J.devices())\n", lines=(2,)),
@@ -81,4 +167,23 @@ class DevicePutReplicated(Rule):
     def visit_Module(self, node: cst.Module) -> None:
         for reference in self.model.references(tables.DEVICE_PUT_REPLICATED, ("device_put_replicated",),
                                                follow_aliases=True):
-            self.report(reference)
+            self.report(reference, fix=self._fix(reference))
+
+    def _fix(self, reference: cst.BaseExpression) -> FixSpec | None:
+        placement = placement_for(self.context)
+        if alias_definition(self.model, reference) is not None:
+            return alias_fix(placement, reference, "device_put_replicated")
+        call = called(self.model, reference)
+        if call is None:
+            return shim_swap(placement, reference, "device_put_replicated", "the function is used as a value")
+        if placement.multi_process:
+            return shim_swap(placement, reference, "device_put_replicated",
+                             "a multi-process program (host-local stacks for runtime_shim.pmap)")
+        try:
+            args = call_arguments(call, ("x", "devices"))
+            if "x" not in args or "devices" not in args:
+                raise Unfixable("missing arguments")
+            return stack_fix(placement, call, reference, args["x"], args["devices"], sharded=False,
+                             what="`jax.device_put_replicated`")
+        except Unfixable as why:
+            return shim_swap(placement, reference, "device_put_replicated", str(why))

@@ -3,7 +3,17 @@ from __future__ import annotations
 import libcst as cst
 
 from rules import tables
-from rules.base import Invalid, Rule, Valid
+from rules.base import FixSpec, Invalid, Rule, Valid
+from rules.placement_rewrite import (
+    Unfixable,
+    alias_definition,
+    alias_fix,
+    call_arguments,
+    called,
+    placement_for,
+    shim_swap,
+    stack_fix,
+)
 
 
 class DevicePutSharded(Rule):
@@ -26,19 +36,28 @@ class DevicePutSharded(Rule):
     ```
 
     ## Use instead
+    The same stack, placed explicitly (each leaf stacked on the host, then one `device_put`):
     ```python
     import jax
     import numpy as np
     from jax.sharding import Mesh, NamedSharding, PartitionSpec as P
 
     devices = jax.local_devices()
-    mesh = Mesh(np.array(devices), ("i",))
-    batch = jax.device_put(np.stack(per_device_batches), NamedSharding(mesh, P("i")))
+    batch = jax.tree.map(
+        lambda *leaves: jax.device_put(np.stack(leaves), NamedSharding(Mesh(devices, ("i",)), P("i"))),
+        *per_device_batches)
     ```
-    (for pytrees of shards: `jax.tree.map(lambda *xs: np.stack(xs), *per_device_batches)` first).
+    Row `k` lives on `devices[k]`, as before, so the result feeds a migrated pmap without a
+    reshard.
 
     ## Fix safety
-    No automatic fix yet. `runtime_shim.device_put_sharded` is a drop-in with the legacy result.
+    Calls are rewritten to the form above: safe, the same values, shapes, dtypes and devices for
+    every input legacy accepted (it required as many shards as devices, of one shape and dtype).
+    A `devices` expression other than a name is bound once before the statement. Unsafe when the
+    shards are visibly Python number literals (`[0.0, 1.0]`): legacy kept them weakly typed.
+    Typed PRNG key arrays cannot go through NumPy (`TypeError`). Where the form does not apply
+    (the function used as a value, multi-process programs, a class body, `*args`) the reference
+    becomes `runtime_shim.device_put_sharded`, the drop-in with the legacy result.
 
     ## References
     - https://docs.jax.dev/en/latest/migrate_pmap.html
@@ -58,7 +77,27 @@ class DevicePutSharded(Rule):
         Valid("def device_put_sharded(xs, devices):\n    return xs\ny = device_put_sharded(s, d)\n"),
     ]
     INVALID = [
-        Invalid("import jax\nbatch = jax.device_put_sharded(shards, jax.local_devices())\n", lines=(2,)),
+        Invalid(
+            "import jax\nbatch = jax.device_put_sharded(shards, jax.local_devices())\n", lines=(2,),
+            expected=(
+                "import jax\nimport numpy as np\nfrom jax.sharding import Mesh, NamedSharding, PartitionSpec as P\n\n"
+                "devices = jax.local_devices()\n"
+                "batch = jax.tree.map(\n"
+                "    lambda *leaves: jax.device_put(\n"
+                "        np.stack(leaves),\n"
+                "        NamedSharding(Mesh(devices, (\"i\",)), P(\"i\"))),\n"
+                "    *shards)\n"
+            ),
+        ),
+        Invalid(
+            "from jax import device_put_sharded as dps\nbatch = dps([a, b], devs)\n", lines=(2,),
+            expected=(
+                "import jax\nimport numpy as np\nfrom jax.sharding import Mesh, NamedSharding, PartitionSpec as P\n\n"
+                "batch = jax.tree.map(\n"
+                "    lambda *leaves: jax.device_put(np.stack(leaves), NamedSharding(Mesh(devs, (\"i\",)), P(\"i\"))),\n"
+                "    *[a, b])\n"
+            ),
+        ),
         Invalid("from jax import device_put_sharded\nbatch = device_put_sharded(shards, devs)\n", lines=(2,)),
         Invalid("from jax import device_put_sharded as dps\nbatch = dps(shards, devs)\n", lines=(2,)),
         Invalid("import jax\ndps = jax.device_put_sharded\nb = dps(s, d)\n", lines=(2, 3)),
@@ -68,10 +107,43 @@ class DevicePutSharded(Rule):
             "def to_devices(batch):\n"
             "    return jax.device_put_sharded(\n        list(batch), jax.local_devices())\n",
             lines=(3,),
+            expected=(
+                "import jax\nimport numpy as np\nfrom jax.sharding import Mesh, NamedSharding, PartitionSpec as P\n\n"
+                "def to_devices(batch):\n"
+                "    devices = jax.local_devices()\n"
+                "    return jax.tree.map(\n"
+                "        lambda *leaves: jax.device_put(\n"
+                "            np.stack(leaves),\n"
+                "            NamedSharding(Mesh(devices, (\"i\",)), P(\"i\"))),\n"
+                "        *list(batch))\n"
+            ),
+        ),
+        Invalid(
+            "import jax\nplace = {'sharded': jax.device_put_sharded}\n", lines=(2,),
+            expected="import jax\nimport runtime_shim\n\nplace = {'sharded': runtime_shim.device_put_sharded}\n",
         ),
     ]
 
     def visit_Module(self, node: cst.Module) -> None:
         for reference in self.model.references(tables.DEVICE_PUT_SHARDED, ("device_put_sharded",),
                                                follow_aliases=True):
-            self.report(reference)
+            self.report(reference, fix=self._fix(reference))
+
+    def _fix(self, reference: cst.BaseExpression) -> FixSpec | None:
+        placement = placement_for(self.context)
+        if alias_definition(self.model, reference) is not None:
+            return alias_fix(placement, reference, "device_put_sharded")
+        call = called(self.model, reference)
+        if call is None:
+            return shim_swap(placement, reference, "device_put_sharded", "the function is used as a value")
+        if placement.multi_process:
+            return shim_swap(placement, reference, "device_put_sharded",
+                             "a multi-process program (host-local stacks for runtime_shim.pmap)")
+        try:
+            args = call_arguments(call, ("shards", "devices"))
+            if "shards" not in args or "devices" not in args:
+                raise Unfixable("missing arguments")
+            return stack_fix(placement, call, reference, args["shards"], args["devices"], sharded=True,
+                             what="`jax.device_put_sharded`")
+        except Unfixable as why:
+            return shim_swap(placement, reference, "device_put_sharded", str(why))

@@ -3,7 +3,19 @@ from __future__ import annotations
 import libcst as cst
 
 from rules import tables
-from rules.base import Invalid, Rule, Valid
+from rules.api_rewrite import code_of, removal_spec
+from rules.base import FixSpec, Invalid, Rule, Valid
+from rules.placement_rewrite import (
+    Placement,
+    Unfixable,
+    alias_definition,
+    alias_fix,
+    call_arguments,
+    called,
+    keep_parens,
+    placement_for,
+    stack_fix,
+)
 
 _LAST_COMPONENTS = tuple({name.rsplit(".", 1)[-1] for name in tables.FLAX_PMAP_HELPERS})
 
@@ -45,9 +57,20 @@ class FlaxReplicate(Rule):
     ```
 
     ## Fix safety
-    No automatic fix: dropping the device axis changes every function that receives these values
-    (an idiomatic rewrite of the whole data flow, offered by `fix --unsafe-fixes` where it is
-    visible in one module).
+    Calls are replaced by what the helper computes, in plain JAX, where that is exact:
+    - `replicate(tree)` / `replicate(tree, devices)` -> the `device_put_replicated` form of PM301
+      on `jax.local_devices()` (flax's default device order) or the given devices: safe, the same
+      stack on the same devices (flax's own `replicate` called `jax.device_put_replicated`, removed
+      in jax 0.10.0, until flax 0.12.3); unsafe when Python number literals are replicated
+      directly (strongly typed afterwards). No fix in multi-process programs.
+    - `shard(xs)` -> `jax.tree.map(lambda leaf: leaf.reshape((jax.local_device_count(), -1) +
+      leaf.shape[1:]), xs)`, flax's own body (a host-side reshape): safe.
+    - `shard_prng_key(key)` -> `jax.random.split(key, num=jax.local_device_count())`, flax's own
+      body: safe.
+    - `prefetch_to_device`: no fix (a generator with a prefetch queue; no expression replaces it).
+    The helpers used as values (`map(common_utils.shard, ds)`) are not rewritten. Dropping the
+    device axis altogether (the idiomatic migration) changes every function that receives these
+    values and is not done automatically.
 
     ## References
     - https://flax.readthedocs.io/en/latest/api_reference/flax.jax_utils.html
@@ -68,15 +91,39 @@ class FlaxReplicate(Rule):
         Valid("import numpy as np\nfrom flax import linen as nn\nshard = np.split(batch, 8)\n"),
     ]
     INVALID = [
-        Invalid("from flax import jax_utils\nstate = jax_utils.replicate(state)\n", lines=(2,)),
+        Invalid(
+            "from flax import jax_utils\nstate = jax_utils.replicate(state)\n", lines=(2,),
+            expected=(
+                "import jax\nimport numpy as np\nfrom jax.sharding import Mesh, NamedSharding, PartitionSpec as P\n\n"
+                "devices = jax.local_devices()\n"
+                "state = jax.tree.map(\n"
+                "    lambda leaf: jax.device_put(\n"
+                "        np.broadcast_to(leaf, (len(devices), *np.shape(leaf))),\n"
+                "        NamedSharding(Mesh(devices, (\"i\",)), P(\"i\"))),\n"
+                "    state)\n"
+            ),
+        ),
         Invalid("from flax.jax_utils import replicate\nstate = replicate(state)\n", lines=(2,)),
         Invalid("import flax\nstate = flax.jax_utils.replicate(state)\n", lines=(2,)),
         Invalid("import flax.jax_utils\nstate = flax.jax_utils.replicate(state)\n", lines=(2,)),
         Invalid("from flax.jax_utils import replicate as rep\nstate = rep(state)\n", lines=(2,)),
         Invalid("from flax.training import common_utils\nbatch = common_utils.shard(batch)\n", lines=(2,)),
-        Invalid("from flax.training.common_utils import shard, shard_prng_key\nb = shard(x)\nk = shard_prng_key(key)\n",
-                lines=(2, 3)),
-        Invalid("from flax import jax_utils\nit = jax_utils.prefetch_to_device(batches, 2)\n", lines=(2,)),
+        Invalid(
+            "from flax.training.common_utils import shard, shard_prng_key\nb = shard(x)\nk = shard_prng_key(key)\n",
+            lines=(2, 3),
+            expected=(
+                "import jax\n\n"
+                "b = jax.tree.map(lambda leaf: leaf.reshape((jax.local_device_count(), -1) + leaf.shape[1:]), x)\n"
+                "k = jax.random.split(key, num=jax.local_device_count())\n"
+            ),
+        ),
+        # No expression replaces the prefetching generator.
+        Invalid("from flax import jax_utils\nit = jax_utils.prefetch_to_device(batches, 2)\n", lines=(2,),
+                expected="from flax import jax_utils\nit = jax_utils.prefetch_to_device(batches, 2)\n"),
+        # flax used `devices or local_devices()`: a name that may hold None is not rewritten.
+        Invalid("from flax.jax_utils import replicate\ndef put(state, devices=None):\n    return replicate(state, devices)\n",
+                lines=(3,),
+                expected="from flax.jax_utils import replicate\ndef put(state, devices=None):\n    return replicate(state, devices)\n"),
         Invalid("from flax import jax_utils\nrep = jax_utils.replicate\nstate = rep(state)\n", lines=(2, 3)),
         Invalid("from flax.training import common_utils\nbatches = map(common_utils.shard, ds)\n", lines=(2,)),
     ]
@@ -92,4 +139,50 @@ class FlaxReplicate(Rule):
                 self.report(reference)
             else:
                 self.report(reference, f"`{name}` {helpers[name]}; with the new pmap use `jax.device_put` "
-                                       "with a `NamedSharding` instead of a per-device stack")
+                                       "with a `NamedSharding` instead of a per-device stack",
+                            fix=self._fix(reference, name))
+
+    def _fix(self, reference: cst.BaseExpression, helper: str) -> FixSpec | None:
+        placement = placement_for(self.context)
+        if alias_definition(self.model, reference) is not None:
+            return alias_fix(placement, reference, None)
+        call = called(self.model, reference)
+        if call is None:
+            return None
+        try:
+            if helper == "flax.jax_utils.replicate":
+                return self._replicate(placement, call, reference)
+            if helper == "flax.training.common_utils.shard":
+                (xs,) = call_arguments(call, ("xs",)).values()
+                jax, imports = placement.jax(call)
+                text = (f"{jax}.tree.map(lambda leaf: leaf.reshape(({jax}.local_device_count(), -1) + leaf.shape[1:]), "
+                        f"{code_of(xs)})")
+                return self._inline(call, reference, text, imports, "flax's `shard`: the same host-side reshape")
+            if helper == "flax.training.common_utils.shard_prng_key":
+                (key,) = call_arguments(call, ("prng_key",)).values()
+                jax, imports = placement.jax(call)
+                text = f"{jax}.random.split({code_of(key)}, num={jax}.local_device_count())"
+                return self._inline(call, reference, text, imports, "flax's `shard_prng_key`: the same split")
+        except (Unfixable, ValueError):
+            return None
+        return None  # prefetch_to_device
+
+    def _replicate(self, placement: Placement, call: cst.Call, reference: cst.BaseExpression) -> FixSpec | None:
+        if placement.multi_process:
+            return None
+        args = call_arguments(call, ("tree", "devices"))
+        if "tree" not in args:
+            return None
+        devices = args.get("devices")
+        if devices is None or (isinstance(devices, cst.Name) and devices.value == "None"):
+            jax, _ = placement.jax(call)
+            devices = f"{jax}.local_devices()"  # flax's default order (`_pmap_device_order`)
+        elif not placement.queries_devices(devices):
+            return None  # flax used `devices or local_devices()`: a name may hold None
+        return stack_fix(placement, call, reference, args["tree"], devices, sharded=False,
+                         what="flax's `replicate`")
+
+    def _inline(self, call: cst.Call, reference: cst.BaseExpression, text: str, imports, summary: str) -> FixSpec:
+        removal = removal_spec(self.model, reference)
+        return FixSpec("safe", summary, replacement=keep_parens(call, cst.parse_expression(text)), target=call,
+                       add_imports=imports, remove_imports=(removal,) if removal is not None else ())

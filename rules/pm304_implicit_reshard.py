@@ -4,8 +4,17 @@ import re
 
 import libcst as cst
 
-from rules.base import Invalid, Rule, Valid
-from rules.semantic import COMMITTED, JIT_OUTPUT, PMAP, TransformSite
+from rules.base import Edit, FixSpec, Invalid, Rule, Valid
+from rules.placement_rewrite import (
+    Unfixable,
+    devices_descriptor,
+    helper_devices,
+    iter_leaves,
+    placed_for,
+    placement_for,
+    reshard_text,
+)
+from rules.semantic import COMMITTED, JIT_OUTPUT, PMAP, REPLICATED, SHARDED_STACK, TransformSite
 
 _SPACE = re.compile(r"\s+")
 
@@ -15,10 +24,14 @@ class ImplicitReshard(Rule):
 
     ## What it does
     Finds arguments of a call to a pmapped function (or of an inline `jax.pmap(f)(x)`), or leaves
-    of dict/list/tuple displays passed as arguments, that are placed on other devices: values committed by `jax.device_put(x, device_or_sharding)`, outputs
-    of `jax.jit` functions (`@jax.jit`, `partial(jax.jit, ...)`, `jax.jit(f)(x)`), and outputs of a
-    pmap whose `devices=` option differs (as written) from the called pmap's. The finding is at the
-    argument. `jax.device_put(x)` without a placement leaves `x` uncommitted and is not reported.
+    of dict/list/tuple displays passed as arguments, that are placed on other devices: values
+    committed by `jax.device_put(x, device_or_sharding)`, outputs of `jax.jit` functions
+    (`@jax.jit`, `partial(jax.jit, ...)`, `jax.jit(f)(x)`), outputs of a pmap whose `devices=`
+    option differs (as written) from the called pmap's, and per-device stacks
+    (`device_put_replicated` / `device_put_sharded` / flax `replicate`) built on a device list
+    known to differ from the pmap's (`jax.devices()[4:]` for a pmap over the first devices). The
+    finding is at the argument. `jax.device_put(x)` without a placement leaves `x` uncommitted
+    and is not reported.
 
     ## Why is this bad?
     The legacy pmap copied each input to its devices whatever its placement. The new pmap is a
@@ -47,8 +60,14 @@ class ImplicitReshard(Rule):
     ```
 
     ## Fix safety
-    No automatic fix: the right placement depends on where the value is used besides the pmap.
-    `runtime_shim.pmap` reshards inputs like the legacy pmap did.
+    Safe fix where the pmap's mesh is known at the call: the argument (a name) is put explicitly
+    where the legacy pmap put it, `step(jax.device_put(x, NamedSharding(Mesh(
+    jax.local_devices()[: x.shape[0]], ("i",)), P("i"))))` (its `devices=` instead when given;
+    `P(None, "i")` for `in_axes=1`, `P()` for a broadcast input of a pmap with `devices=` or
+    `axis_size=`). The value is copied as legacy copied it; the variable itself keeps its
+    placement for its other uses. No fix for arguments that are not names, pytree-prefix
+    `in_axes`, `devices=` expressions that read local state, or multi-process programs (host-local
+    inputs; `runtime_shim.pmap` reshards inputs like the legacy pmap did).
 
     ## References
     - https://docs.jax.dev/en/latest/migrate_pmap.html
@@ -78,10 +97,45 @@ class ImplicitReshard(Rule):
         Valid("import jax\nj = jax.jit(f)\ny = j(x)\n"),
         # A parameter named like a committed value elsewhere.
         Valid("import jax\nstep = jax.pmap(f)\nx = jax.device_put(b, d)\ndef run(x):\n    return step(x)\n"),
+        # Stacks on the first devices, and this rule's own fix.
+        Valid("import jax\nstep = jax.pmap(f)\ns = jax.device_put_replicated(p, jax.local_devices()[:4])\nout = step(s)\n"),
+        Valid("import jax\nstep = jax.pmap(f)\nx = jax.device_put(b, d)\n"
+              "out = step(jax.device_put(x, NamedSharding(Mesh(jax.local_devices()[: x.shape[0]], ('i',)), P('i'))))\n"),
     ]
     INVALID = [
-        Invalid("import jax\nstep = jax.pmap(f)\nx = jax.device_put(batch, jax.devices()[0])\nout = step(x)\n",
-                lines=(4,)),
+        Invalid(
+            "import jax\nstep = jax.pmap(f)\nx = jax.device_put(batch, jax.devices()[0])\nout = step(x)\n", lines=(4,),
+            expected=(
+                "import jax\nfrom jax.sharding import Mesh, NamedSharding, PartitionSpec as P\n\n"
+                "step = jax.pmap(f)\nx = jax.device_put(batch, jax.devices()[0])\n"
+                "out = step(jax.device_put(\n"
+                "    x, NamedSharding(Mesh(jax.local_devices()[: x.shape[0]], (\"i\",)), P(\"i\"))))\n"
+            ),
+        ),
+        # in_axes: the broadcast input is replicated over the mesh, the mapped one split on its axis 1.
+        Invalid(
+            "import jax\nstep = jax.pmap(f, axis_name='b', in_axes=(None, 1))\nw = jax.device_put(w, dev)\n"
+            "x = jax.device_put(batch, dev)\nout = step(w, x)\n",
+            lines=(5, 5),
+            expected=(
+                "import jax\nfrom jax.sharding import Mesh, NamedSharding, PartitionSpec as P\n\n"
+                "step = jax.pmap(f, axis_name='b', in_axes=(None, 1))\nw = jax.device_put(w, dev)\n"
+                "x = jax.device_put(batch, dev)\n"
+                "out = step(jax.device_put(w, NamedSharding(Mesh(jax.local_devices()[: x.shape[1]], ('b',)), P())), "
+                "jax.device_put(x, NamedSharding(Mesh(jax.local_devices()[: x.shape[1]], ('b',)), P(None, 'b'))))\n"
+            ),
+        ),
+        # A stack built on other devices than the pmap's first ones.
+        Invalid(
+            "import jax\nstep = jax.pmap(f)\nstacked = jax.device_put_replicated(p, jax.devices()[::-1])\nout = step(stacked)\n",
+            lines=(4,),
+            expected=(
+                "import jax\nfrom jax.sharding import Mesh, NamedSharding, PartitionSpec as P\n\n"
+                "step = jax.pmap(f)\nstacked = jax.device_put_replicated(p, jax.devices()[::-1])\n"
+                "out = step(jax.device_put(\n"
+                "    stacked, NamedSharding(Mesh(jax.local_devices()[: stacked.shape[0]], (\"i\",)), P(\"i\"))))\n"
+            ),
+        ),
         Invalid("import jax\nstep = jax.pmap(f)\nout = step(jax.device_put(batch, device=dev))\n", lines=(3,)),
         Invalid(
             "import jax\nstep = jax.pmap(f)\n"
@@ -108,6 +162,12 @@ class ImplicitReshard(Rule):
             "b = jax.pmap(g, devices=jax.local_devices()[4:])\n"
             "h = a(x)\ny = b(h)\n",
             lines=(5,),
+            expected=(
+                "import jax\nfrom jax.sharding import Mesh, NamedSharding, PartitionSpec as P\n\n"
+                "a = jax.pmap(f, devices=jax.local_devices()[:4])\n"
+                "b = jax.pmap(g, devices=jax.local_devices()[4:])\n"
+                "h = a(x)\ny = b(jax.device_put(\n    h, NamedSharding(Mesh(jax.local_devices()[4:], (\"i\",)), P(\"i\"))))\n"
+            ),
         ),
         Invalid("import jax\na = jax.pmap(f, devices=devs)\nb = jax.pmap(g)\ny = b(a(x))\n", lines=(4,)),
         Invalid(
@@ -131,13 +191,25 @@ class ImplicitReshard(Rule):
         callee = self.model.transformed_call(node)
         if callee is None or callee.transform != PMAP:
             return
+        placement = placement_for(self.context)
         for arg in node.args:
             if arg.star:
                 continue
-            for value in _leaves(arg.value):
+            for value in iter_leaves(arg.value):
+                if placed_for(placement, value, node, callee, arg):
+                    continue  # already placed where this pmap maps it (this rule's own fix)
                 message = self._placement_problem(value, callee)
                 if message is not None:
-                    self.report(value, message)
+                    self.report(value, message, fix=self._fix(value, node, callee, arg))
+
+    def _fix(self, value: cst.BaseExpression, call: cst.Call, callee: TransformSite, arg: cst.Arg) -> FixSpec | None:
+        try:
+            text, imports = reshard_text(placement_for(self.context), value, call, callee, arg)
+        except Unfixable:
+            return None
+        replacement = cst.parse_expression(text)
+        return FixSpec("safe", "put the input where the legacy pmap put it, explicitly (the new one raises "
+                               "instead of resharding)", edits=(Edit(value, replacement),), add_imports=imports)
 
     def _placement_problem(self, value: cst.BaseExpression, callee: TransformSite) -> str | None:
         tags = self.model.value_tags(value)
@@ -151,6 +223,18 @@ class ImplicitReshard(Rule):
             if producer.transform == PMAP and producer is not callee and self._devices(producer) != wanted:
                 return ("pmap input is the output of a pmap over other `devices=`: the legacy pmap moved it silently "
                         "and the new one reshards it on every call; run both on one mesh")
+        if not tags.isdisjoint({REPLICATED, SHARDED_STACK}):
+            for call, _ in self.model.tagged_sources(value):
+                devices = helper_devices(self.model, call)
+                if devices is None or isinstance(devices, str):
+                    continue  # the default (first) devices, or not known
+                if wanted is not None:
+                    differs = _SPACE.sub("", self.model.module.code_for_node(devices)) != wanted
+                else:
+                    differs = devices_descriptor(self.model, devices) == "other"
+                if differs:
+                    return ("pmap input is a per-device stack on other devices than the pmap's: the legacy pmap moved "
+                            "it silently, the new one raises; place it on the pmap's devices")
         return None
 
     def _devices(self, site: TransformSite) -> str | None:
@@ -159,16 +243,3 @@ class ImplicitReshard(Rule):
             return None
         return _SPACE.sub("", self.model.module.code_for_node(option))
 
-
-def _leaves(value: cst.BaseExpression):
-    """The expressions a pytree argument is built from: `{"x": a, "y": b}`, `(a, [b])`, `a`."""
-    if isinstance(value, (cst.Tuple, cst.List)):
-        for element in value.elements:
-            if not isinstance(element, cst.StarredElement):
-                yield from _leaves(element.value)
-    elif isinstance(value, cst.Dict):
-        for element in value.elements:
-            if isinstance(element, cst.DictElement):
-                yield from _leaves(element.value)
-    else:
-        yield value

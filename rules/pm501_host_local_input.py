@@ -42,8 +42,14 @@ class HostLocalInput(Rule):
     ```
 
     ## Fix safety
-    No automatic fix: where host-local data becomes global (and back) is a decision about the
-    program's input pipeline. `runtime_shim.pmap` keeps the legacy host-local semantics.
+    No fix of its own: PM101's fix routes every pmap of such a module to `runtime_shim.pmap`, which
+    keeps the legacy host-local semantics (the plain `jax.jit(jax.shard_map)` form maps over this
+    process's devices only, so it would reduce per process). The placement fixes hold back there
+    too: `device_put_replicated` / `device_put_sharded` become the shim's drop-ins, and `out[0]` /
+    `unreplicate` are not rewritten. A global-mesh rewrite (`Mesh(jax.devices(), ...)` and
+    `jax.make_array_from_process_local_data` at every call, the outputs converted back where they
+    are read) is not offered: where host-local data becomes global is a decision about the
+    program's input pipeline.
 
     ## References
     - https://docs.jax.dev/en/latest/multi_process.html

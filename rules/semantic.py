@@ -267,6 +267,9 @@ class SemanticModel:
         self._call_tags: dict[cst.Call, set[str]] = {}
         # Which transform sites produced a value (PM304 compares the producer's `devices=`).
         self._assignment_producers: dict[BaseAssignment, list[TransformSite]] = defaultdict(list)
+        # Which tagged calls (helpers such as device_put_replicated included) produced a value, with
+        # the position of the call's tuple output the name received (None: the whole output).
+        self._assignment_calls: dict[BaseAssignment, list[tuple[cst.Call, int | None]]] = defaultdict(list)
         # Names bound to a whole tuple-returning output (`out = step(x)` with `return a, b`):
         # `out[0]` on them selects an output, it does not index the device axis.
         self._whole_tuple_outputs: set[BaseAssignment] = set()
@@ -355,8 +358,20 @@ class SemanticModel:
             return self.is_within(read, statement.body)
         if not isinstance(statement, cst.SimpleStatementLine):
             return False
+        return self._runs_before(statement, read)
+
+    def _runs_before(self, statement: cst.BaseStatement, read: cst.CSTNode) -> bool:
+        """``statement`` is an ordinary statement of a block that encloses ``read``; or of the body
+        of a loop that surely runs at least once (``for _ in range(3)`` without break/continue) and
+        that itself runs before ``read`` (a read after the loop sees the last iteration's value)."""
         block = self.parents.get(statement)
-        return isinstance(block, (cst.IndentedBlock, cst.Module)) and self.is_within(read, block)
+        if isinstance(block, (cst.IndentedBlock, cst.Module)) and self.is_within(read, block):
+            return True
+        loop = self.parents.get(block) if isinstance(block, cst.IndentedBlock) else None
+        if isinstance(loop, cst.For) and loop.body is block and not self.is_within(read, loop) \
+                and _runs_at_least_once(self, loop):
+            return self._runs_before(loop, read)
+        return False
 
     def parent(self, node: cst.CSTNode) -> cst.CSTNode | None:
         return self.parents.get(node)
@@ -707,6 +722,8 @@ class SemanticModel:
                         element_tags = (tags - {PMAP_OUTPUT, PMAP_OUTPUT_UNSTACKED}) | {
                             PMAP_OUTPUT if stacked else PMAP_OUTPUT_UNSTACKED}
                     self._tags[assignment] |= element_tags
+                    if tags:
+                        self._assignment_calls[assignment].append((call, position))
                     if site is not None:
                         self._assignment_producers[assignment].append(site)
                         if position is None and self.returns_tuple(site):
@@ -728,9 +745,11 @@ class SemanticModel:
                     continue
                 tags: set[str] = set()
                 producers: list[TransformSite] = []
+                sources: list[tuple[cst.Call, int | None]] = []
                 for assignment in assignments:
                     tags |= self._tags.get(assignment, set())
                     producers.extend(self._assignment_producers.get(assignment, ()))
+                    sources.extend(self._assignment_calls.get(assignment, ()))
                 if not tags:
                     continue
                 whole_tuple = isinstance(value, cst.Name) and all(a in self._whole_tuple_outputs for a in assignments
@@ -745,6 +764,9 @@ class SemanticModel:
                         continue
                     self._tags[assignment] |= tags
                     self._assignment_producers[assignment].extend(producers)
+                    # `ys, aux = out` (a whole tuple output): each name receives one output
+                    self._assignment_calls[assignment].extend(
+                        (call, position if whole_tuple and at is None else at) for call, at in sources)
                     if position is None and whole_tuple:
                         self._whole_tuple_outputs.add(assignment)
                     changed = True
@@ -787,6 +809,29 @@ class SemanticModel:
         for assignment in assignments:
             tags |= self._tags.get(assignment, set())
         return tags
+
+    def always_tagged(self, expr: cst.BaseExpression, allowed: Iterable[str]) -> bool:
+        """Whether every value ``expr`` may hold is known to carry tags from ``allowed`` only: it
+        has at least one source, and each source call and each reaching assignment is tagged,
+        with nothing outside ``allowed``. The "must" counterpart of ``value_tags`` (which answers
+        "may"): fixes that are exact only for, say, pmap outputs ask this."""
+        allowed = frozenset(allowed)
+        calls, assignments = self._sources(expr)
+        if not calls and not assignments:
+            return False
+        found = [self._call_tags.get(call) for call in calls] + [self._tags.get(a) for a in assignments]
+        return all(tags and tags <= allowed for tags in found)
+
+    def tagged_sources(self, expr: cst.BaseExpression) -> list[tuple[cst.Call, int | None]]:
+        """The tagged calls (pmap and jit calls, `device_put_replicated`, flax `replicate`, ...)
+        whose value ``expr`` may be, followed through assignments and plain copies, each with the
+        position of the call's tuple output that reaches ``expr`` (None: the whole output, or not
+        known)."""
+        calls, assignments = self._sources(expr)
+        found: list[tuple[cst.Call, int | None]] = [(call, None) for call in calls if call in self._call_tags]
+        for assignment in assignments:
+            found.extend(self._assignment_calls.get(assignment, ()))
+        return found
 
     def producers(self, expr: cst.BaseExpression) -> list[TransformSite]:
         """The pmap/jit sites whose output ``expr`` may be."""
@@ -977,6 +1022,55 @@ class SemanticModel:
     @property
     def subscripts(self) -> list[cst.Subscript]:
         return self._index.subscripts
+
+
+def _runs_at_least_once(model: SemanticModel, loop: cst.For) -> bool:
+    """``for _ in range(<literals>)`` with a non-empty range and no break/continue in its body."""
+    call = loop.iter
+    if loop.asynchronous is not None or not isinstance(call, cst.Call) or not call.args:
+        return False
+    if not model.matches(call.func, {"builtins.range"}):
+        return False
+    bounds = []
+    for arg in call.args:
+        value = arg.value
+        sign = 1
+        if isinstance(value, cst.UnaryOperation) and isinstance(value.operator, cst.Minus):
+            value, sign = value.expression, -1
+        if arg.keyword is not None or arg.star or not isinstance(value, cst.Integer):
+            return False
+        bounds.append(sign * int(value.value, 0))
+    try:
+        if len(range(*bounds)) == 0:
+            return False
+    except (TypeError, ValueError):
+        return False
+    finder = _LoopExit()
+    loop.body.visit(finder)
+    return not finder.found
+
+
+class _LoopExit(cst.CSTVisitor):
+    def __init__(self) -> None:
+        self.found = False
+
+    def visit_Break(self, node: cst.Break) -> None:
+        self.found = True
+
+    def visit_Continue(self, node: cst.Continue) -> None:
+        self.found = True
+
+    def visit_Return(self, node: cst.Return) -> None:
+        self.found = True
+
+    def visit_Raise(self, node: cst.Raise) -> None:
+        self.found = True
+
+    def visit_FunctionDef(self, node: cst.FunctionDef) -> bool:
+        return False
+
+    def visit_Lambda(self, node: cst.Lambda) -> bool:
+        return False
 
 
 def _prefer_pmap(table: dict, key, site: TransformSite) -> None:

@@ -21,13 +21,10 @@ from tests.support.jaxenv import LEGACY, NEWEST, EnvUnavailable
 NAMES = diff.program_names()
 ENVS = {"jax-0.7.2": LEGACY, "current": None, "newest": NEWEST}
 EXACT = {"jax-0.7.2"}  # same XLA as the reference: the text must match exactly
-# Programs whose rewrite needs the placement fixes of the PM2xx-PM5xx rules (not written yet):
-# they must fail today; strict xfail turns a pass into a failure so the list is kept honest.
-PENDING = {
-    "device_put_replicated": "needs the PM301 fix (jax.device_put_replicated is gone on new jax)",
-    "device_put_sharded": "needs the PM302 fix (jax.device_put_sharded is gone on new jax)",
-    "committed_input": "needs the PM304 fix (a committed input is no longer resharded)",
-}
+# Programs whose rewrite needs a fix that is not written yet: they must fail today; strict xfail
+# turns a pass into a failure so the list is kept honest. (Empty since the placement fixes of
+# PM301, PM302 and PM304 made device_put_replicated, device_put_sharded and committed_input pass.)
+PENDING: dict[str, str] = {}
 
 
 @pytest.fixture(scope="session")
@@ -86,6 +83,30 @@ def test_no_pmap_finding_survives_the_fix(rewritten):
     _, outcomes = rewritten
     left = {name: [f"{d.line}:{d.code}" for d in o.remaining if d.code.startswith("PM1")]
             for name, o in outcomes.items()}
+    assert {n: v for n, v in left.items() if v} == {}
+
+
+# The programs that exercise the placement fixes, and the rules whose fixes each must receive: the
+# differential checks those fixes only if they were applied (`out[0]` still runs on new jax, slowly).
+PLACEMENT_FIXES = {
+    "committed_input": {"PM304"},
+    "device_put_replicated": {"PM301"},
+    "device_put_sharded": {"PM302"},
+    "index_output": {"PM201"},
+    "index_rows": {"PM201", "PM202", "PM301", "PM302"},
+    "placement_inputs": {"PM302", "PM304"},
+    "removed_flags": {"PM104"},
+    "unreplicate_tree_map": {"PM202"},
+}
+
+
+def test_placement_fixes_are_applied_and_leave_no_finding(rewritten):
+    _, outcomes = rewritten
+    pmap_rules = {"PM101", "PM102", "PM103"}
+    applied = {name: {d.code for d in outcomes[name].applied} - pmap_rules for name in NAMES}
+    assert {n: applied[n] for n in PLACEMENT_FIXES} == PLACEMENT_FIXES
+    assert {n: codes for n, codes in applied.items() if codes and n not in PLACEMENT_FIXES} == {}
+    left = {name: [f"{d.line}:{d.code}" for d in o.remaining] for name, o in outcomes.items()}
     assert {n: v for n, v in left.items() if v} == {}
 
 

@@ -1,0 +1,844 @@
+"""Fix building blocks of the placement rules (PM104, PM201-PM202, PM301-PM304).
+
+The forms are the ones verified in `fixtures/programs/README.md` ("Helpers around pmap"):
+
+* a replicated stack (`device_put_replicated`, flax `replicate`):
+  `jax.tree.map(lambda leaf: jax.device_put(np.broadcast_to(leaf, (len(devs), *np.shape(leaf))),
+  NamedSharding(Mesh(devs, ("i",)), P("i"))), x)` -- one row per device, on exactly `devs`, in
+  their order, which is what the rewritten pmap's mesh (`jax.local_devices()[:n]`) accepts
+  without a reshard; the mesh axis name does not matter, the device list does;
+* a sharded stack (`device_put_sharded`): the same with `np.stack` of the shards;
+* one device's row of a stacked value (`out[0]`, `unreplicate`):
+  `out.addressable_shards[0].data.squeeze(0)`, exact when every value `out` may hold is a 1-D
+  stack with one row per device (pmap outputs, the stacks above) in a single-process program,
+  outside traced code;
+* an input committed elsewhere: `jax.device_put(x, NamedSharding(Mesh(<the pmap's devices>,
+  (axis,)), P(axis)))` at the call site, which is what legacy pmap did silently.
+
+Rules decide; this module builds the edits (``Unfixable`` says why not).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+
+import libcst as cst
+from libcst.metadata import BuiltinAssignment, ClassScope
+
+from rules import tables
+from rules.api_rewrite import Unfixable, code_of, jax_name, parenthesized, removal_spec
+from rules.base import Edit, FixSpec, ImportSpec
+from rules.pmap_rewrite import rewriter_for
+from rules.semantic import DEVICE_STACKED, PMAP, SemanticModel, TransformSite
+
+__all__ = ["Unfixable"]
+
+AXIS = '"i"'  # the helpers' mesh axis: any name works for a pmap input, only the devices matter
+LINE_LIMIT = 100
+SHIM = ImportSpec("runtime_shim")
+
+# Names the templates use, what each may already be bound to, and the import that binds it.
+_TEMPLATE = {
+    "np": ({"numpy"}, ImportSpec("numpy", None, "np")),
+    "Mesh": ({"jax.sharding.Mesh"}, ImportSpec("jax.sharding", "Mesh")),
+    "NamedSharding": ({"jax.sharding.NamedSharding", "jax.NamedSharding"}, ImportSpec("jax.sharding", "NamedSharding")),
+    "P": ({"jax.sharding.PartitionSpec", "jax.P"}, ImportSpec("jax.sharding", "PartitionSpec", "P")),
+    "runtime_shim": ({"runtime_shim"}, SHIM),
+}
+_DEVICE_QUERIES = frozenset({"jax.devices", "jax.local_devices"})
+# Calls that return arrays whatever they are given (array constructors and array functions).
+_ARRAY_MODULES = ("numpy.", "jax.numpy.", "jax.random.", "jax.nn.", "jax.scipy.")
+# Collectives return the structure of their first argument (arrays for arrays, dicts for dicts).
+_STRUCTURE_PRESERVING = frozenset(f"jax.lax.{name}" for name in (
+    "psum", "pmean", "pmax", "pmin", "all_gather", "ppermute", "psum_scatter", "all_to_all", "pshuffle",
+    "pswapaxes", "stop_gradient"))
+# jax.lax functions that return tuples or pytrees (or their argument's structure), not one array.
+_STRUCTURED_LAX = _STRUCTURE_PRESERVING | frozenset(f"jax.lax.{name}" for name in (
+    "scan", "cond", "switch", "while_loop", "fori_loop", "map", "associative_scan", "custom_root",
+    "custom_linear_solve", "reduce", "reduce_window", "sort", "sort_key_val", "top_k", "approx_max_k",
+    "approx_min_k", "optimization_barrier", "platform_dependent", "pvary", "pcast", "tie_in", "linalg",
+    "ragged_all_to_all", "all_gather_invariant", "psum_invariant", "with_sharding_constraint"))
+_ARRAY_METHODS = frozenset({"sum", "mean", "max", "min", "prod", "astype", "reshape", "squeeze", "transpose",
+                            "ravel", "flatten", "clip", "round", "argmax", "argmin", "std", "var", "cumsum"})
+
+
+class Placement:
+    """The placement fixes of one module; shared by the rules of a file (they see the same tree)."""
+
+    def __init__(self, context) -> None:
+        self.context = context
+        self.model: SemanticModel = context.model
+        self.rewriter = rewriter_for(context)
+        self._traced: dict[int, bool] = {}
+
+    # ------------------------------------------------------------------ names and layout
+    def names(self, at: cst.CSTNode, *names: str) -> tuple[ImportSpec, ...]:
+        """The imports binding the template ``names``; Unfixable when one is bound to something else."""
+        scope = self.model.scope_of(at)
+        imports = []
+        for name in names:
+            meanings, spec = _TEMPLATE[name]
+            if scope is not None and name in scope:
+                found = {q.name for q in scope.get_qualified_names_for(name)}
+                if not found or not found <= meanings:
+                    raise Unfixable(f"`{name}` is bound to something else here")
+                continue  # already bound as needed (an import after other statements is not seen by the engine)
+            imports.append(spec)
+        return tuple(imports)
+
+    def jax(self, at: cst.CSTNode) -> tuple[str, tuple[ImportSpec, ...]]:
+        name, imports = jax_name(self.model, at)
+        scope = self.model.scope_of(at)
+        if scope is not None and name in scope:
+            imports = ()  # bound to jax here already (jax_name checked it)
+        return name, imports
+
+    def in_fstring(self, node: cst.CSTNode) -> bool:
+        """Inside an f-string's braces, where (before Python 3.12) neither line breaks nor the
+        string's own quote may appear: the templates are not used there."""
+        return any(isinstance(a, cst.FormattedStringExpression) for a in self.model.ancestors(node))
+
+    def column_of(self, node: cst.CSTNode) -> int:
+        """The indentation width of the statement holding ``node``. Continuation lines of a parsed
+        expression are written relative to it: libcst adds the block's indentation itself."""
+        depth = sum(isinstance(a, cst.IndentedBlock) for a in self.model.ancestors(node))
+        return len(self.model.module.default_indent) * depth
+
+    def fresh_name(self, base: str) -> str:
+        return self.rewriter._unique_name(base)
+
+    @property
+    def multi_process(self) -> bool:
+        return self.rewriter.multi_process()
+
+    # ------------------------------------------------------------------ statements
+    def statement_of(self, node: cst.CSTNode) -> cst.SimpleStatementLine | None:
+        """The statement line ``node`` is evaluated in exactly once, in order, with nothing of the
+        statement between them deferring or repeating it (lambda, comprehension, `and`/`or`, `x if
+        c else y`); None when there is no such line (a compound statement's header, a class body)."""
+        for ancestor in self.model.ancestors(node):
+            if isinstance(ancestor, (cst.Lambda, cst.ListComp, cst.SetComp, cst.DictComp, cst.GeneratorExp,
+                                     cst.IfExp, cst.BooleanOperation)):
+                return None
+            if isinstance(ancestor, cst.SimpleStatementLine):
+                block = self.model.parent(ancestor)
+                if isinstance(block, cst.Module):
+                    return ancestor
+                if isinstance(block, cst.IndentedBlock) and not isinstance(self.model.parent(block), cst.ClassDef):
+                    return ancestor
+                return None
+            if isinstance(ancestor, cst.BaseCompoundStatement):
+                return None
+        return None
+
+    def in_class_body(self, node: cst.CSTNode) -> bool:
+        return isinstance(self.model.scope_of(node), ClassScope)
+
+    def bind_once(self, node: cst.BaseExpression, at: cst.CSTNode, base: str,
+                  query: bool = False) -> tuple[str, tuple[Edit, ...]]:
+        """How a template that evaluates ``node`` for every leaf refers to it: a name or a cheap
+        expression as is; anything else bound to a fresh name just before the statement holding
+        ``at``, or, where no statement can take the binding, repeated if it only queries devices
+        (``query``: ``node`` is known to, e.g. a template's own `jax.local_devices()`)."""
+        if _cheap(node):
+            return code_of(node), ()
+        statement = self.statement_of(at)
+        if statement is not None:
+            name = self.fresh_name(base)
+            line = cst.parse_statement(f"{name} = {code_of(node)}\n")
+            return name, (Edit(statement, before=(line,)),)
+        if query or self._device_query(node):
+            return code_of(node), ()
+        raise Unfixable(f"`{code_of(node)}` cannot be evaluated once before the statement")
+
+    def queries_devices(self, node: cst.BaseExpression) -> bool:
+        """`jax.local_devices()`, `jax.devices()[:4]`: surely a device list (never None)."""
+        if isinstance(node, cst.Subscript):
+            return _literal_slices(node) and self.queries_devices(node.value)
+        return isinstance(node, cst.Call) and self._device_query(node)
+
+    def _device_query(self, node: cst.BaseExpression) -> bool:
+        """`jax.local_devices()`, `jax.devices("cpu")[:4]`, names: pure, cheap to repeat."""
+        if _cheap(node):
+            return True
+        if isinstance(node, cst.Subscript):
+            return _literal_slices(node) and self._device_query(node.value)
+        if isinstance(node, cst.Call):
+            return self.model.matches(node.func, _DEVICE_QUERIES) and all(
+                not a.star and isinstance(a.value, (cst.SimpleString, cst.Integer)) for a in node.args)
+        return False
+
+    # ------------------------------------------------------------------ traced code
+    def may_be_traced(self, node: cst.CSTNode, depth: int = 0) -> bool:
+        """Whether ``node`` may run under a jax transformation (its values are then tracers, with
+        no `addressable_shards`): inside a lambda or a decorated function, or a function that is
+        used other than by direct calls, or called from such code."""
+        for ancestor in self.model.ancestors(node):
+            if isinstance(ancestor, cst.Lambda):
+                return True
+            if isinstance(ancestor, cst.FunctionDef) and self._function_may_be_traced(ancestor, depth):
+                return True
+        return False
+
+    def _function_may_be_traced(self, func: cst.FunctionDef, depth: int) -> bool:
+        key = id(func)
+        if key in self._traced:
+            return self._traced[key]
+        self._traced[key] = True  # recursion guard (and the answer when in doubt)
+        answer = True
+        if not func.decorators and depth < 8:
+            calls = self._direct_calls(func)
+            if calls is not None:
+                answer = any(self.may_be_traced(call, depth + 1) for call in calls)
+        self._traced[key] = answer
+        return answer
+
+    def _direct_calls(self, func: cst.FunctionDef) -> list[cst.Call] | None:
+        """The calls of ``func`` in this module; None when it is also used as a value."""
+        name = func.name.value
+        calls: list[cst.Call] = []
+        scope = self.model.scope_of(func)
+        if isinstance(scope, ClassScope):
+            # a method: every `<x>.name` in the module might be it
+            for attribute in self.model._index.attributes.get(name, ()):
+                parent = self.model.parent(attribute)
+                if not (isinstance(parent, cst.Call) and parent.func is attribute):
+                    return None
+                calls.append(parent)
+            return calls
+        if scope is None:
+            return None
+        for assignment in scope.assignments[name]:
+            if getattr(assignment, "node", None) is not func:
+                continue
+            for access in assignment.references:
+                parent = self.model.parent(access.node)
+                if not (isinstance(parent, cst.Call) and parent.func is access.node):
+                    return None
+                calls.append(parent)
+        return calls
+
+    # ------------------------------------------------------------------ stacked values
+    def one_row_per_device(self, value: cst.BaseExpression) -> bool:
+        """Every value ``value`` may hold is a stack with one row per device along a 1-D mesh: a
+        pmap output (out_axes 0, not of a nested pmap) or a `device_put_replicated` /
+        `device_put_sharded` / flax `replicate` stack."""
+        if not self.model.always_tagged(value, DEVICE_STACKED):
+            return False
+        nested = self.rewriter.nested_nodes()
+        for producer in self.model.producers(value):
+            if producer.transform == PMAP and id(producer.node) in nested:
+                return False
+        return True
+
+    def first_shard_reason(self, at: cst.CSTNode, value: cst.BaseExpression, *, leaf: bool = False) -> str | None:
+        """Why reading a row of ``value`` from its shards would not be exact here (None: it is).
+        ``leaf``: ``value`` is known to be an array (a leaf seen by `tree_map`); otherwise it must
+        be shown to be one, not a list or tuple of the output pytree (where `x[0]` picks an element)."""
+        if self.multi_process:
+            return "multi-process program: the first addressable shard is not row 0 of the global array"
+        if not self.one_row_per_device(value):
+            return "the value may not be a pmap output (or a per-device stack) on every path"
+        if not leaf and not self.array_valued(value):
+            return "the value may be a list or tuple of the output pytree, where `[0]` picks an element"
+        if self.may_be_traced(at):
+            return "the code may run under jit/pmap, where the value is a tracer"
+        return None
+
+    # ------------------------------------------------------------------ arrays, not pytrees
+    def array_valued(self, value: cst.BaseExpression) -> bool:
+        """Every value ``value`` may hold is an array: each producing pmap returns arrays (or dicts
+        of arrays, inside a top-level tuple that unpacking or `out[k]` on the tuple takes apart),
+        each stacking helper stacks an array."""
+        sources = self.model.tagged_sources(value)
+        if not sources:
+            return False
+        for call, position in sources:
+            site = self.model.transformed_call(call)
+            if site is not None:
+                functions = self.model._mapped_functions(site) if site.transform == PMAP else []
+                if not functions or not all(self._returns_arrays(f, position) for f in functions):
+                    return False
+            elif not self._stacks_an_array(call):
+                return False
+        return True
+
+    def _returns_arrays(self, func, position: int | None) -> bool:
+        """Every return value of ``func`` is an array (or a dict of arrays) at ``position`` of its
+        tuple (None: in every element, or the whole value when it is not a tuple display)."""
+        from rules.semantic import _ReturnFinder
+
+        if isinstance(func, cst.Lambda):
+            values = [func.body]
+        else:
+            finder = _ReturnFinder()
+            func.body.visit(finder)
+            values = finder.values
+        if not values or any(v is None for v in values):
+            return False
+        for value in values:
+            if isinstance(value, (cst.Tuple, cst.List)):
+                if any(isinstance(e, cst.StarredElement) for e in value.elements):
+                    return False
+                parts = [e.value for e in value.elements]
+                if position is not None:
+                    if position >= len(parts):
+                        return False
+                    parts = [parts[position]]
+            else:
+                parts = [value]
+            if not all(self._dicts_of_arrays(part) for part in parts):
+                return False
+        return True
+
+    def _dicts_of_arrays(self, node: cst.BaseExpression) -> bool:
+        if isinstance(node, cst.Dict):
+            return all(isinstance(e, cst.DictElement) and self._dicts_of_arrays(e.value) for e in node.elements)
+        return self.is_array(node)
+
+    def _stacks_an_array(self, call: cst.Call) -> bool:
+        names = self.model.qualified_names(call.func)
+        try:
+            if not names.isdisjoint(tables.DEVICE_PUT_REPLICATED):
+                tree = call_arguments(call, ("x", "devices")).get("x")
+            elif not names.isdisjoint(tables.FLAX_REPLICATE):
+                tree = call_arguments(call, ("tree", "devices", "axis_name")).get("tree")
+            elif not names.isdisjoint(tables.DEVICE_PUT_SHARDED):
+                shards = call_arguments(call, ("shards", "devices")).get("shards")
+                if isinstance(shards, (cst.List, cst.Tuple)):
+                    return bool(shards.elements) and all(
+                        not isinstance(e, cst.StarredElement) and self.is_array(e.value) for e in shards.elements)
+                if isinstance(shards, (cst.ListComp, cst.GeneratorExp)):
+                    return self.is_array(shards.elt)
+                return False
+            else:
+                return False
+        except Unfixable:
+            return False
+        return tree is not None and self.is_array(tree)
+
+    def is_array(self, node: cst.BaseExpression, depth: int = 0) -> bool:
+        """``node`` evidently evaluates to an array (or a scalar), not a pytree container: NumPy /
+        jax.numpy / jax.random / jax.nn calls, arithmetic, literals, collectives of arrays, array
+        methods of arrays, and names bound only to such values."""
+        if depth > 6:
+            return False
+        if isinstance(node, (cst.Integer, cst.Float, cst.BinaryOperation, cst.Comparison)):
+            return True
+        if isinstance(node, cst.UnaryOperation):
+            return True
+        if isinstance(node, cst.Call):
+            names = self.model.qualified_names(node.func)
+            if any(n.startswith(_ARRAY_MODULES) for n in names):
+                return True
+            if any(n.startswith("jax.lax.") and n.count(".") == 2 and n not in _STRUCTURED_LAX for n in names):
+                return True  # lax's array primitives (`lax.dot`, `lax.exp`, ...)
+            if not names.isdisjoint(_STRUCTURE_PRESERVING) and node.args:
+                return self.is_array(node.args[0].value, depth + 1)
+            if isinstance(node.func, cst.Attribute) and node.func.attr.value in _ARRAY_METHODS:
+                return self.is_array(node.func.value, depth + 1)
+            return False
+        if isinstance(node, cst.Attribute) and node.attr.value in ("T", "mT", "real", "imag"):
+            return self.is_array(node.value, depth + 1)
+        if isinstance(node, cst.Name):
+            assignments = self.model.reaching_assignments(node)
+            if not assignments:
+                return False
+            for assignment in assignments:
+                value = self.model._index.assigned_value.get(getattr(assignment, "node", None))
+                if value is None or not self.is_array(value, depth + 1):
+                    return False
+            return True
+        return False
+
+
+def row_of(value: cst.BaseExpression, index: cst.BaseExpression) -> cst.BaseExpression:
+    """``value.addressable_shards[index].data.squeeze(0)``: the device's own block of a stack with
+    one row per device, without gathering across devices."""
+    shards = cst.Subscript(cst.Attribute(parenthesized(value), cst.Name("addressable_shards")),
+                           [cst.SubscriptElement(cst.Index(index))])
+    data = cst.Attribute(shards, cst.Name("data"))
+    return cst.Call(cst.Attribute(data, cst.Name("squeeze")), [cst.Arg(cst.Integer("0"))])
+
+
+def literal_index(node: cst.BaseExpression) -> bool:
+    if isinstance(node, cst.UnaryOperation) and isinstance(node.operator, cst.Minus):
+        node = node.expression
+    return isinstance(node, cst.Integer)
+
+
+def single_index(node: cst.Subscript) -> cst.BaseExpression | None:
+    """The index of ``x[i]`` (one plain index, no slice, no tuple)."""
+    if len(node.slice) != 1 or not isinstance(node.slice[0].slice, cst.Index):
+        return None
+    index = node.slice[0].slice
+    if index.star is not None:
+        return None
+    return index.value
+
+
+def is_assignment_target(model: SemanticModel, node: cst.CSTNode) -> bool:
+    child = node
+    for ancestor in model.ancestors(node):
+        if isinstance(ancestor, (cst.AssignTarget, cst.Del)):
+            return True
+        if isinstance(ancestor, (cst.AugAssign, cst.AnnAssign)) and ancestor.target is child:
+            return True
+        if isinstance(ancestor, (cst.BaseStatement, cst.BaseSmallStatement)):
+            return False
+        child = ancestor
+    return False
+
+
+# ---------------------------------------------------------------------------- text templates
+
+def layout_call(func: str, args: list[str], column: int, unit: str) -> str:
+    """``func(a, b)`` on one line when it is short, else one argument per hanging-indented line
+    (indented relative to the statement at ``column``)."""
+    flat = f"{func}({', '.join(args)})"
+    if "\n" not in flat and column + len(flat) <= LINE_LIMIT - 30:
+        return flat
+    return f"{func}(\n" + ",\n".join(unit + a for a in args) + ")"
+
+
+def sharding_text(devices: str, spec: str = f"P({AXIS})", axis: str = AXIS) -> str:
+    return f"NamedSharding(Mesh({devices}, ({axis},)), {spec})"
+
+
+def replicate_text(jax: str, tree: str, devices: str, column: int, unit: str) -> str:
+    leaf = _fresh_param("leaf", devices)
+    stacked = f"np.broadcast_to({leaf}, (len({devices}), *np.shape({leaf})))"
+    return _tree_map_put(jax, f"{leaf}", stacked, devices, [tree], column, unit)
+
+
+def stack_text(jax: str, shards: str, devices: str, column: int, unit: str) -> str:
+    leaves = _fresh_param("leaves", devices)
+    return _tree_map_put(jax, f"*{leaves}", f"np.stack({leaves})", devices, [f"*{shards}"], column, unit)
+
+
+def _tree_map_put(jax: str, params: str, value: str, devices: str, trees: list[str], column: int, unit: str) -> str:
+    put = f"{jax}.device_put({value}, {sharding_text(devices)})"
+    lam = f"lambda {params}: {put}"
+    if column + 2 * len(unit) + len(lam) > LINE_LIMIT:
+        lam = f"lambda {params}: {jax}.device_put(\n{unit * 2}{value},\n{unit * 2}{sharding_text(devices)})"
+    return layout_call(f"{jax}.tree.map", [lam, *trees], column, unit)
+
+
+def _fresh_param(base: str, *texts: str) -> str:
+    name = base
+    while any(_mentions(text, name) for text in texts):
+        name += "_"
+    return name
+
+
+def _mentions(text: str, name: str) -> bool:
+    import re
+
+    return re.search(rf"(?<![\w.]){re.escape(name)}(?!\w)", text) is not None
+
+
+# ---------------------------------------------------------------------------- expressions
+
+def _cheap(node: cst.BaseExpression) -> bool:
+    """A name, `a.b`, or `a[:4]` / `a[i]` of those: cheap and side-effect free to evaluate again."""
+    if isinstance(node, cst.Name):
+        return True
+    if isinstance(node, cst.Attribute):
+        return _cheap(node.value)
+    if isinstance(node, cst.Subscript):
+        return _literal_slices(node) and _cheap(node.value)
+    return False
+
+
+def _literal_slices(node: cst.Subscript) -> bool:
+    def plain(value: cst.BaseExpression | None) -> bool:
+        if value is None:
+            return True
+        if isinstance(value, cst.UnaryOperation) and isinstance(value.operator, cst.Minus):
+            value = value.expression
+        return isinstance(value, (cst.Integer, cst.Name))
+
+    for element in node.slice:
+        part = element.slice
+        if isinstance(part, cst.Index):
+            if part.star is not None or not plain(part.value):
+                return False
+        elif isinstance(part, cst.Slice):
+            if not (plain(part.lower) and plain(part.upper) and plain(part.step)):
+                return False
+        else:
+            return False
+    return True
+
+
+def python_numbers(node: cst.BaseExpression) -> bool:
+    """A Python number literal reaches the value directly (`1.0`, `{"lr": 0.1}`, `[0, 1]`): jax
+    kept such scalars weakly typed; a NumPy stack of them is strongly typed (same values and dtype,
+    different promotion with low-precision arrays)."""
+    if isinstance(node, (cst.Integer, cst.Float, cst.Imaginary)):
+        return True
+    if isinstance(node, cst.UnaryOperation):
+        return python_numbers(node.expression)
+    if isinstance(node, cst.Dict):
+        return any(isinstance(e, cst.DictElement) and python_numbers(e.value) for e in node.elements)
+    if isinstance(node, (cst.List, cst.Tuple, cst.Set)):
+        return any(python_numbers(e.value) for e in node.elements)
+    if isinstance(node, (cst.ListComp, cst.SetComp, cst.GeneratorExp)):
+        return python_numbers(node.elt)
+    if isinstance(node, cst.DictComp):
+        return python_numbers(node.value)
+    return False
+
+
+def call_arguments(call: cst.Call, names: tuple[str, ...]) -> dict[str, cst.BaseExpression]:
+    """Bind ``call``'s arguments to the parameter ``names`` (positional, then keyword); Unfixable
+    for `*args`/`**kwargs` or unknown keywords."""
+    bound: dict[str, cst.BaseExpression] = {}
+    for index, arg in enumerate(call.args):
+        if arg.star:
+            raise Unfixable("arguments passed with * or **")
+        if arg.keyword is None:
+            if index >= len(names):
+                raise Unfixable("more arguments than the function takes")
+            bound[names[index]] = arg.value
+        elif arg.keyword.value in names and arg.keyword.value not in bound:
+            bound[arg.keyword.value] = arg.value
+        else:
+            raise Unfixable(f"argument `{arg.keyword.value}`")
+    return bound
+
+
+def called(model: SemanticModel, reference: cst.BaseExpression) -> cst.Call | None:
+    """The call whose function ``reference`` is (`jax.device_put_replicated(...)`), if any."""
+    parent = model.parent(reference)
+    return parent if isinstance(parent, cst.Call) and parent.func is reference else None
+
+
+def keep_parens(old: cst.BaseExpression, new: cst.BaseExpression) -> cst.BaseExpression:
+    return new.with_changes(lpar=getattr(old, "lpar", ()), rpar=getattr(old, "rpar", ()))
+
+
+# ---------------------------------------------------------------------------- shared fixes
+
+def shim_swap(placement: Placement, reference: cst.BaseExpression, attribute: str, why: str) -> FixSpec | None:
+    """Swap the reference for `runtime_shim.<attribute>`, the drop-in with the legacy result."""
+    try:
+        imports = placement.names(reference, "runtime_shim")
+    except Unfixable:
+        return None
+    replacement = keep_parens(reference, cst.Attribute(cst.Name("runtime_shim"), cst.Name(attribute)))
+    spec = removal_spec(placement.model, reference)
+    return FixSpec("safe", f"use `runtime_shim.{attribute}` (the legacy result at run time; needs pmap-migrate "
+                           f"installed): {why}", replacement=replacement, target=reference, add_imports=imports,
+                   remove_imports=(spec,) if spec is not None else (), shimmed=True)
+
+
+def alias_definition(model: SemanticModel,
+                     reference: cst.BaseExpression) -> tuple[cst.SimpleStatementLine, cst.Name] | None:
+    """``dpr = jax.device_put_replicated`` (alone on its line): the line and the alias name."""
+    assign = model.parent(reference)
+    if not isinstance(assign, cst.Assign) or assign.value is not reference or len(assign.targets) != 1:
+        return None
+    target = assign.targets[0].target
+    line = model.parent(assign)
+    if not isinstance(target, cst.Name) or not isinstance(line, cst.SimpleStatementLine) or len(line.body) != 1:
+        return None
+    return line, target
+
+
+def alias_fix(placement: Placement, reference: cst.BaseExpression, attribute: str | None) -> FixSpec | None:
+    """A local alias of a removed helper (`dpr = jax.device_put_replicated`): its uses are fixed
+    where they are; once none is left the alias goes (a public alias of a library module keeps
+    working for importers through the shim, when there is one)."""
+    model = placement.model
+    found = alias_definition(model, reference)
+    if found is None:
+        return None
+    line, target = found
+    assignment = model.assignment_for_target(target)
+    if assignment is None or assignment.references:
+        return None  # still used: the uses are fixed first
+    module_level = model.scope_of(target) is model.scope_of(model.module)
+    if module_level and not target.value.startswith("_") and not model.is_script:
+        if attribute is None:
+            return None
+        return shim_swap(placement, reference, attribute,
+                         f"keep the public alias `{target.value}` working for importers")
+    spec = removal_spec(model, reference)
+    return FixSpec("safe", f"remove the unused alias `{target.value}`", replacement=remove_line(model, line),
+                   target=line, remove_imports=(spec,) if spec is not None else ())
+
+
+def remove_line(model: SemanticModel, line: cst.SimpleStatementLine):
+    """Delete a statement line; a block it is the only statement of keeps a `pass`."""
+    block = model.parent(line)
+    body = getattr(block, "body", ())
+    if isinstance(block, cst.IndentedBlock) and len(body) == 1:
+        return line.with_changes(body=[cst.Pass()])
+    return cst.RemovalSentinel.REMOVE
+
+
+def module_level_only(model: SemanticModel, expr: cst.BaseExpression, at: cst.CSTNode) -> bool:
+    """Every name ``expr`` reads is a module-level or builtin binding, and means the same at ``at``."""
+    collector = _Names()
+    expr.visit(collector)
+    global_scope = model.scope_of(model.module)
+    here = model.scope_of(at)
+    for name in collector.names:
+        assignments = model.assignments_of(name)
+        if not assignments or any(not isinstance(a, BuiltinAssignment) and a.scope is not global_scope
+                                  for a in assignments):
+            return False
+        if here is not None and here is not global_scope and name.value in here.assignments:
+            return False  # shadowed where the expression would be evaluated
+    return True
+
+
+class _Names(cst.CSTVisitor):
+    def __init__(self) -> None:
+        self.names: list[cst.Name] = []
+
+    def visit_Attribute(self, node: cst.Attribute) -> bool:
+        node.value.visit(self)
+        return False
+
+    def visit_Arg(self, node: cst.Arg) -> bool:
+        node.value.visit(self)
+        return False
+
+    def visit_Name(self, node: cst.Name) -> None:
+        self.names.append(node)
+
+    def visit_Lambda(self, node: cst.Lambda) -> bool:
+        return False
+
+
+def placement_for(context) -> Placement:
+    if "placement" not in context.shared:
+        context.shared["placement"] = Placement(context)
+    return context.shared["placement"]
+
+
+def in_axis_of(site: TransformSite, call: cst.Call, arg: cst.Arg) -> int | None | str:
+    """The in_axes entry legacy pmap applied to ``arg`` of ``call`` (an int, None for broadcast), or
+    "unknown" when it is not a literal or is a pytree prefix."""
+    from rules.pmap_rewrite import Unsupported, _axis_entry, _int_tuple
+
+    node = site.option("in_axes")
+    try:
+        static = _int_tuple(site.option("static_broadcasted_argnums"), "static_broadcasted_argnums")
+        if node is None:
+            entry = 0
+        elif isinstance(node, (cst.Tuple, cst.List)):
+            if arg.keyword is not None:
+                return "unknown"
+            positional = [a for a in call.args if a.keyword is None]
+            index = next(i for i, a in enumerate(positional) if a is arg)
+            if index in static or index >= len(node.elements):
+                return "unknown"
+            entry = _axis_entry(node.elements[index].value)
+        else:
+            entry = _axis_entry(node)
+            if arg.keyword is not None:
+                entry = 0  # legacy pmap maps keyword arguments on axis 0 whatever in_axes says
+            elif not isinstance(entry, (int, type(None))):
+                return "unknown"
+            else:
+                positional = [a for a in call.args if a.keyword is None]
+                if next(i for i, a in enumerate(positional) if a is arg) in static:
+                    return "unknown"
+    except Unsupported:
+        return "unknown"
+    if entry is not None and (not isinstance(entry, int) or entry < 0):
+        return "unknown"
+    return entry
+
+
+def axis_literal(site: TransformSite) -> str:
+    node = site.option("axis_name")
+    return code_of(node) if isinstance(node, cst.SimpleString) else AXIS
+
+
+def spec_text(axis: int | None, name: str) -> str:
+    return "P()" if axis is None else "P(" + "None, " * axis + f"{name})"
+
+
+def iter_leaves(value: cst.BaseExpression) -> Iterable[cst.BaseExpression]:
+    """The expressions a pytree argument is built from: `{"x": a, "y": b}`, `(a, [b])`, `a`."""
+    if isinstance(value, (cst.Tuple, cst.List)):
+        for element in value.elements:
+            if not isinstance(element, cst.StarredElement):
+                yield from iter_leaves(element.value)
+    elif isinstance(value, cst.Dict):
+        for element in value.elements:
+            if isinstance(element, cst.DictElement):
+                yield from iter_leaves(element.value)
+    else:
+        yield value
+
+
+def helper_devices(model: SemanticModel, call: cst.Call) -> cst.BaseExpression | None | str:
+    """The `devices` a helper call stacks on: the expression, None for the default
+    (`jax.local_devices()`: flax `replicate` without devices), or "unknown"."""
+    names = model.qualified_names(call.func)
+    try:
+        if not names.isdisjoint(tables.DEVICE_PUT_REPLICATED):
+            return call_arguments(call, ("x", "devices")).get("devices", "unknown")
+        if not names.isdisjoint(tables.DEVICE_PUT_SHARDED):
+            return call_arguments(call, ("shards", "devices")).get("devices", "unknown")
+        if not names.isdisjoint(tables.FLAX_REPLICATE):
+            devices = call_arguments(call, ("tree", "devices", "axis_name")).get("devices")
+            return None if devices is None or (isinstance(devices, cst.Name) and devices.value == "None") else devices
+    except Unfixable:
+        return "unknown"
+    return "unknown"
+
+
+# ---------------------------------------------------------------------------- stacks
+
+WEAK_TYPES = ("Python number literals in it become strongly typed (legacy kept them weakly typed: same values "
+              "and dtype, different promotion with bfloat16/float16 arrays)")
+
+
+def stack_fix(placement: Placement, call: cst.Call, reference: cst.BaseExpression, tree: cst.BaseExpression,
+              devices: cst.BaseExpression | str, *, sharded: bool, what: str) -> FixSpec:
+    """``call`` (a replicate or sharded helper) -> the explicit `jax.device_put` of the same stack.
+    ``devices`` is the helper's device expression, or a text that only queries devices."""
+    model = placement.model
+    if placement.in_fstring(call):
+        raise Unfixable("inside an f-string")
+    if placement.in_class_body(call):
+        raise Unfixable("in a class body (a lambda there cannot see the class's names)")
+    jax, jax_imports = placement.jax(call)
+    imports = placement.names(call, "np", "Mesh", "NamedSharding", "P")
+    if isinstance(devices, str):
+        devices_text, edits = placement.bind_once(cst.parse_expression(devices), call, "devices", query=True)
+    else:
+        devices_text, edits = placement.bind_once(devices, call, "devices")
+    column, unit = placement.column_of(call), model.module.default_indent
+    tree_text = code_of(parenthesized(tree) if sharded else tree)
+    text = (stack_text if sharded else replicate_text)(jax, tree_text, devices_text, column, unit)
+    replacement = keep_parens(call, cst.parse_expression(text))
+    removal = removal_spec(model, reference)
+    summary = f"{what} -> `jax.device_put` of the same stack with `NamedSharding(Mesh(devices), P('i'))`"
+    applicability = "safe"
+    if python_numbers(tree):
+        applicability, summary = "unsafe", summary + "; " + WEAK_TYPES
+    return FixSpec(applicability, summary, edits=(Edit(call, replacement), *edits),
+                   add_imports=(*jax_imports, *imports), remove_imports=(removal,) if removal is not None else ())
+
+
+# ---------------------------------------------------------------------------- reshards
+
+def reshard_text(placement: Placement, value: cst.BaseExpression, call: cst.Call, site: TransformSite,
+                 arg: cst.Arg) -> tuple[str, tuple[ImportSpec, ...]]:
+    """`jax.device_put(value, NamedSharding(Mesh(<site's devices>, (axis,)), <spec>))`: ``value``
+    (an argument of ``call``, or a leaf of one) laid out as the pmap ``site`` maps it, on the
+    devices its migrated form runs on (the first n local devices, or its `devices=`)."""
+    model = placement.model
+    if placement.multi_process:
+        raise Unfixable("multi-process program (host-local inputs)")
+    if placement.in_fstring(call):
+        raise Unfixable("inside an f-string")
+    if not _cheap(value):
+        raise Unfixable("the argument is not a name")
+    axis = in_axis_of(site, call, arg)
+    if axis == "unknown":
+        raise Unfixable("in_axes for this argument is not a literal int or None")
+    name = axis_literal(site)
+    jax, jax_imports = placement.jax(call)
+    devices = site.option("devices")
+    if devices is not None and not (isinstance(devices, cst.Name) and devices.value == "None"):
+        if not module_level_only(model, devices, call):
+            raise Unfixable("the pmap's `devices=` reads names not visible at the call")
+        mesh_devices = code_of(devices)
+    else:
+        backend = site.option("backend")
+        if backend is not None and not (isinstance(backend, cst.Name) and backend.value == "None"):
+            if not isinstance(backend, cst.SimpleString):
+                raise Unfixable("`backend=` is not a literal")
+            query = f"{jax}.local_devices(backend={code_of(backend)})"
+        else:
+            query = f"{jax}.local_devices()"
+        size = site.option("axis_size")
+        if size is not None and isinstance(size, cst.Integer):
+            count = code_of(size)
+        elif axis is None:
+            count = _mapped_size_from_other_argument(site, call)
+        else:
+            count = f"{code_of(value)}.shape[{axis}]"
+        mesh_devices = f"{query}[: {count}]"
+    imports = placement.names(call, "Mesh", "NamedSharding", "P")
+    sharding = sharding_text(mesh_devices, spec_text(axis, name), name)
+    text = f"{jax}.device_put({code_of(value)}, {sharding})"
+    parent = model.parent(value)
+    if len(text) > 60 and isinstance(parent, cst.Arg) and len(call.args) == 1:
+        text = f"{jax}.device_put(\n{model.module.default_indent}{code_of(value)}, {sharding})"
+    return text, (*jax_imports, *imports)
+
+
+def _mapped_size_from_other_argument(site: TransformSite, call: cst.Call) -> str:
+    """For a broadcast input: the mapped size, read from a mapped argument of the same call that
+    is a plain name (legacy pmap requires every mapped argument to have that size)."""
+    for other in call.args:
+        if other.star or other.keyword is not None or not isinstance(other.value, cst.Name):
+            continue
+        axis = in_axis_of(site, call, other)
+        if isinstance(axis, int):
+            return f"{code_of(other.value)}.shape[{axis}]"
+    raise Unfixable("a broadcast (in_axes None) input and no mapped argument that is a name")
+
+
+def placed_for(placement: Placement, value: cst.BaseExpression, call: cst.Call, site: TransformSite,
+               arg: cst.Arg) -> bool:
+    """``value`` is already the explicit placement `reshard_text` writes (so fixing is idempotent)."""
+    if not (isinstance(value, cst.Call) and placement.model.matches(value.func, tables.DEVICE_PUT) and value.args):
+        return False
+    try:
+        expected, _ = reshard_text(placement, value.args[0].value, call, site, arg)
+    except Unfixable:
+        return False
+    return _same_code(code_of(value), expected)
+
+
+def _same_code(a: str, b: str) -> bool:
+    """Equal up to layout and quoting."""
+    import ast
+
+    try:
+        return ast.dump(ast.parse(a.strip(), mode="eval")) == ast.dump(ast.parse(b.strip(), mode="eval"))
+    except SyntaxError:
+        return False
+
+
+_CANONICAL = frozenset({"jax.local_devices", "jax.devices"})
+
+
+def devices_descriptor(model: SemanticModel, node: cst.BaseExpression, depth: int = 0) -> str | None:
+    """What a device list is, as far as the code shows: "first" for the first devices in the
+    default order (`jax.local_devices()`, `jax.devices()[:4]`, a name bound only to those),
+    "other" for a known different list (`jax.devices()[4:]`, `[::-1]`), None when unknown."""
+    if depth > 4:
+        return None
+    if isinstance(node, cst.Call):
+        if model.matches(node.func, _CANONICAL) and not node.args:
+            return "first"
+        return None
+    if isinstance(node, cst.Subscript):
+        base = devices_descriptor(model, node.value, depth + 1)
+        if base is None or len(node.slice) != 1 or not isinstance(node.slice[0].slice, cst.Slice):
+            return None
+        part = node.slice[0].slice
+        lower_zero = part.lower is None or (isinstance(part.lower, cst.Integer) and part.lower.evaluated_value == 0)
+        if base == "first" and lower_zero and part.step is None:
+            return "first"
+        return "other" if base in ("first", "other") else None
+    if isinstance(node, cst.Name):
+        found = set()
+        for assignment in model.reaching_assignments(node):
+            value = model._index.assigned_value.get(getattr(assignment, "node", None))
+            if value is None:
+                return None
+            found.add(devices_descriptor(model, value, depth + 1))
+        return found.pop() if len(found) == 1 else None
+    return None
