@@ -390,8 +390,11 @@ class Rewriter:
         if site.dynamic_options:
             raise Unsupported("options passed with * or **")
         for arg in site.args:
-            if arg.keyword is not None and arg.keyword.value not in KNOWN_OPTIONS:
-                raise Unsupported(f"option `{arg.keyword.value}` has no exact equivalent")
+            if arg.keyword is None or arg.keyword.value in KNOWN_OPTIONS:
+                continue
+            if arg.keyword.value == "global_arg_shapes" and _is_none(arg.value):
+                continue  # the default, spelled out: nothing to carry over (PM104 drops it too)
+            raise Unsupported(f"option `{arg.keyword.value}` has no exact equivalent")
         if site.is_decorator:
             return self._decorator_fix(site)
         return self._call_fix(site)
