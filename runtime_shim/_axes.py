@@ -7,7 +7,11 @@ that match on them keep working.
 
 from __future__ import annotations
 
+import collections
+import difflib
+import inspect
 import operator
+import textwrap
 from collections.abc import Iterable
 from typing import Any
 
@@ -72,10 +76,50 @@ def broadcast(prefix: Any, tree: Any) -> list:
     return out
 
 
-def _prefix_message(what: str, prefix: Any, tree: Any) -> str:
-    treedef = jax.tree_util.tree_structure(tree)
-    return (f"{what} specification must be a tree prefix of the corresponding value, "
-            f"got specification {prefix} for value tree {treedef}.")
+def _children(tree: Any) -> list:
+    """(key, child) pairs one level down."""
+    pairs, _ = jax.tree_util.tree_flatten_with_path(tree, is_leaf=lambda y: y is not tree)
+    return [(path[0], child) for path, child in pairs]
+
+
+def _metadata(tree: Any) -> str:
+    _, meta = jax.tree_util.tree_structure(tree, is_leaf=lambda y: y is not tree).node_data()
+    return str(tuple(meta) if isinstance(tree, dict) else meta)
+
+
+def prefix_error(name: str, prefix: Any, full: Any, path: tuple = ()) -> str | None:
+    """jax's message for the first place where ``prefix`` is not a prefix of ``full``."""
+    if jax.tree_util.treedef_is_leaf(jax.tree_util.tree_structure(prefix, is_leaf=is_none)):
+        return None
+    at = (f" at key path\n    {name}{jax.tree_util.keystr(path)}\nAt that key path, the prefix "
+          f"pytree {name} has a subtree of type")
+    if type(prefix) is not type(full):
+        return (f"pytree structure error: different types{at}\n    {type(prefix)}\nbut at the "
+                "same key path the full pytree has a subtree of different type\n"
+                f"    {type(full)}.")
+    if isinstance(prefix, (list, tuple)) and len(prefix) != len(full):
+        kind = type(prefix).__name__
+        return (f"pytree structure error: different lengths of {kind}{at} {kind} of length "
+                f"{len(prefix)}, but the full pytree has a subtree of the same type but of "
+                f"length {len(full)}.")
+    mine, theirs = _children(prefix), _children(full)
+    if len(mine) != len(theirs):
+        return (f"pytree structure error: different numbers of pytree children{at}\n"
+                f"    {type(prefix)}\nwith {len(mine)} child keys, but at the same key path "
+                f"the full pytree has a subtree of the same type but with {len(theirs)} "
+                "child keys")
+    if _metadata(prefix) != _metadata(full):
+        ours, other = _metadata(prefix), _metadata(full)
+        diff = textwrap.indent("\n".join(difflib.ndiff([ours], [other])), "    ")
+        return (f"pytree structure error: different pytree metadata{at}\n    {type(prefix)}\n"
+                f"with metadata\n    {ours}\nbut at the same key path the full pytree has a "
+                f"subtree of the same type but with metadata\n    {other}\nso the diff in "
+                f"the metadata at these pytree nodes is\n{diff}")
+    for (key, a), (_, b) in zip(mine, theirs):
+        found = prefix_error(name, a, b, (*path, key))
+        if found:
+            return found
+    return None
 
 
 def flat_in_axes(dyn_in_axes: Any, dyn_args: tuple, kwargs: dict) -> list:
@@ -83,7 +127,8 @@ def flat_in_axes(dyn_in_axes: Any, dyn_args: tuple, kwargs: dict) -> list:
     try:
         return broadcast((dyn_in_axes, 0), (dyn_args, kwargs))
     except ValueError:
-        msg = _prefix_message("pmap in_axes", dyn_in_axes, dyn_args) + _PREFIX_HINT
+        msg = (prefix_error("pmap in_axes", (dyn_in_axes, 0), (dyn_args, kwargs))
+               or "pmap in_axes is not a tree prefix of the arguments") + _PREFIX_HINT
         if kwargs:
             msg += _KWARGS_HINT
         raise ValueError(msg + _CHECK_HINT) from None
@@ -93,48 +138,77 @@ def flat_out_axes(out_axes: Any, out: Any) -> list:
     try:
         return broadcast(out_axes, out)
     except ValueError:
-        raise ValueError(_prefix_message("pmap out_axes", out_axes, out) + _OUT_HINT) from None
+        msg = (prefix_error("pmap out_axes", out_axes, out)
+               or "pmap out_axes is not a tree prefix of the output")
+        raise ValueError(msg + _OUT_HINT) from None
 
 
-def normalize(axis: int | None, ndim: int) -> int | None:
+def normalize(axis: int | None, shape: tuple) -> int | None:
     """A non-negative axis, or the legacy rank error."""
     if axis is None:
         return None
+    ndim = len(shape)
     if -ndim <= axis < ndim:
         return axis % ndim
     min_rank = axis + 1 if axis >= 0 else -axis
     raise ValueError(
         f"pmap was requested to map its argument along axis {axis}, which implies that "
-        f"its rank should be at least {min_rank}, but is only {ndim}")
+        f"its rank should be at least {min_rank}, but is only {ndim} (its shape is {shape})")
 
 
 def _describe(x: Any) -> str:
     try:
-        return f"{np.dtype(x.dtype).name}{list(np.shape(x))}"
+        return f"{np.dtype(x.dtype).name}[{','.join(map(str, np.shape(x)))}]"
     except (AttributeError, TypeError):
-        return type(x).__name__
+        return "unknown"
 
 
-def mapped_size(leaves: list, axes: list, treedef: Any = None) -> int:
+def _inconsistent(fun: Any, treedef: Any, leaves: list, axes: list, sizes: list) -> str:
+    """jax 0.7.2's message: which arguments had which mapped sizes."""
+    args, kwargs = jax.tree_util.tree_unflatten(treedef, leaves)
+    try:
+        params = list(inspect.signature(fun).parameters) if fun is not None else None
+    except (TypeError, ValueError):
+        params = None
+
+    def where(path, x):
+        i = path[0].idx
+        name = (f"args{jax.tree_util.keystr(path)}" if params is None or i >= len(params)
+                else f"argument {params[i]}{jax.tree_util.keystr(path[1:])}")
+        return f"{name} of type {_describe(x)}"
+
+    names = [where(p, x) for p, x in jax.tree_util.tree_flatten_with_path(args)[0]]
+    names += [f"kwargs{jax.tree_util.keystr(p)} of type {_describe(x)}"
+              for p, x in jax.tree_util.tree_flatten_with_path(kwargs)[0]]
+    counts = collections.Counter(s for s in sizes if s is not None).most_common()
+    lines = []
+    for rank, (size, count) in enumerate(counts):
+        i = sizes.index(size)
+        if count == 1:
+            lines.append(f"  * one axis had size {size}: axis {axes[i]} of {names[i]};")
+        elif rank == 0:
+            lines.append(f"  * most axes ({count} of them) had size {size}, e.g. axis "
+                         f"{axes[i]} of {names[i]};")
+        else:
+            lines.append(f"  * some axes ({count} of them) had size {size}, e.g. axis "
+                         f"{axes[i]} of {names[i]};")
+    return "pmap got inconsistent sizes for array axes to be mapped:\n" + "\n".join(lines)[:-1]
+
+
+def mapped_size(leaves: list, axes: list, treedef: Any = None, fun: Any = None) -> int:
     """The size of the mapped axis, with jax 0.7.2's errors for the cases that have none."""
     if not leaves:
         args, kwargs = jax.tree_util.tree_unflatten(treedef, leaves) if treedef else ((), {})
         raise ValueError("pmap wrapped function must be passed at least one argument "
                          f"containing an array, got empty *args={args} and **kwargs={kwargs}")
-    sizes = []
-    for leaf, axis in zip(leaves, axes):
-        if axis is not None:
-            shape = np.shape(leaf)
-            sizes.append(shape[normalize(axis, len(shape))])
-    if not sizes:
+    sizes = [None if a is None else np.shape(x)[normalize(a, np.shape(x))]
+             for x, a in zip(leaves, axes)]
+    mapped = [s for s in sizes if s is not None]
+    if not mapped:
         raise ValueError("pmap must have at least one non-None value in in_axes")
-    if any(s != sizes[0] for s in sizes):
-        lines = [f"  * one axis had size {s}: axis {a} of an argument of type {_describe(x)}"
-                 for x, a, s in zip((x for x, a in zip(leaves, axes) if a is not None),
-                                    (a for a in axes if a is not None), sizes)]
-        raise ValueError("pmap got inconsistent sizes for array axes to be mapped:\n"
-                         + "\n".join(lines))
-    return int(sizes[0])
+    if any(s != mapped[0] for s in mapped):
+        raise ValueError(_inconsistent(fun, treedef, leaves, axes, sizes))
+    return int(mapped[0])
 
 
 def spec(axis: int | None, name: Any) -> P:

@@ -16,11 +16,13 @@ from __future__ import annotations
 
 import math
 import threading
+from collections.abc import Callable
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 import jax
+import numpy as np
 from jax import lax
 
 from runtime_shim import _axes
@@ -39,12 +41,15 @@ class Replan(BaseException):
 
 @dataclass
 class Plan:
-    """The mesh axes of one outermost pmap signature: its own axis, then inner axes."""
+    """The mesh axes of an outermost pmap at one mapped size: its own, then inner ones."""
 
     names: list = field(default_factory=list)
     sizes: list = field(default_factory=list)  # per process for the outermost axis
     limit: int = 1  # devices one process can give to one call
+    # the legacy error for needing more devices than the limit: (needed, nested) -> error
+    shortage: Callable[[int, bool], Exception] | None = None
     vmapped: set = field(default_factory=set)  # inner axes that did not fit: run as vmap
+    mesh: Any = None  # built from names/sizes on first use, dropped when they grow
 
     def size_of(self, name: Any) -> int | None:
         return self.sizes[self.names.index(name)] if name in self.names else None
@@ -61,10 +66,7 @@ class Plan:
             return False
         needed = math.prod(self.size_of(c) or 1 for c in chain) * size  # vmapped: no devices
         if needed > self.limit:
-            raise ValueError(
-                f"compiling computation that requires {needed * _processes()} logical "
-                f"devices, but only {self.limit * _processes()} XLA devices are available "
-                f"(num_replicas={needed * _processes()})")
+            raise self.shortage(needed, True)
         if math.prod(self.sizes) * size > self.limit:
             # Legacy pmap reused devices for sibling inner pmaps; a mesh cannot give two
             # names to one axis, so this sibling runs vectorised on each device instead.
@@ -72,11 +74,8 @@ class Plan:
             return False
         self.names.append(name)
         self.sizes.append(size)
+        self.mesh = None
         raise Replan()
-
-
-def _processes() -> int:
-    return jax.process_count()
 
 
 class _Frames(threading.local):
@@ -87,9 +86,13 @@ class _Frames(threading.local):
 
 
 FRAMES = _Frames()
+# Frames being traced in any thread. Reading a thread-local costs ~0.1 us, a third of the
+# shim's whole per-call overhead; outermost calls test this list first and only look at
+# their own thread's frames while some trace is under way.
+ACTIVE: list = []
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, eq=False)
 class Frame:
     plan: Plan
     chain: tuple  # mesh axes claimed by the enclosing pmaps, outermost first
@@ -97,11 +100,14 @@ class Frame:
 
 @contextmanager
 def frame(plan: Plan, chain: tuple):
-    FRAMES.stack.append(Frame(plan, chain))
+    entered = Frame(plan, chain)
+    FRAMES.stack.append(entered)
+    ACTIVE.append(entered)
     try:
         yield
     finally:
         FRAMES.stack.pop()
+        ACTIVE.remove(entered)
 
 
 def call_inner(spec: PmapSpec, args: tuple, kwargs: dict) -> Any:
@@ -110,22 +116,22 @@ def call_inner(spec: PmapSpec, args: tuple, kwargs: dict) -> Any:
     if spec.devices is not None:
         raise ValueError("Nested pmap with explicit devices argument.")
     spec.check_static_count(args)
-    dyn_args, bind = spec.split_static(args)
-    dyn_in_axes = _axes.dynamic_in_axes(spec.in_axes, spec.statics, len(args))
-    leaves, treedef = jax.tree_util.tree_flatten((dyn_args, kwargs))
-    axes = _axes.flat_in_axes(dyn_in_axes, dyn_args, kwargs)
-    axes = [_axes.normalize(a, len(jax.numpy.shape(x))) for x, a in zip(leaves, axes)]
-    size = _axes.mapped_size(leaves, axes, treedef)
+    leaves, treedef, axes, bind = spec.leaves_and_axes(args, kwargs)
+    axes = [_axes.normalize(a, np.shape(x)) for x, a in zip(leaves, axes)]
+    size = _axes.mapped_size(leaves, axes, treedef, spec.fun)
     name = spec.mesh_axis
     chain = outer.chain + (name,)
 
     if not outer.plan.claim(name, size, outer.chain):
-        fun = lambda *a, **k: spec.fun(*bind(a), **k)  # noqa: E731
-        vmapped = jax.vmap(fun, in_axes=dyn_in_axes, out_axes=spec.out_axes,
-                           axis_name=name, axis_size=size)
+        dyn_args, kwargs = jax.tree_util.tree_unflatten(treedef, leaves)
+        vmapped = jax.vmap(lambda *a, **k: spec.fun(*bind(a), **k),
+                           in_axes=_axes.dynamic_in_axes(spec.in_axes, spec.statics, len(args)),
+                           out_axes=spec.out_axes, axis_name=name, axis_size=size)
         with frame(outer.plan, chain):
             return vmapped(*dyn_args, **kwargs)
 
+    # Every device of the inner axis holds the whole value: take its own element, run the
+    # body, and all-gather the results along the inner axis (legacy pmap's lowering).
     index = lax.axis_index(name)
     mine = [x if a is None else lax.dynamic_index_in_dim(x, index, a, keepdims=False)
             for x, a in zip(leaves, axes)]

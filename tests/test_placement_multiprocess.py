@@ -1,0 +1,77 @@
+"""The placement fixes in a multi-process program, checked by a real two-process run.
+
+In a module that runs several processes (PM501) the pmaps map host-local arrays, so PM101 routes
+them to `runtime_shim.pmap`, the stacking helpers become the shim's drop-ins (PM301/PM302), and
+row reads (`loss[0]`, `tree_map(lambda v: v[0], params)`) are left alone (PM201/PM202: the first
+addressable shard is not row 0 of a global array). `tests/shim_programs/data_parallel.py` (2
+processes x 4 CPU devices, gloo collectives) is fixed with every rule and unsafe fixes, then run
+on the newest jax; each process must print what it printed under jax 0.7.2's legacy pmap.
+"""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+import pytest
+from support import jaxenv
+from test_shim_differential import _free_port, differences, parse
+
+from codemod.fixer import fix_bytes
+from rules import all_rules
+
+PROGRAMS = Path(__file__).parent / "shim_programs"
+PROGRAM = "data_parallel"
+
+pytestmark = [pytest.mark.jax_envs, pytest.mark.multiprocess]
+
+
+@pytest.fixture(scope="module")
+def fixed_program(tmp_path_factory) -> Path:
+    root = tmp_path_factory.mktemp("placement_multiprocess")
+    shutil.copy(PROGRAMS / "_report.py", root / "_report.py")
+    source = (PROGRAMS / f"{PROGRAM}.py").read_bytes()
+    outcome = fix_bytes(source, f"{PROGRAM}.py", all_rules(), unsafe=True)
+    assert outcome.error is None, outcome.error
+    assert outcome.fixed is not None
+    target = root / f"{PROGRAM}.py"
+    target.write_bytes(outcome.fixed)
+    return target
+
+
+def _two_processes(env: jaxenv.JaxEnv, script: Path) -> list[subprocess.CompletedProcess]:
+    try:
+        python = jaxenv.python_for(env)
+    except jaxenv.EnvUnavailable as exc:
+        pytest.skip(str(exc))
+    port = str(_free_port())
+    with ThreadPoolExecutor(2) as pool:
+        runs = [pool.submit(jaxenv.run_program, python, script, port, str(i), devices=4, timeout=600,
+                            cwd=script.parent) for i in range(2)]
+        return [run.result() for run in runs]
+
+
+def _checks(proc: subprocess.CompletedProcess, what: str) -> dict:
+    assert proc.returncode == 0, f"{what} failed:\n{proc.stderr[-4000:]}"
+    checks = parse(proc.stdout)
+    assert checks, f"{what} printed no checks:\n{proc.stdout[-2000:]}"
+    return checks
+
+
+def test_the_fix_uses_the_shim_and_leaves_row_reads_alone(fixed_program):
+    text = fixed_program.read_text()
+    assert "jax.pmap(" not in text and "jax.device_put_replicated(" not in text
+    assert "runtime_shim.pmap" in text and "runtime_shim.device_put_replicated(" in text
+    assert "addressable_shards" not in text  # loss[0], tree_map(lambda v: v[0], ...) unchanged
+    assert "float(loss[0])" in text
+
+
+def test_fixed_program_matches_legacy_pmap_on_two_processes(fixed_program):
+    reference = [_checks(p, f"legacy process {i}")
+                 for i, p in enumerate(_two_processes(jaxenv.LEGACY, PROGRAMS / f"{PROGRAM}.py"))]
+    for i, proc in enumerate(_two_processes(jaxenv.NEWEST, fixed_program)):
+        candidate = _checks(proc, f"fixed, newest jax, process {i}")
+        diff = differences(reference[i], candidate)
+        assert not diff, f"process {i}: {len(diff)} checks differ:\n" + "\n".join(diff)

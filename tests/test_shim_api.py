@@ -1,0 +1,205 @@
+"""runtime_shim's own surface: what legacy jax had no equivalent of, so there is no
+reference run to compare with. Checked in-process where no device is needed (install,
+argument validation) and otherwise through ``tests/shim_programs/shim_behaviour.py`` and
+small scripts run under ``python -m runtime_shim`` in the cached jax environments."""
+
+from __future__ import annotations
+
+import json
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+from support import jaxenv
+
+jax = pytest.importorskip("jax", reason="the shim needs jax (the `test` extra installs it)")
+import runtime_shim  # noqa: E402
+
+PROGRAMS = Path(__file__).parent / "shim_programs"
+ENVS = {"jax-0.7.2": jaxenv.LEGACY, "jax-0.10.2": jaxenv.NEW_311, "newest": jaxenv.NEWEST}
+
+
+def _python(env: jaxenv.JaxEnv) -> Path:
+    try:
+        return jaxenv.python_for(env)
+    except jaxenv.EnvUnavailable as e:
+        pytest.skip(str(e))
+
+
+def _checks(stdout: str) -> dict:
+    return {r.pop("check"): r.get("value", r)
+            for r in map(json.loads, (s for s in stdout.splitlines() if s.startswith("{")))}
+
+
+# ---------------------------------------------------------------------- in-process
+
+
+@pytest.fixture
+def restore_jax():
+    yield
+    runtime_shim.uninstall()
+
+
+def test_install_replaces_pmap_and_removed_helpers_until_uninstall(restore_jax):
+    original = jax.pmap
+    had_helper = "device_put_replicated" in vars(jax)
+
+    runtime_shim.install()
+    runtime_shim.install()  # idempotent
+    from jax import device_put_sharded, pmap  # after install(): must be the shim's
+
+    assert (jax.pmap, pmap, device_put_sharded, jax.device_put_replicated) == (
+        runtime_shim.pmap, runtime_shim.pmap, runtime_shim.device_put_sharded,
+        runtime_shim.device_put_replicated)
+    assert runtime_shim.installed()
+
+    runtime_shim.uninstall()
+    runtime_shim.uninstall()
+    assert jax.pmap is original and not runtime_shim.installed()
+    assert ("device_put_replicated" in vars(jax)) == had_helper
+
+
+def test_install_accepts_the_removed_pmap_flag(restore_jax):
+    if hasattr(jax.config, "jax_pmap_shmap_merge"):
+        pytest.skip(f"jax {jax.__version__} still has the flag")
+    with pytest.raises(AttributeError, match="jax_pmap_shmap_merge"):
+        jax.config.update("jax_pmap_shmap_merge", False)
+    runtime_shim.install()
+    jax.config.update("jax_pmap_shmap_merge", False)  # a legacy program pinning old pmap
+    jax.config.update("jax_enable_x64", False)  # other flags still go through
+    runtime_shim.uninstall()
+    with pytest.raises(AttributeError, match="jax_pmap_shmap_merge"):
+        jax.config.update("jax_pmap_shmap_merge", False)
+
+
+def test_global_arg_shapes_is_accepted_with_a_warning():
+    with pytest.warns(UserWarning, match="global_arg_shapes"):
+        f = runtime_shim.pmap(lambda x: x, global_arg_shapes=((8, 2),))
+    assert callable(f) and callable(f.lower)
+
+
+@pytest.mark.parametrize("kwargs, error, message", [
+    (dict(fun=3), TypeError, "Expected a callable value, got 3"),
+    (dict(in_axes=0.5), TypeError, "pmap in_axes must be an int, None, or"),
+    (dict(out_axes=(0, "a")), TypeError, "pmap out_axes must be an int, None, or"),
+    (dict(out_axes=-1), ValueError, "pmap out_axes must be non-negative"),
+])
+def test_definition_errors_are_raised_before_any_call(kwargs, error, message):
+    fun = kwargs.pop("fun", lambda x: x)
+    with pytest.raises(error, match=message):
+        runtime_shim.pmap(fun, **kwargs)
+
+
+def test_decorator_forms_keep_the_function_metadata():
+    import functools
+
+    @functools.partial(runtime_shim.pmap, axis_name="batch", static_broadcasted_argnums=1)
+    def step(x, k):
+        """Docstring."""
+        return x * k
+
+    assert (step.__name__, step.__doc__, step.__wrapped__.__name__) == ("step", "Docstring.",
+                                                                       "step")
+
+
+# ---------------------------------------------------------------------- programs
+
+
+@pytest.fixture(scope="module", params=list(ENVS))
+def behaviour(request) -> tuple[str, dict]:
+    proc = jaxenv.run_program(_python(ENVS[request.param]), PROGRAMS / "shim_behaviour.py")
+    assert proc.returncode == 0, proc.stderr[-4000:]
+    return request.param, _checks(proc.stdout)
+
+
+EXPECTED_BEHAVIOUR = {
+    # lazy: importing, decorating and install() create no backend
+    "backends_after_import_and_decorate": False,
+    "linter_modules_imported": "",
+    "installed_pmap_is_shim[0]": True,
+    "installed_pmap_is_shim[1]": True,
+    "installed_helpers_are_shim[0]": True,
+    "installed_helpers_are_shim[1]": True,
+    "decorated_before_devices_existed": [[4.0 * i, 4.0 * i + 2] for i in range(8)],
+    # unreplicate hands over device 0's block; x[0] is an 8-device computation (new jax)
+    "unreplicate_value": [0.0, 2.0],
+    "unreplicate_devices": 1,
+    "unreplicate_tree['a']": [0.0, 2.0],
+    "unreplicate_tree['b'][0]": 1.0,
+    "unreplicate_tree_devices[0]": 1,
+    "unreplicate_tree_devices[1]": 1,
+    "unreplicate_nested": [28.0, 28.0, 28.0, 28.0],
+    "unreplicate_out_axes_1": [0.0, 2.0, 4.0, 6.0, 8.0, 10.0, 12.0, 14.0],
+    "unreplicate_numpy[0]": [1.0, 1.0],
+    # pmap(pmap(f, 'j'), 'i') on a (2, 4) mesh of 8 devices: the inner axis is parallel
+    "nested_mesh[0][0]": "i", "nested_mesh[0][1]": 2,
+    "nested_mesh[1][0]": "j", "nested_mesh[1][1]": 4,
+    **{f"nested_devices[{i}]": i for i in range(8)},
+    "nested_partitions": True,
+    # 100 calls of one shape and 1 of another: two traces, two executables
+    "cache_traces": 2,
+    "cache_size": 2,
+    "lower_compile_call": [[56.0, 64.0]] * 8,
+    "global_arg_shapes_warning[0]": "UserWarning",
+    "global_arg_shapes_result": [[6.0 * i, 6.0 * i + 3] for i in range(8)],
+    "uninstalled[0]": False,
+    "uninstalled[1]": False,
+}
+
+
+@pytest.mark.jax_envs
+def test_shim_only_behaviour(behaviour):
+    env, checks = behaviour
+    got = {k: checks.get(k, "<not printed>") for k in EXPECTED_BEHAVIOUR}
+    assert got == EXPECTED_BEHAVIOUR, env
+    # why unreplicate exists: x[0] of a NamedSharding array is a computation on all devices
+    assert checks["index_0_devices"] == 8
+
+
+def _script(tmp_path: Path, name: str, body: str) -> Path:
+    path = tmp_path / name
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(textwrap.dedent(body))
+    return path
+
+
+REPORT = """
+    import json, sys
+    import jax, runtime_shim
+    import helper  # a sibling module: the script's directory is on sys.path
+    print(json.dumps({"argv": sys.argv, "name": __name__, "shim": jax.pmap is runtime_shim.pmap,
+                      "double": jax.pmap(lambda x: x * 2)(jax.numpy.arange(2.0)).tolist()}))
+    sys.exit(int(sys.argv[-1]))
+"""
+
+
+@pytest.mark.jax_envs
+@pytest.mark.parametrize("env", ["jax-0.7.2", "newest"])
+def test_python_dash_m_runtime_shim_runs_a_script(tmp_path, env):
+    script = _script(tmp_path, "app/train.py", REPORT)
+    _script(tmp_path, "app/helper.py", "")
+    proc = jaxenv.run_program(_python(ENVS[env]), "-m", "runtime_shim", script, "--lr", "3",
+                              devices=2)
+    assert proc.returncode == 3, proc.stderr[-3000:]
+    assert json.loads(proc.stdout) == {"argv": [str(script), "--lr", "3"], "name": "__main__",
+                                       "shim": True, "double": [0.0, 2.0]}
+
+
+@pytest.mark.jax_envs
+def test_python_dash_m_runtime_shim_runs_a_module(tmp_path):
+    _script(tmp_path, "pkg/__init__.py", "")
+    module = _script(tmp_path, "pkg/cli.py", REPORT)
+    _script(tmp_path, "helper.py", "")
+    proc = jaxenv.run_program(_python(jaxenv.NEWEST), "-m", "runtime_shim", "-m", "pkg.cli",
+                              "0", devices=2, cwd=tmp_path)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert json.loads(proc.stdout) == {"argv": [str(module), "0"], "name": "__main__",
+                                       "shim": True, "double": [0.0, 2.0]}
+
+
+def test_python_dash_m_runtime_shim_usage():
+    proc = jaxenv.run_program(sys.executable, "-m", "runtime_shim")
+    assert proc.returncode == 2 and proc.stderr.startswith("usage: python -m runtime_shim")
+    proc = jaxenv.run_program(sys.executable, "-m", "runtime_shim", "--help")
+    assert proc.returncode == 0 and "python -m runtime_shim -m MODULE" in proc.stdout
