@@ -8,7 +8,10 @@ through the imports of each scope (``import jax``, ``import jax as J``, ``import
 ``from jax import pmap as p``, ``from jax._src import api``, ...) and records every read of
 ``jax.pmap`` / ``jax.api.pmap`` / ``jax._src.api.pmap``: attribute chains and imported names used
 outside their import. Reads of module-local aliases (``p = jax.pmap``, ``pi = partial(jax.pmap,
-...)``) are recorded apart: they explain findings that have no direct reference.
+...)``) are recorded apart: they explain findings that have no direct reference. Notebooks
+(``.ipynb``) are scanned through their code cells joined into one module (IPython syntax masked
+line for line; the statement of ``%time``/``%timeit``/``%prun`` is kept, since it runs), and
+matched to findings by cell and line.
 
 Then ``pmap-migrate check --output-format json --no-cache --select PM101,PM103`` runs as a
 subprocess over the same directories, with ``--config`` naming an empty ``[tool.pmap-migrate]``
@@ -73,6 +76,7 @@ class Reference:
     kind: str  # "direct" | "alias" | "store"
     guard: str | None = None  # why the linter may legitimately leave it out
     source: str = ""
+    cell: int | None = None  # notebooks: 1-based cell index (markdown cells counted); line is within it
 
 
 @dataclass
@@ -82,6 +86,7 @@ class FileScan:
     error: str | None = None
     refs: list[Reference] = field(default_factory=list)
     unresolved: list[Reference] = field(default_factory=list)  # `jax.pmap` text with `jax` unbound
+    skipped_cells: list[str] = field(default_factory=list)  # notebook cells ast.parse rejects
 
 
 _OTHER = ("other", None)
@@ -413,13 +418,81 @@ def _skipped_by_discovery(path: str, roots: list[str]) -> bool:
     return False
 
 
+# Cell magics whose body is Python; line magics whose argument is a Python statement.
+_PY_CELL_MAGICS = frozenset({"time", "timeit", "capture", "prun", "debug", "python", "python3", "writefile"})
+_PY_LINE_MAGICS = frozenset({"time", "timeit", "prun"})
+_MAGIC_OPTION = re.compile(r"^(?:-[A-Za-z](?:\s+\S+)?\s+)*")
+_IPY_HELP = re.compile(r"^[\w.]+(?:\(\))?\?{1,2}$")
+_IPY_ASSIGNED = re.compile(r"^[\w.,()\[\] \t*]+=[ \t]*[%!]")
+
+
+def _mask_ipython(line: str) -> tuple[str, int]:
+    """One line of a code cell as plain Python, same line count, and the columns dropped before the
+    code: `%time stmt` -> `stmt`; other magics, shell escapes and help lookups -> `pass`."""
+    stripped = line.lstrip()
+    indent = line[: len(line) - len(stripped)]
+    if stripped.startswith("%") and not stripped.startswith("%%"):
+        name, _, rest = stripped[1:].partition(" ")
+        if name in _PY_LINE_MAGICS:
+            code = _MAGIC_OPTION.sub("", rest.lstrip()).rstrip()
+            try:
+                ast.parse(code)
+                # `code` is a suffix of the line: the dropped columns are the magic and its options.
+                return indent + code, len(line.rstrip()) - len(code) - len(indent)
+            except SyntaxError:
+                pass
+        return indent + "pass", 0
+    if stripped.startswith("!") or _IPY_HELP.match(stripped.rstrip()) or _IPY_ASSIGNED.match(stripped):
+        return indent + "pass", 0
+    return line, 0
+
+
+def notebook_module(data: bytes, skipped: list[str]) -> tuple[str, list[tuple[int, int, int]]]:
+    """The code cells of a notebook joined into one module (imports of one cell serve the next),
+    and for each line of it the (cell, line in cell, columns masked before the code) it came from. Cells ast rejects are left out."""
+    notebook = json.loads(data)
+    cells = notebook.get("cells")
+    if cells is None:  # nbformat 3
+        cells = [c for w in notebook.get("worksheets", []) for c in w.get("cells", [])]
+    out: list[str] = []
+    where: list[tuple[int, int, int]] = []
+    for number, cell in enumerate(cells, 1):
+        if cell.get("cell_type") != "code":
+            continue
+        source = cell.get("source", cell.get("input", ""))
+        text = "".join(source) if isinstance(source, list) else source
+        lines = text.splitlines()
+        if lines and lines[0].lstrip().startswith("%%"):
+            magic = lines[0].lstrip()[2:].split(" ", 1)[0].strip()
+            if magic not in _PY_CELL_MAGICS:
+                continue
+            lines[0] = "pass"
+        masked = [_mask_ipython(line) for line in lines]
+        lines = [line for line, _ in masked]
+        try:
+            ast.parse("\n".join(lines))
+        except (SyntaxError, ValueError) as error:
+            skipped.append(f"cell {number}: {type(error).__name__}: {error}")
+            continue
+        out.extend(lines)
+        where.extend((number, index, shift) for index, (_, shift) in enumerate(masked, 1))
+    return "\n".join(out) + "\n", where
+
+
 def scan_file(path: str) -> FileScan:
     result = FileScan(path)
+    where: list[tuple[int, int, int]] | None = None
     try:
         with open(path, "rb") as handle:
             data = handle.read()
-        tree = ast.parse(data, filename=path)
-        text = data.decode("utf-8", errors="replace")
+        if path.endswith(".ipynb"):
+            if b"pmap" not in data:
+                return result
+            text, where = notebook_module(data, result.skipped_cells)
+            tree = ast.parse(text, filename=path)
+        else:
+            tree = ast.parse(data, filename=path)
+            text = data.decode("utf-8", errors="replace")
     except (SyntaxError, ValueError, RecursionError, MemoryError) as error:
         result.ok, result.error = False, f"{type(error).__name__}: {error}"
         return result
@@ -437,9 +510,11 @@ def scan_file(path: str) -> FileScan:
 
     def add(node: ast.AST, qualified: str, kind: str, into: list[Reference]) -> None:
         segment = ast.get_source_segment(text, node) or ""
+        cell, line, shift = (None, node.lineno, 0) if where is None else where[node.lineno - 1]
         into.append(Reference(
-            path, node.lineno, node.col_offset + 1, " ".join(segment.split()), qualified, kind,
+            path, line, node.col_offset + 1 + shift, " ".join(segment.split()), qualified, kind,
             _guard(resolver, parents, node, noqa, lines), lines[node.lineno - 1].strip() if node.lineno <= len(lines) else "",
+            cell,
         ))
 
     for node in ast.walk(tree):
@@ -471,7 +546,7 @@ def iter_python_files(roots: list[str]) -> Iterator[str]:
         for directory, dirs, files in os.walk(root):
             dirs[:] = sorted(d for d in dirs if not os.path.islink(os.path.join(directory, d)))
             for name in sorted(files):
-                if name.endswith(".py"):
+                if name.endswith((".py", ".ipynb")):
                     yield os.path.realpath(os.path.join(directory, name))
 
 
@@ -559,7 +634,8 @@ def main(argv: list[str] | None = None) -> int:
         by_file[d["abspath"]].append(d)
 
     def covering(ref: Reference) -> list[dict]:
-        return [d for d in by_file.get(ref.path, ()) if d["line"] <= ref.line <= d["end_line"]]
+        return [d for d in by_file.get(ref.path, ())
+                if d.get("cell") == ref.cell and d["line"] <= ref.line <= d["end_line"]]
 
     matched, exact, missed, guarded_silent, guarded_reported, skipped = [], 0, [], [], [], []
     used: set[int] = set()
@@ -595,7 +671,9 @@ def main(argv: list[str] | None = None) -> int:
     crashes = [d for d in targeted.diagnostics if d["code"] == "PM002"]
     full_crashes = [d for d in full.diagnostics if d["code"] == "PM002"] if full else []
     # Files ast accepts but the linter could not parse: every reference in them is lost.
-    syntax_in_parsed = [d for d in errors if d["code"] in ("PM000", "PM001") and d["abspath"] in parsed]
+    skipped_cell_keys = {(s.path, int(c.split(":", 1)[0].split()[1])) for s in scans for c in s.skipped_cells}
+    syntax_in_parsed = [d for d in errors if d["code"] in ("PM000", "PM001") and d["abspath"] in parsed
+                        and (d["abspath"], d.get("cell")) not in skipped_cell_keys]
 
     def rel(path: str) -> str:
         for root in args.roots:
@@ -605,16 +683,19 @@ def main(argv: list[str] | None = None) -> int:
         return path
 
     def show(ref: Reference) -> str:
-        return f"  {rel(ref.path)}:{ref.line}:{ref.col}  [{ref.spelling}]  {ref.source}"
+        cell = f"cell {ref.cell}:" if ref.cell is not None else ""
+        return f"  {rel(ref.path)}:{cell}{ref.line}:{ref.col}  [{ref.spelling}]  {ref.source}"
 
     def show_d(d: dict) -> str:
-        return f"  {rel(d['abspath'])}:{d['line']}:{d['column']}-{d['end_line']}:{d['end_column']}  {d['code']}  {d['message']}"
+        cell = f"cell {d['cell']}:" if d.get("cell") is not None else ""
+        return (f"  {rel(d['abspath'])}:{cell}{d['line']}:{d['column']}-{d['end_line']}:{d['end_column']}  "
+                f"{d['code']}  {d['message']}")
 
     files_with = {r.path for r in direct}
     print(f"corpus: {', '.join(args.roots)}")
     print(f"command: {' '.join(targeted.command)}")
     rows = [
-        ("python files", len(files)),
+        ("python files (.py + .ipynb)", f"{len(files)} ({sum(f.endswith('.ipynb') for f in files)} notebooks)"),
         ("  parsed by ast (Python %d.%d)" % sys.version_info[:2], len(parsed)),
         ("  not parsed by ast (skipped)", len(unparsable)),
         ("files with a jax.pmap reference", len(files_with)),
@@ -659,6 +740,11 @@ def main(argv: list[str] | None = None) -> int:
               f"{sum(1 for r in guarded_silent if inside(r.path)):>6} {sum(1 for r in missed if inside(r.path)):>6} "
               f"{sum(1 for d in findings if inside(d['abspath'])):>6}")
 
+    skipped_cells = [(s.path, c) for s in scans for c in s.skipped_cells]
+    if skipped_cells:
+        print(f"\nnotebook cells ast.parse rejects (left out of the scan, {len(skipped_cells)}):")
+        for path, cell in skipped_cells:
+            print(f"  {rel(path)}: {cell}")
     if unparsable:
         print(f"\nfiles ast.parse rejects ({len(unparsable)}):")
         for s in unparsable:
@@ -701,7 +787,7 @@ def main(argv: list[str] | None = None) -> int:
     if errors:
         print(f"\nlinter file errors ({len(errors)}):")
         for d in errors:
-            print(show_d(d) + ("   <- ast parses this file" if d["abspath"] in parsed else ""))
+            print(show_d(d) + ("   <- ast parses this file" if d in syntax_in_parsed else ""))
     if targeted.error:
         print(f"\nlinter run error: {targeted.error}\n{targeted.stderr[-3000:]}")
     if full:

@@ -69,7 +69,7 @@ def discover(paths: list[str], settings: Settings, *, force_exclude: bool = Fals
     ignores = _Ignores()
     files: list[Path] = []
     missing: list[str] = []
-    seen: set[Path] = set()
+    seen: dict[Path, int] = {}  # real path -> index in files
 
     def excluded(path: Path, is_dir: bool, base: Path = root) -> bool:
         suffix = "/" if is_dir else ""
@@ -91,8 +91,10 @@ def discover(paths: list[str], settings: Settings, *, force_exclude: bool = Fals
         if not named and not any(real == r or r in real.parents for r in roots):
             return
         if real not in seen:  # a file reached through several links is looked at once
-            seen.add(real)
+            seen[real] = len(files)
             files.append(path)
+        elif files[seen[real]].is_symlink() and not path.is_symlink():
+            files[seen[real]] = path  # ... and shown under its own name rather than a link's
 
     for given in paths:
         path = Path(given)

@@ -9,6 +9,7 @@ import libcst as cst
 from libcst.metadata import CodeRange, MetadataWrapper, PositionProvider
 
 from codemod.diagnostics import Applicability, Diagnostic, FileError, FileResult, FixInfo, State
+from codemod.stack import on_deep_stack
 from codemod.suppression import Suppressions, is_guarded
 from rules.base import FixSpec, Rule, RuleContext, RuleOptions
 from rules.semantic import SemanticModel
@@ -33,7 +34,56 @@ def one_line(message: str) -> str:
     return " ".join(message.split()) or "no details"
 
 
+# CPython's own limit (its tokenizer's MAXLEVEL): deeper code is not Python. libcst's native parser
+# has no such check and overflows its stack (SIGSEGV) some way beyond it, so it never sees such code.
+MAX_BRACKET_DEPTH = 200
+_OPENING, _CLOSING = b"([{", b")]}"
+_NOT_BRACKETS = bytes(b for b in range(256) if b not in _OPENING + _CLOSING)
+
+
+def bracket_depth(data: bytes | str) -> int:
+    """The deepest nesting of brackets, counting those in strings and comments too (so at least
+    the true depth, unless closing brackets in strings hide opening ones)."""
+    raw = data if isinstance(data, bytes) else data.encode("utf-8", "surrogatepass")
+    brackets = raw.translate(None, _NOT_BRACKETS)
+    if sum(brackets.count(b) for b in _OPENING) <= MAX_BRACKET_DEPTH:
+        return 0  # too few to matter; the common case costs one pass in C
+    depth = deepest = 0
+    for byte in brackets:
+        if byte in _OPENING:
+            depth += 1
+            deepest = max(deepest, depth)
+        elif depth:
+            depth -= 1
+    return deepest
+
+
+def _true_bracket_depth(data: bytes | str) -> int | None:
+    """The nesting of bracket tokens (strings and comments left out); None if it cannot be tokenized."""
+    import io
+    import tokenize
+
+    readline = io.BytesIO(data).readline if isinstance(data, bytes) else io.StringIO(data).readline
+    tokens = tokenize.tokenize(readline) if isinstance(data, bytes) else tokenize.generate_tokens(readline)
+    depth = deepest = 0
+    try:
+        for token in tokens:
+            if token.type == tokenize.OP and token.string in ("(", "[", "{"):
+                depth += 1
+                deepest = max(deepest, depth)
+            elif token.type == tokenize.OP and token.string in (")", "]", "}"):
+                depth = max(0, depth - 1)
+    except (SyntaxError, tokenize.TokenError, UnicodeError, LookupError):
+        return None
+    return deepest
+
+
 def parse(data: bytes | str, path: str) -> cst.Module | FileError:
+    if bracket_depth(data) > MAX_BRACKET_DEPTH:
+        depth = _true_bracket_depth(data)
+        if depth is None or depth > MAX_BRACKET_DEPTH:
+            return FileError(path, "PM000", f"SyntaxError: too many nested parentheses "
+                             f"(more than {MAX_BRACKET_DEPTH} levels)")
     try:
         return cst.parse_module(data)
     except cst.ParserSyntaxError as error:
@@ -104,15 +154,40 @@ def analyse(module: cst.Module, path: str, rules: Sequence[type[Rule]],
     return Analysis(module, findings, positions)
 
 
+# Nesting beyond this many tree levels is the code's own: Python's compiler gives up well before
+# the engine does (a RecursionError at ~3000 levels on its deep stack). Shallower code that
+# exhausts the stack points at a bug in a rule.
+DEEP_CODE_LEVELS = 500
+
+
+def tree_depth(module: cst.CSTNode) -> int:
+    deepest, stack = 0, [(module, 1)]
+    while stack:
+        node, depth = stack.pop()
+        deepest = max(deepest, depth)
+        stack.extend((child, depth + 1) for child in node.children)
+    return deepest
+
+
+def recursion_error(path: str, module: cst.Module | FileError | None) -> FileError:
+    """What a RecursionError means: code too deep to analyse (PM000, like code Python cannot
+    compile), or unbounded recursion in a rule (PM002)."""
+    if not isinstance(module, cst.Module) or tree_depth(module) > DEEP_CODE_LEVELS:
+        return FileError(path, "PM000", "SyntaxError: code nested too deeply to analyse")
+    return FileError(path, "PM002", "internal error: unbounded recursion in the analysis")
+
+
 def lint_module(module: cst.Module, path: str, rules: Sequence[type[Rule]],
                 options: RuleOptions | None = None) -> list[Diagnostic]:
     return [f.diagnostic for f in analyse(module, path, rules, options).findings]
 
 
+@on_deep_stack
 def lint_bytes(data: bytes | str, path: str, rules: Sequence[type[Rule]],
                options: RuleOptions | None = None) -> FileResult:
     """Check one file's contents. Never raises: failures become the result's ``error``."""
     result = FileResult(path, parsed=True)
+    module = None
     try:
         module = parse(data, path)
         if isinstance(module, FileError):
@@ -120,7 +195,7 @@ def lint_bytes(data: bytes | str, path: str, rules: Sequence[type[Rule]],
             return result
         result.diagnostics = lint_module(module, path, rules, options)
     except RecursionError:
-        result.error = FileError(path, "PM002", "internal error: code nested too deeply to analyse")
+        result.error = recursion_error(path, module)
     except Exception as error:  # a rule bug must not end the run or show a traceback
         result.error = FileError(path, "PM002", one_line(f"internal error: {type(error).__name__}: {error}"))
     return result

@@ -9,19 +9,18 @@ parse is never returned.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-from dataclasses import dataclass, field, replace
-
-import ast
 import sys
 import warnings
+from collections.abc import Sequence
+from dataclasses import dataclass, field, replace
 
 import libcst as cst
 from libcst.codemod import CodemodContext
 from libcst.codemod.visitors import AddImportsVisitor, RemoveImportsVisitor
 
 from codemod.diagnostics import Applicability, Diagnostic, FileError, State
-from codemod.engine import Analysis, Finding, analyse, one_line, parse
+from codemod.engine import Analysis, Finding, analyse, one_line, parse, recursion_error
+from codemod.stack import on_deep_stack
 from rules.base import Edit, Rule, RuleOptions
 
 MAX_ROUNDS = 8
@@ -130,15 +129,16 @@ def apply(module: cst.Module, chosen: Sequence[Finding]) -> cst.Module:
 
 
 def _python_rejects(original: bytes, fixed: bytes) -> str | None:
-    """Why the running Python's own parser rejects ``fixed`` although it accepts ``original``
+    """Why the running Python's compiler rejects ``fixed`` although it accepts ``original``
     (None when it accepts both, or already rejected the original: code for a newer Python).
-    A second opinion on libcst's parser, which is more lenient in places."""
+    A second opinion on libcst's parser, which does not check what CPython checks after parsing
+    (`from __future__` placement, `return` outside a function, starred targets, ...)."""
 
     def problem(data: bytes) -> str | None:
         try:
             with warnings.catch_warnings():
                 warnings.simplefilter("ignore")  # invalid escape sequences and the like
-                compile(data, "<fixed>", "exec", ast.PyCF_ONLY_AST, dont_inherit=True)
+                compile(data, "<fixed>", "exec", dont_inherit=True)  # compiled only, never run
         except SyntaxError as error:
             return f"line {error.lineno}: {error.msg}"
         except (ValueError, RecursionError, MemoryError) as error:
@@ -151,6 +151,32 @@ def _python_rejects(original: bytes, fixed: bytes) -> str | None:
     return found
 
 
+def _restore_lost_lines(original: bytes, roundtrip: bytes, final: bytes) -> bytes | None:
+    """``final`` with the lines libcst re-rendered differently from ``original`` put back where no
+    fix changed them (None when the difference is not line by line).
+
+    libcst keeps one indentation per block and renders every statement's line with it, so a
+    form feed before a statement (`\\f    x = 1`) is lost even where nothing was edited. Lines of
+    ``final`` that are equal to lines of the unedited rendering ``roundtrip`` are unedited: they get
+    their original bytes back."""
+    import difflib
+
+    before, rendered = original.splitlines(keepends=True), roundtrip.splitlines(keepends=True)
+    if len(before) != len(rendered):
+        return None
+    if final == roundtrip:  # nothing was fixed
+        return original
+    restore = {i: line for i, (line, same) in enumerate(zip(before, rendered)) if line != same}
+    after = final.splitlines(keepends=True)
+    for tag, i1, i2, j1, _ in difflib.SequenceMatcher(None, rendered, after, autojunk=False).get_opcodes():
+        if tag == "equal":
+            for k in range(i2 - i1):
+                if i1 + k in restore:
+                    after[j1 + k] = restore[i1 + k]
+    return b"".join(after)
+
+
+@on_deep_stack
 def fix_bytes(data: bytes, path: str, rules: Sequence[type[Rule]], *, unsafe: bool = False,
               max_rounds: int = MAX_ROUNDS, options: RuleOptions | None = None) -> FixOutcome:
     """Fix one file's contents. Never raises; never returns output that does not parse.
@@ -160,6 +186,7 @@ def fix_bytes(data: bytes, path: str, rules: Sequence[type[Rule]], *, unsafe: bo
     outcome = FixOutcome(path, data)
     if options is not None and options.idiomatic and not unsafe:
         options = replace(options, idiomatic=False)
+    module = None
     try:
         module = parse(data, path)
         if isinstance(module, FileError):
@@ -184,6 +211,14 @@ def fix_bytes(data: bytes, path: str, rules: Sequence[type[Rule]], *, unsafe: bo
             outcome.rounds += 1
             analysis = analyse(reparsed, path, rules, options)
         final = analysis.module.bytes
+        roundtrip = final if outcome.rounds == 0 else module.bytes
+        if roundtrip != data:
+            # libcst re-rendered bytes that no fix touched (form feeds in indentation): put them back
+            final = _restore_lost_lines(data, roundtrip, final)
+            if final is None or (final != data and isinstance(parse(final, path), FileError)):
+                outcome.error = FileError(path, "PM002", "internal error: libcst does not reproduce this file "
+                                          "byte for byte; file left unchanged")
+                return outcome
         if final != data:
             refusal = _python_rejects(data, final)
             if refusal is not None:
@@ -194,7 +229,7 @@ def fix_bytes(data: bytes, path: str, rules: Sequence[type[Rule]], *, unsafe: bo
             outcome.fixed = final
         outcome.remaining = [f.diagnostic for f in analysis.findings if f.diagnostic.state is State.ACTIVE]
     except RecursionError:
-        outcome.error = FileError(path, "PM002", "internal error: code nested too deeply to analyse")
+        outcome.error = recursion_error(path, module)
         outcome.fixed = None
     except Exception as error:  # a rule bug must not end the run or show a traceback
         outcome.error = FileError(path, "PM002", one_line(f"internal error: {type(error).__name__}: {error}"))

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 from collections.abc import Sequence
 from urllib.parse import quote
 
@@ -70,7 +71,7 @@ def to_sarif(diagnostics: Sequence[Diagnostic], rules: Sequence[type[Rule]]) -> 
             })
     results = []
     for d in diagnostics:
-        location = {"artifactLocation": {"uri": quote(d.path), "uriBaseId": "%SRCROOT%"}}
+        location = {"artifactLocation": {"uri": quote(os.fsencode(d.path)), "uriBaseId": "%SRCROOT%"}}
         properties = {}
         if d.cell is None:
             location["region"] = {
