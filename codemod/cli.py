@@ -53,6 +53,21 @@ def handle_errors(command):
 @click.version_option(__version__, prog_name="pmap-migrate")
 def main() -> None:
     """Find and migrate legacy jax.pmap code."""
+    _tolerant_output_streams()
+
+
+def _tolerant_output_streams() -> None:
+    """File names are bytes on POSIX: one that is not UTF-8 reaches us as surrogate escapes, which
+    a strict stream refuses (the run would end in an internal error). Print such names as the
+    bytes they are, and anything else a stream cannot encode as an escape."""
+    for stream in (sys.stdout, sys.stderr):
+        if getattr(stream, "errors", None) != "strict" or not hasattr(stream, "reconfigure"):
+            continue
+        utf8 = (getattr(stream, "encoding", "") or "").lower().replace("-", "") == "utf8"
+        try:
+            stream.reconfigure(errors="surrogateescape" if utf8 else "backslashreplace")
+        except (ValueError, OSError):  # a stream that cannot change now: leave it
+            pass
 
 
 def selection_options(command):
@@ -144,9 +159,11 @@ def check(paths, select, ignore, extend_exclude, force_exclude, config_file, no_
 @click.option("--output-format", type=click.Choice(OUTPUT_FORMATS), default="text", show_default=True,
               help="Format of the findings left after fixing.")
 @click.option("--idiomatic/--no-idiomatic", default=None, help=_IDIOMATIC_HELP + " Needs --unsafe-fixes.")
+@click.option("--review-skipped", is_flag=True, help="Disregard the fixes skipped in an earlier review "
+              "(.pmap-migrate-skips.json): with --interactive, ask about them again; without it, apply them.")
 @handle_errors
 def fix(paths, select, ignore, extend_exclude, force_exclude, config_file, no_cache, jobs, stdin_filename,
-        quiet, unsafe_fixes, diff, show_fixes, output_format, interactive, idiomatic):
+        quiet, unsafe_fixes, diff, show_fixes, output_format, interactive, idiomatic, review_skipped):
     """Rewrite legacy pmap patterns in PATHS in place (safe fixes; --unsafe-fixes for the rest)."""
     from codemod.files import write_atomic
     from codemod.session import Session
@@ -158,14 +175,22 @@ def fix(paths, select, ignore, extend_exclude, force_exclude, config_file, no_ca
                    "applying the faithful rewrite", err=True)
     session = Session.create(paths, select=select, ignore=ignore, extend_exclude=extend_exclude,
                              force_exclude=force_exclude, config_file=config_file, idiomatic=idiomatic)
-    skipped = []
+    from codemod.skips import SkipStore
+
+    skips = SkipStore.load(session.settings.root)  # fixes skipped in review: not asked again, not applied
+    skipped, held = [], []
     if interactive:
         from codemod.interactive import review
 
-        reviewed = review(session.files(), session.settings, session.rules, unsafe=unsafe_fixes, decide=_ask_about_fix)
-        outcomes, skipped = reviewed.outcomes, reviewed.skipped
+        reviewed = review(session.files(), session.settings, session.rules, unsafe=unsafe_fixes, decide=_ask_about_fix,
+                          skips=skips, review_skipped=review_skipped)
+        outcomes, skipped, held = reviewed.outcomes, reviewed.skipped, reviewed.held
     else:
         outcomes = session.fix(unsafe=unsafe_fixes, jobs=jobs, progress=not quiet and not diff)
+        if len(skips) and not review_skipped:
+            from codemod.interactive import honour_skips
+
+            outcomes, held = honour_skips(outcomes, session.settings, session.rules, unsafe=unsafe_fixes, skips=skips)
     changed = [(path, o) for path, o in outcomes if o.changed and o.error is None]
     if diff:
         for path, outcome in changed:
@@ -189,6 +214,7 @@ def fix(paths, select, ignore, extend_exclude, force_exclude, config_file, no_ca
         else:
             written.append((path, outcome))
     changed = written
+    remembered = interactive and _save_skips(skips)
     remaining = sorted([d for _, o in outcomes for d in o.remaining]
                        + [o.error.as_diagnostic() for _, o in outcomes if o.error is not None],
                        key=lambda d: d.sort_key())
@@ -203,6 +229,14 @@ def fix(paths, select, ignore, extend_exclude, force_exclude, config_file, no_ca
             click.echo(f"Skipped {len(skipped)} fix{'es' if len(skipped) != 1 else ''} (still reported below):")
             for d in skipped:
                 click.echo(f"  {d.location}: {d.code} {d.fix.summary if d.fix else d.message}")
+            if remembered:
+                click.echo(f"Remembered in {remembered}: `fix` leaves them alone from now on "
+                           "(`fix --interactive --review-skipped` asks again).")
+        if held:
+            click.echo(f"Left {len(held)} fix{'es' if len(held) != 1 else ''} skipped in an earlier review "
+                       f"(--review-skipped {'asks again' if interactive else 'applies them'}):")
+            for d in held:
+                click.echo(f"  {d.location}: {d.code} {d.fix.summary if d.fix else d.message}")
     _emit(session, remaining, output_format=output_format, statistics=False, quiet=quiet,
           files=len(outcomes), errors=sum(1 for _, o in outcomes if o.error is not None))
     if any(o.error is not None and o.error.code == "PM002" for _, o in outcomes):
@@ -210,12 +244,26 @@ def fix(paths, select, ignore, extend_exclude, force_exclude, config_file, no_ca
     sys.exit(EXIT_FINDINGS if remaining else EXIT_CLEAN)
 
 
+def _save_skips(skips) -> str | None:
+    """Write the record of skipped fixes; its path as shown, or None when it holds nothing."""
+    from codemod.runner import display_path
+
+    shown = display_path(skips.file)
+    try:
+        skips.save()
+    except OSError as error:  # the fixes are written: the run goes on
+        click.echo(f"pmap-migrate: warning: cannot write {shown}: {error.strerror or error}; "
+                   "this review's skips are not remembered", err=True)
+        return None
+    return shown if len(skips) else None
+
+
 def _ask_about_fix(proposal):
     """The --interactive question: the fix as a coloured diff, then apply / skip / quit."""
     from rich.text import Text
 
     from codemod.diagnostics import Applicability
-    from codemod.interactive import Decision
+    from codemod.interactive import parse_answer
 
     console = _console()
     d = proposal.diagnostic
@@ -231,13 +279,17 @@ def _ask_about_fix(proposal):
         style = ("bold" if line.startswith(("---", "+++")) else "cyan" if line.startswith("@@")
                  else "green" if line.startswith("+") else "red" if line.startswith("-") else None)
         console.print(Text(line, style=style or ""), soft_wrap=True, highlight=False)
+
+    def answer(text: str):
+        try:
+            return parse_answer(text)
+        except ValueError:
+            raise click.UsageError("answer a, s (optionally followed by the reason for skipping) or q") from None
+
     try:
-        answer = click.prompt("Apply this fix? [a]pply, [s]kip, [q]uit",
-                              type=click.Choice(["a", "s", "q", "apply", "skip", "quit"], case_sensitive=False),
-                              show_choices=False)
+        return click.prompt("Apply this fix? [a]pply, [s]kip [reason], [q]uit", value_proc=answer)
     except click.exceptions.Abort:  # end of input: stop asking, keep what was applied
-        return Decision.QUIT
-    return {"a": Decision.APPLY, "s": Decision.SKIP, "q": Decision.QUIT}[answer[0].lower()]
+        return parse_answer("q")
 
 
 def _baseline_summary(verdict, baseline_file: str) -> None:
@@ -333,7 +385,9 @@ def report(paths, select, ignore, extend_exclude, force_exclude, config_file, no
     session = Session.create(paths, select=select, ignore=ignore, extend_exclude=extend_exclude,
                              force_exclude=force_exclude, config_file=config_file)
     outcome = session.check(use_cache=not no_cache, jobs=jobs, stdin_filename=stdin_filename, progress=not quiet)
-    built = ledger.build(outcome.run, session.rules)
+    from codemod.skips import SkipStore
+
+    built = ledger.build(outcome.run, session.rules, skips=SkipStore.load(session.settings.root))
     text = ledger.to_markdown(built) if report_format == "markdown" else ledger.to_json(built)
     if output_file:
         from pathlib import Path

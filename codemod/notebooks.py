@@ -30,7 +30,7 @@ from dataclasses import dataclass, field, replace
 from json.decoder import scanstring
 
 from codemod.diagnostics import Diagnostic, FileError, FileResult
-from rules.base import Rule
+from rules.base import Rule, RuleOptions
 
 NOTEBOOK_SUFFIX = ".ipynb"
 
@@ -477,8 +477,9 @@ def _source_spans(text: str) -> list[tuple[int, int] | None]:
 # Checking and fixing
 
 
-def lint_notebook(data: bytes, path: str, rules: Sequence[type[Rule]]) -> FileResult:
-    """Check one notebook's contents. Never raises: failures become the result's ``error``."""
+def lint_notebook(data: bytes, path: str, rules: Sequence[type[Rule]], options: RuleOptions | None = None) -> FileResult:
+    """Check one notebook's contents. Never raises: failures become the result's ``error``.
+    ``options`` as for a module (`idiomatic`: which fix PM101 offers)."""
     from codemod.engine import lint_module, triggers_of
 
     result = FileResult(path, parsed=True)
@@ -488,7 +489,7 @@ def lint_notebook(data: bytes, path: str, rules: Sequence[type[Rule]]) -> FileRe
         found: list[Diagnostic] = []
         if notebook.included:
             locate = notebook.locator(python)
-            found = [notebook.place(d, locate) for d in lint_module(notebook.tree, path, rules)]
+            found = [notebook.place(d, locate) for d in lint_module(notebook.tree, path, rules, options)]
         result.diagnostics = sorted(found + notebook.cell_errors(triggers_of(rules)), key=Diagnostic.sort_key)
     except NotebookError as error:
         result.error = error.error
@@ -499,8 +500,10 @@ def lint_notebook(data: bytes, path: str, rules: Sequence[type[Rule]]) -> FileRe
     return result
 
 
-def fix_notebook(data: bytes, path: str, rules: Sequence[type[Rule]], *, unsafe: bool = False):
-    """Fix one notebook's contents (a ``FixOutcome`` whose bytes are the whole notebook)."""
+def fix_notebook(data: bytes, path: str, rules: Sequence[type[Rule]], *, unsafe: bool = False,
+                 options: RuleOptions | None = None):
+    """Fix one notebook's contents (a ``FixOutcome`` whose bytes are the whole notebook); ``options``
+    as for a module (the idiomatic rewrite, with ``unsafe``)."""
     from codemod.engine import triggers_of
     from codemod.fixer import FixOutcome, fix_bytes
 
@@ -512,7 +515,7 @@ def fix_notebook(data: bytes, path: str, rules: Sequence[type[Rule]], *, unsafe:
         if not notebook.included:
             outcome.remaining = broken
             return outcome
-        inner = fix_bytes(python.encode("utf-8"), path, rules, unsafe=unsafe)
+        inner = fix_bytes(python.encode("utf-8"), path, rules, unsafe=unsafe, options=options)
         if inner.error is not None:
             outcome.error = replace(inner.error, line=1, column=1)
             return outcome

@@ -4,6 +4,9 @@ Every finding of every selected rule is listed — suppressed and guarded ones i
 every file that could not be checked and every existing use of ``runtime_shim``. A site the tool
 cannot rewrite is listed as *manual* with the reason; nothing is dropped (tf_upgrade_v2 reported
 "0 issues" while missing constructs; this ledger must not).
+
+A fix a reviewer skipped in `fix --interactive` (recorded in ``.pmap-migrate-skips.json``, see
+``codemod.skips``) is listed as *skipped in review*, with the date and reason of the decision.
 """
 
 from __future__ import annotations
@@ -21,6 +24,7 @@ from libcst.metadata import MetadataWrapper, PositionProvider, QualifiedNameProv
 from codemod import __version__
 from codemod.diagnostics import Applicability, Diagnostic, FileError, State
 from codemod.runner import RunResult
+from codemod.skips import SKIPS_FILE, SkipStore, site_keys
 from rules.base import Rule
 
 
@@ -31,6 +35,7 @@ class SiteState(str, Enum):
     MANUAL = "manual"  # needs a person; the reason says why
     SUPPRESSED = "suppressed"  # `# noqa` or per-file-ignores
     GUARDED = "guarded"  # inside code written for both the old and the new API
+    SKIPPED = "skipped"  # a fix a reviewer skipped in `fix --interactive`; `fix` leaves it alone
 
     @property
     def label(self) -> str:
@@ -44,6 +49,7 @@ _LABELS = {
     SiteState.MANUAL: "manual",
     SiteState.SUPPRESSED: "suppressed",
     SiteState.GUARDED: "guarded",
+    SiteState.SKIPPED: "skipped in review",
 }
 
 # What each public runtime_shim name stands in for: the rule whose pattern it replaces.
@@ -68,6 +74,8 @@ class Site:
     message: str
     cell: int | None = None
     fixable_by: str | None = None  # the fix's summary, when there is one
+    skipped_on: str | None = None  # skipped in review: the date of the decision
+    skip_reason: str = ""  # ... and the reviewer's reason, if one was given
 
     def sort_key(self) -> tuple:
         return (self.path, self.cell or 0, self.line, self.column, self.code)
@@ -83,6 +91,8 @@ class Site:
         }
         if self.cell is not None:
             entry["cell"] = self.cell
+        if self.state is SiteState.SKIPPED:
+            entry["skipped"] = {"date": self.skipped_on, "reason": self.skip_reason}
         return entry
 
 
@@ -91,6 +101,8 @@ class Report:
     sites: list[Site]
     files_checked: int
     files_with_sites: int = field(init=False)
+    stale_skips: int = 0  # recorded skips of the checked files that match no site any more
+    skips_file: str | None = None  # the record of skips, when there is one
 
     def __post_init__(self) -> None:
         self.sites.sort(key=Site.sort_key)
@@ -135,25 +147,60 @@ def classify(d: Diagnostic) -> Site:
                 d.fix.summary if d.fix is not None else None)
 
 
+def skipped(site: Site, date: str, reason: str) -> Site:
+    """The ledger entry of a site whose fix a reviewer skipped."""
+    why = f"skipped in review{f' on {date}' if date else ''}{f': {reason}' if reason else ''}"
+    return Site(site.path, site.line, site.column, site.code, site.name, SiteState.SKIPPED,
+                f"{why}; the fix: {site.fixable_by}", site.message, site.cell, site.fixable_by, date, reason)
+
+
 def _error_site(error: FileError) -> Site:
     return Site(error.path, error.line, error.column, error.code, FileError.NAMES.get(error.code, "error"),
                 SiteState.MANUAL, f"the file could not be checked: {error.message}", error.message)
 
 
-def build(run: RunResult, rules: Sequence[type[Rule]], *, read=lambda path: Path(path).read_bytes()) -> Report:
-    """The ledger of a run whose results keep every state (as ``Session.check`` returns them)."""
-    sites = [classify(d) for result in run.results for d in result.diagnostics]
-    sites += [_error_site(e) for e in run.errors]
+def build(run: RunResult, rules: Sequence[type[Rule]], *, read=lambda path: Path(path).read_bytes(),
+          skips: SkipStore | None = None) -> Report:
+    """The ledger of a run whose results keep every state (as ``Session.check`` returns them);
+    ``skips``: the project's record of fixes skipped in review."""
+    sites = [_error_site(e) for e in run.errors]
     codes = {rule.CODE: rule.NAME for rule in rules}
+    stale = 0
     for result in run.results:
-        if result.error is not None:
-            continue
-        try:
-            data = read(result.path)
-        except OSError:
-            continue
-        sites.extend(shim_sites(data, result.path, codes))
-    return Report(sites, run.files)
+        found = [classify(d) for d in result.diagnostics]
+        data = None
+        if result.error is None:
+            try:
+                data = read(result.path)
+            except OSError:
+                pass
+        recorded = {key: skip for key, skip in (skips.of_file(result.path) if skips is not None else {}).items()
+                    if key.code in codes}
+        if recorded and data is not None:
+            matched = set()
+            for index, (key, _) in enumerate(site_keys(result.diagnostics, data, result.path)):
+                d, skip = result.diagnostics[index], recorded.get(key)
+                if skip is None:
+                    continue
+                matched.add(key)
+                # only a fix `fix` would apply is held back: a site suppressed since keeps that state
+                if d.state is State.ACTIVE and d.fix is not None:
+                    found[index] = skipped(found[index], skip.date, skip.reason)
+            stale += len(recorded.keys() - matched)
+        sites += found
+        if data is not None:
+            sites.extend(shim_sites(data, result.path, codes))
+    if skips is not None:
+        stale += sum(1 for path, recorded in skips.files.items() if not (skips.root / path).exists()
+                     for key in recorded if key.code in codes)
+    return Report(sites, run.files, stale_skips=stale,
+                  skips_file=_shown(skips.file) if skips is not None and skips.file.exists() else None)
+
+
+def _shown(path: Path) -> str:
+    from codemod.runner import display_path
+
+    return display_path(path)
 
 
 class _ShimUses(cst.CSTVisitor):
@@ -235,6 +282,7 @@ def to_json(report: Report) -> str:
         "tool": {"name": "pmap-migrate", "version": __version__},
         "files_checked": report.files_checked,
         "files_with_sites": report.files_with_sites,
+        "skips": {"file": report.skips_file, "stale": report.stale_skips},
         "summary": {
             "total": states(report.by_state()),
             "by_rule": {code: {"name": name, **states(counter)} for (code, name), counter in report.by_rule().items()},
@@ -264,12 +312,23 @@ def _count_table(first: str, rows: list[tuple[str, Counter]]) -> list[str]:
     return lines
 
 
+def _stale_note(report: Report) -> list[str]:
+    if not report.stale_skips:
+        return []
+    n = report.stale_skips
+    note = (f"{n} recorded skip{'s' if n != 1 else ''} in `{report.skips_file or SKIPS_FILE}` "
+            f"match{'es' if n == 1 else ''} no site any more (fixed, edited or deleted): harmless; "
+            f"the next `fix --interactive` over {'their files drops them' if n != 1 else 'the file drops it'}.")
+    return [note, ""]
+
+
 def to_markdown(report: Report) -> str:
     counts = report.by_state()
     out = ["# pmap-migrate: migration report", ""]
     total = len(report.sites)
     if total == 0:
-        out += [f"No legacy sites in {report.files_checked} file{'s' if report.files_checked != 1 else ''} checked.", ""]
+        out += [f"No legacy sites in {report.files_checked} file{'s' if report.files_checked != 1 else ''} checked.", "",
+                *_stale_note(report)]
         return "\n".join(out)
     parts = [f"{counts[s]} {s.label}" for s in STATES if counts.get(s)]
     out += [
@@ -279,8 +338,12 @@ def to_markdown(report: Report) -> str:
         "States: *fixable (safe)* — `pmap-migrate fix` rewrites it to plain JAX; *fixable (unsafe)* — "
         "`fix --unsafe-fixes` does, under the assumption stated; *shimmed* — routed to `runtime_shim` "
         "(legacy semantics at run time); *manual* — needs a person, for the reason given; *suppressed* — "
-        "`# noqa` or per-file-ignores; *guarded* — in code written for both the old and the new API.",
+        "`# noqa` or per-file-ignores; *guarded* — in code written for both the old and the new API; "
+        f"*skipped in review* — a reviewer skipped the fix in `fix --interactive` (recorded in "
+        f"`{report.skips_file or SKIPS_FILE}`; `fix` leaves it alone, `fix --interactive --review-skipped` "
+        "asks again).",
         "",
+        *_stale_note(report),
         "## Summary by rule",
         "",
         *_count_table("rule", [(f"{code} `{name}`", counter) for (code, name), counter in report.by_rule().items()]),

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import multiprocessing
 import os
@@ -19,6 +20,7 @@ from codemod.config import Settings
 from codemod.diagnostics import FileError, FileResult, State
 from codemod.engine import lint_bytes, might_match, triggers_of
 from codemod.notebooks import fix_notebook, is_notebook, lint_notebook
+from codemod.stack import on_deep_stack
 from rules import rules_by_code
 from rules.base import Rule, RuleOptions
 
@@ -66,19 +68,21 @@ def rule_options(settings: Settings) -> RuleOptions:
     return RuleOptions(idiomatic=settings.idiomatic)
 
 
+@on_deep_stack
 def lint_file(data: bytes, shown: str, rules: Sequence[type[Rule]], options: RuleOptions | None = None) -> FileResult:
     """Check one file's contents by its kind: a notebook's code cells, or a Python module."""
     if is_notebook(shown):
-        return lint_notebook(data, shown, rules)
+        return lint_notebook(data, shown, rules, options)
     return lint_bytes(data, shown, rules, options)
 
 
+@on_deep_stack
 def fix_file(data: bytes, shown: str, rules: Sequence[type[Rule]], *, unsafe: bool,
              options: RuleOptions | None = None):
     from codemod.fixer import fix_bytes
 
     if is_notebook(shown):
-        return fix_notebook(data, shown, rules, unsafe=unsafe)
+        return fix_notebook(data, shown, rules, unsafe=unsafe, options=options)
     return fix_bytes(data, shown, rules, unsafe=unsafe, options=options)
 
 
@@ -185,18 +189,27 @@ def execute(function, work: list, jobs: int | None, progress: Callable[[int], No
     if jobs > 1 and len(work) >= PARALLEL_THRESHOLD:
         context = multiprocessing.get_context("fork") if "fork" in multiprocessing.get_all_start_methods() else None
         pool = ProcessPoolExecutor(max_workers=jobs, mp_context=context, initializer=_worker_ignores_interrupts)
+        size = max(1, len(work) // (jobs * 8))
         try:
-            yield from _with_progress(pool.map(function, work, chunksize=max(1, len(work) // (jobs * 8))), progress)
-        except BaseException:  # Ctrl-C (or a failure): drop the queued work instead of finishing it
-            workers = list((getattr(pool, "_processes", None) or {}).values())  # private; gone after shutdown
-            pool.shutdown(wait=False, cancel_futures=True)
-            for process in workers:
+            with _interrupts_blocked():  # workers start with Ctrl-C blocked, until they ignore it
+                futures = [pool.submit(_map_chunk, function, work[i:i + size]) for i in range(0, len(work), size)]
+            yield from _with_progress((r for future in futures for r in future.result()), progress)
+        except BaseException:
+            # Ctrl-C (or a failure): stop the workers rather than finish the queued work. The
+            # futures are not cancelled first: the pool marks them broken, which cancelled
+            # futures do not accept (a traceback from the pool's thread on Python 3.11).
+            for process in list((getattr(pool, "_processes", None) or {}).values()):  # private API
                 process.terminate()
+            pool.shutdown(wait=False)
             raise
         finally:
             pool.shutdown(wait=True)
     else:
         yield from _with_progress(map(function, work), progress)
+
+
+def _map_chunk(function, items: list) -> list:
+    return [function(item) for item in items]
 
 
 def _worker_ignores_interrupts() -> None:
@@ -205,6 +218,24 @@ def _worker_ignores_interrupts() -> None:
     import signal
 
     signal.signal(signal.SIGINT, signal.SIG_IGN)
+    if hasattr(signal, "pthread_sigmask"):
+        signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT})
+
+
+@contextlib.contextmanager
+def _interrupts_blocked():
+    """Ctrl-C held back while workers are started: a worker interrupted before its initializer
+    ran would print a traceback. The parent gets the interrupt when the block ends."""
+    import signal
+
+    if not hasattr(signal, "pthread_sigmask"):
+        yield
+        return
+    previous = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT})
+    try:
+        yield
+    finally:
+        signal.pthread_sigmask(signal.SIG_SETMASK, previous)
 
 
 def _with_progress(results, progress):

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import datetime
 import json
+import re
 import shutil
 from pathlib import Path
 
@@ -12,7 +14,7 @@ from click.testing import CliRunner
 
 from codemod.cli import main
 from codemod.config import Settings
-from codemod.interactive import Decision, review_file
+from codemod.interactive import Answer, Decision, parse_answer, review_file
 from rules.base import FixSpec, Rule
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -28,6 +30,20 @@ def project(tmp_path, monkeypatch):
 
 def fix(*args, input=""):
     return CliRunner().invoke(main, ["fix", "--interactive", *args], input=input, catch_exceptions=False)
+
+
+SKIPS = ".pmap-migrate-skips.json"
+TODAY = datetime.date.today().isoformat()
+
+
+def recorded(project) -> list[dict]:
+    return json.loads((project / SKIPS).read_text())["skips"]
+
+
+def pm101_sites(*paths) -> list[dict]:
+    result = CliRunner().invoke(main, ["report", "--no-cache", "--format", "json", *paths], catch_exceptions=False)
+    assert result.exit_code == 0, result.output
+    return [s for s in json.loads(result.output)["sites"] if s["code"] == "PM101"]
 
 
 def test_apply_to_everything_writes_what_fix_writes(tmp_path, monkeypatch):
@@ -110,6 +126,122 @@ def test_per_file_ignores_are_not_offered(project):
     assert "Apply this fix?" not in result.output and (project / "a.py").read_text() == TWO
 
 
+def test_unsafe_fixes_are_asked_only_with_the_flag(tmp_path):
+    asked = []
+
+    def decide(proposal):
+        asked.append(proposal)
+        return Decision.APPLY
+
+    settings = Settings(root=tmp_path)
+    outcome = review_file(b"v = wrap(wrap(3))\n", "m.py", (Wrap,), settings, unsafe=False, decide=decide).outcome
+    assert asked == [] and outcome.fixed is None and [d.code for d in outcome.remaining] == ["PM991", "PM991"]
+    reviewed = review_file(b"v = wrap(wrap(3))\n", "m.py", (Wrap,), settings, unsafe=True, decide=decide)
+    assert len(asked) == 2  # inner first, then the outer one in the next round, built on it
+    assert asked[0].diagnostic.column == 10 and "+v = wrap([3])" in asked[0].diff
+    outcome = reviewed.outcome
+    assert outcome.fixed == b"v = [[3]]\n" and outcome.remaining == [] and not reviewed.skipped and not reviewed.quit
+    assert reviewed.skips == []  # nothing skipped, nothing to remember
+
+
+# --- remembered skips ------------------------------------------------------------------------------
+
+def test_a_skip_is_remembered_reported_and_not_asked_again(project):
+    (project / "a.py").write_text(TWO)
+    first = fix("a.py", input="s not on TPU yet\na\n")
+    assert first.output.count("Apply this fix?") == 2
+    assert "Remembered in .pmap-migrate-skips.json" in first.output
+    [entry] = recorded(project)
+    assert re.fullmatch(r"[0-9a-f]{16}", entry.pop("fingerprint"))
+    assert entry == {"path": "a.py", "code": "PM101", "occurrence": 0, "source": "step = jax.pmap(lambda x: x * 2)",
+                     "date": TODAY, "reason": "not on TPU yet"}
+    # the report lists it as skipped in review, where it is now (imports were added above it)
+    [site] = pm101_sites("a.py")
+    assert (site["line"], site["state"]) == (5, "skipped")
+    assert site["skipped"] == {"date": TODAY, "reason": "not on TPU yet"}
+    assert site["reason"].startswith(f"skipped in review on {TODAY}: not on TPU yet; the fix: rewrite `step`")
+
+    fixed = (project / "a.py").read_text()
+    again = fix("a.py")
+    assert "Apply this fix?" not in again.output  # not asked again
+    assert "Left 1 fix skipped in an earlier review (--review-skipped asks again):\n  a.py:5:8: PM101" in again.output
+    assert (project / "a.py").read_text() == fixed and again.exit_code == 1  # still a finding
+
+    # lines added above the site: still the same site, still skipped
+    moved = fixed.replace("\nstep = ", "\nSCALE = 2\n\n\n# the step\nstep = ")
+    (project / "a.py").write_text(moved)
+    assert "Apply this fix?" not in fix("a.py").output
+    assert (project / "a.py").read_text() == moved
+    [site] = pm101_sites("a.py")
+    assert (site["line"], site["state"]) == (9, "skipped")
+    assert recorded(project) == [{**entry, "fingerprint": recorded(project)[0]["fingerprint"]}]  # date and reason kept
+
+    # plain `fix` leaves it alone too; --review-skipped applies it
+    plain = CliRunner().invoke(main, ["fix", "--no-cache", "a.py"], catch_exceptions=False)
+    assert (project / "a.py").read_text() == moved and "Fixed 0 findings" in plain.output
+    assert "Left 1 fix skipped in an earlier review (--review-skipped applies them)" in plain.output
+    diff = CliRunner().invoke(main, ["fix", "--no-cache", "--diff", "a.py"], catch_exceptions=False)
+    assert diff.exit_code == 0 and diff.stdout == ""
+
+    # --review-skipped asks again; applying the fix drops the record
+    last = fix("--review-skipped", "a.py", input="a\n")
+    assert last.output.count("Apply this fix?") == 1
+    assert "step = jax.pmap" not in (project / "a.py").read_text() and last.exit_code == 0
+    assert recorded(project) == [] and pm101_sites("a.py") == []
+
+
+def test_plain_fix_with_review_skipped_applies_the_skipped_fixes(project):
+    (project / "a.py").write_text(TWO)
+    fix("a.py", input="s\ns\n")
+    assert len(recorded(project)) == 2
+    CliRunner().invoke(main, ["fix", "--no-cache", "--review-skipped", "a.py"], catch_exceptions=False)
+    assert "jax.pmap" not in (project / "a.py").read_text()
+
+
+def test_a_site_edited_since_is_asked_about_again_and_its_stale_record_dropped(project):
+    (project / "a.py").write_text(TWO)
+    (project / "b.py").write_text(TWO)
+    fix(".", input="s\ns\ns\ns\n")
+    assert sorted((e["path"], e["source"]) for e in recorded(project)) == [
+        ("a.py", "other = jax.pmap(lambda x: x + 1)"), ("a.py", "step = jax.pmap(lambda x: x * 2)"),
+        ("b.py", "other = jax.pmap(lambda x: x + 1)"), ("b.py", "step = jax.pmap(lambda x: x * 2)")]
+    (project / "a.py").write_text(TWO.replace("x * 2", "x * 3"))  # the site itself changed
+    (project / "b.py").unlink()  # the sites went away
+    result = fix(".", input="s\n")
+    assert result.output.count("Apply this fix?") == 1 and "a.py:3:8: PM101" in result.output
+    assert sorted((e["path"], e["source"]) for e in recorded(project)) == [
+        ("a.py", "other = jax.pmap(lambda x: x + 1)"), ("a.py", "step = jax.pmap(lambda x: x * 3)")]
+
+
+def test_identical_sites_are_told_apart(project):
+    """Two identical lines: applying the first and skipping the second (or the reverse) asks once
+    about each, and the one skipped stays skipped."""
+    source = "import jax\n\n\ndef f(x):\n    return x\n\n\ny = jax.pmap(f)(x)\ny = jax.pmap(f)(x)\n"
+    for answers, left in (("a\ns\n", ["y = f_mapped", "y = jax.pmap(f)(x)"]), ("s\na\n", ["y = jax.pmap(f)(x)", "y = f_mapped"])):
+        (project / "a.py").write_text(source)
+        (project / SKIPS).unlink(missing_ok=True)
+        result = fix("a.py", input=answers)
+        assert result.output.count("Apply this fix?") == 2, result.output
+        text = (project / "a.py").read_text()
+        assignments = re.findall(r"(?m)^y = .*", text)
+        assert len(assignments) == 2 and all(a.startswith(start) for a, start in zip(assignments, left)), text
+        assert [e["occurrence"] for e in recorded(project)] == [0]
+        assert "Apply this fix?" not in fix("a.py").output
+
+
+def test_a_notebook_skip_is_remembered_by_cell(project):
+    shutil.copy(ROOT / "fixtures" / "notebooks" / "training.ipynb", project / "nb.ipynb")
+    first = fix("nb.ipynb", input="s\nq\n")
+    assert "nb.ipynb:cell 4:1:1: PM101" in first.output
+    [entry] = recorded(project)
+    assert (entry["path"], entry["code"]) == ("nb.ipynb", "PM101")
+    [site] = [s for s in pm101_sites("nb.ipynb") if s["state"] == "skipped"]
+    assert (site["cell"], site["line"], site["skipped"]["date"]) == (4, 1, TODAY)
+    second = fix("nb.ipynb", input="q\n")
+    assert "cell 4:1:1: PM101" not in second.output.split("Fixed")[0]  # not asked about again
+    assert "Left 1 fix skipped in an earlier review" in second.output
+
+
 class Wrap(Rule):
     """Unsafe: `wrap(x)` -> `[x]`."""
 
@@ -124,17 +256,84 @@ class Wrap(Rule):
                                           replacement=cst.List([cst.Element(node.args[0].value)])))
 
 
-def test_unsafe_fixes_are_asked_only_with_the_flag(tmp_path):
+def test_a_recorded_skip_outlives_runs_that_do_not_ask_about_it(tmp_path):
+    """An unsafe fix skipped with --unsafe-fixes stays recorded through a review without the flag;
+    with it, it is not asked about again, unless review_skipped."""
+    settings, data = Settings(root=tmp_path), b"\n\nv = wrap(3)\n"
     asked = []
 
-    def decide(proposal):
-        asked.append(proposal)
-        return Decision.APPLY
+    def answer(decision):
+        def decide(proposal):
+            asked.append(proposal)
+            return decision
+        return decide
 
-    settings = Settings(root=tmp_path)
-    outcome, skipped, quit_ = review_file(b"v = wrap(wrap(3))\n", "m.py", (Wrap,), settings, unsafe=False, decide=decide)
-    assert asked == [] and outcome.fixed is None and [d.code for d in outcome.remaining] == ["PM991", "PM991"]
-    outcome, skipped, quit_ = review_file(b"v = wrap(wrap(3))\n", "m.py", (Wrap,), settings, unsafe=True, decide=decide)
-    assert len(asked) == 2  # inner first, then the outer one in the next round, built on it
-    assert asked[0].diagnostic.column == 10 and "+v = wrap([3])" in asked[0].diff
-    assert outcome.fixed == b"v = [[3]]\n" and outcome.remaining == [] and not skipped and not quit_
+    first = review_file(data, "m.py", (Wrap,), settings, unsafe=True, decide=answer(Answer(Decision.SKIP, "later")))
+    [skip] = first.skips
+    assert len(asked) == 1 and first.outcome.fixed is None and (skip.source, skip.reason) == ("v = wrap(3)", "later")
+    remembered = {skip.key: skip}
+    safe_only = review_file(data, "m.py", (Wrap,), settings, unsafe=False, decide=answer(Decision.APPLY),
+                            remembered=remembered)
+    assert safe_only.skips == [skip] and safe_only.held == []  # not askable here, still recorded
+    again = review_file(b"x = 1\n" + data, "m.py", (Wrap,), settings, unsafe=True, decide=answer(Decision.APPLY),
+                        remembered=remembered)
+    assert len(asked) == 1 and again.outcome.fixed is None and again.skips == [skip]
+    assert [(d.code, d.line) for d in again.held] == [("PM991", 4)]
+    reviewed = review_file(data, "m.py", (Wrap,), settings, unsafe=True, decide=answer(Decision.APPLY),
+                           remembered=remembered, review_skipped=True)
+    assert len(asked) == 2 and reviewed.outcome.fixed == b"\n\nv = [3]\n" and reviewed.skips == []
+
+
+@pytest.mark.parametrize("text, answer", [
+    ("a", Answer(Decision.APPLY)), ("APPLY", Answer(Decision.APPLY)), ("s", Answer(Decision.SKIP)),
+    ("skip", Answer(Decision.SKIP)), ("s waits for the TPU  port ", Answer(Decision.SKIP, "waits for the TPU port")),
+    ("skip: flaky on CPU", Answer(Decision.SKIP, "flaky on CPU")), (" q ", Answer(Decision.QUIT)),
+    ("quit", Answer(Decision.QUIT)),
+])
+def test_answers(text, answer):
+    assert parse_answer(text) == answer
+
+
+@pytest.mark.parametrize("text", ["", "x", "apply now", "q later", "sk"])
+def test_other_answers_are_refused(text):
+    with pytest.raises(ValueError):
+        parse_answer(text)
+
+
+def test_a_wrong_answer_is_asked_again(project):
+    (project / "a.py").write_text(TWO)
+    result = fix("a.py", input="maybe\ns\ns\n")
+    assert "Error: answer a, s" in result.output and result.output.count("Apply this fix?") == 3
+    assert (project / "a.py").read_text() == TWO
+
+
+def test_a_broken_record_is_an_error_not_a_silent_loss(project):
+    (project / "a.py").write_text(TWO)
+    (project / SKIPS).write_text("<<<<<<< HEAD\n")
+    for result in (fix("a.py", input="a\na\n"), CliRunner().invoke(main, ["report", "a.py"])):
+        assert result.exit_code == 2 and ".pmap-migrate-skips.json: not a record of skipped fixes" in result.output
+    assert (project / "a.py").read_text() == TWO
+
+
+def test_idiomatic_fixes_are_offered_with_the_option(tmp_path, monkeypatch):
+    """`fix --interactive --unsafe-fixes --idiomatic`, saying yes to everything, writes what
+    `fix --unsafe-fixes --idiomatic` writes: the idiomatic rewrite, not the faithful one."""
+    from tests.test_idiomatic import CLASSIC
+
+    for side in ("batch", "reviewed"):
+        (tmp_path / side).mkdir()
+        (tmp_path / side / "pyproject.toml").write_text("[tool.pmap-migrate]\n")
+        (tmp_path / side / "train.py").write_text(CLASSIC)
+    monkeypatch.chdir(tmp_path / "batch")
+    CliRunner().invoke(main, ["fix", "--no-cache", "--unsafe-fixes", "--idiomatic", "."], catch_exceptions=False)
+    monkeypatch.chdir(tmp_path / "reviewed")
+    result = fix("--unsafe-fixes", "--idiomatic", ".", input="a\n" * 20)
+    assert "PM101 idiomatic rewrite of `step`" in result.output
+    text = (tmp_path / "reviewed" / "train.py").read_text()
+    assert "batch_mesh()" in text and "per_device" not in text
+    assert text == (tmp_path / "batch" / "train.py").read_text()
+    # the config switch too; and without --unsafe-fixes the faithful rewrite is offered
+    (tmp_path / "reviewed" / "pyproject.toml").write_text("[tool.pmap-migrate]\nidiomatic = true\n")
+    (tmp_path / "reviewed" / "train.py").write_text(CLASSIC)
+    assert "idiomatic rewrite of `step`" in fix("--unsafe-fixes", ".", input="q\n").output
+    assert "idiomatic rewrite" not in fix(".", input="q\n").output

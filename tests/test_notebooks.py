@@ -248,3 +248,57 @@ def test_cells_are_one_module_for_names():
     assert [locate(line) for line in (1, 3, 5, 6)] == [(1, 1), (2, 1), (3, 1), (3, 2)]
     found = lint_notebook(data, "n.ipynb", all_rules()).diagnostics
     assert {(d.cell, d.line, d.code) for d in found if d.code == "PM101"} >= {(3, 1, "PM101"), (3, 2, "PM101")}
+
+
+# --- the idiomatic option ------------------------------------------------------------------------
+
+def _classic_loop_notebook() -> bytes:
+    """The idiomatic rewrite's classic training loop, over three cells."""
+    from tests.test_idiomatic import CLASSIC
+
+    imports, rest = CLASSIC.split("\n\n\n@functools", 1)
+    step, loop = ("@functools" + rest).split("\n\n\ndef main", 1)
+    return notebook(imports.strip(), step, "def main" + loop).encode()
+
+
+def _code(data: bytes) -> str:
+    return "\n".join("".join(c["source"]) for c in json.loads(data)["cells"])
+
+
+def test_notebooks_take_the_rule_options():
+    """`idiomatic` reaches the rules through a notebook as through a module: check offers the
+    idiomatic fix, fix writes it (with unsafe fixes)."""
+    from codemod.notebooks import fix_notebook, lint_notebook
+    from rules import all_rules
+    from rules.base import RuleOptions
+
+    data, idiomatic = _classic_loop_notebook(), RuleOptions(idiomatic=True)
+
+    def pm101_fix(options):
+        [d] = [d for d in lint_notebook(data, "nb.ipynb", all_rules(), options).diagnostics if d.code == "PM101"]
+        return d.fix.summary
+
+    assert pm101_fix(idiomatic).startswith("idiomatic rewrite of `step`")
+    assert not pm101_fix(None).startswith("idiomatic")
+    fixed = _code(fix_notebook(data, "nb.ipynb", all_rules(), unsafe=True, options=idiomatic).fixed)
+    assert "batch_mesh()" in fixed and "per_device" not in fixed
+    faithful = _code(fix_notebook(data, "nb.ipynb", all_rules(), unsafe=True).fixed)
+    assert "per_device" in faithful and "batch_mesh" not in faithful
+    safe_only = _code(fix_notebook(data, "nb.ipynb", all_rules(), unsafe=False, options=idiomatic).fixed)
+    assert "per_device" in safe_only  # the idiomatic fix is unsafe: without unsafe fixes, the faithful one
+
+
+def test_interactive_review_of_a_notebook_offers_the_idiomatic_fix(project):
+    (project / "nb.ipynb").write_bytes(_classic_loop_notebook())
+    result = cli("fix", "--interactive", "--unsafe-fixes", "--idiomatic", "nb.ipynb", input="a\n" * 20)
+    assert "nb.ipynb:cell 2:1:1: PM101 idiomatic rewrite of `step`" in result.output
+    fixed = _code((project / "nb.ipynb").read_bytes())
+    assert "batch_mesh()" in fixed and "per_device" not in fixed
+
+
+def test_plain_fix_and_check_of_a_notebook_honour_idiomatic(project):
+    (project / "nb.ipynb").write_bytes(_classic_loop_notebook())
+    found = findings("--idiomatic", "nb.ipynb")
+    assert next(d for d in found if d["code"] == "PM101")["fix"]["summary"].startswith("idiomatic")
+    cli("fix", "--no-cache", "--unsafe-fixes", "--idiomatic", "nb.ipynb")
+    assert "batch_mesh()" in _code((project / "nb.ipynb").read_bytes())

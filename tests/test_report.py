@@ -151,7 +151,7 @@ def test_classification(changes, state):
 def test_markdown_escapes_table_cells():
     text = to_markdown(Report([classify(_diagnostic())], files_checked=1))
     assert "legacy \\| pmap" in text
-    assert "| `a` |  |  |  | 1 |  |  | 1 |" in text  # the directory summary: one manual site under a/
+    assert "| `a` |  |  |  | 1 |  |  |  | 1 |" in text  # the directory summary: one manual site under a/
 
 
 def test_notebook_sites_carry_their_cell(project):
@@ -162,3 +162,64 @@ def test_notebook_sites_carry_their_cell(project):
     assert [(s["cell"], s["line"], s["code"]) for s in sites] == [(2, 1, "PM101"), (2, 2, "PM101")]
     assert sites[0]["state"] == "shimmed" and sites[0]["reason"].startswith("uses `runtime_shim.pmap`")
     assert "| `nb.ipynb` | cell 2:1:5 | PM101 `pmap-call` | shimmed |" in report("nb.ipynb").output
+
+
+# --- fixes skipped in review ----------------------------------------------------------------------
+
+SKIPS = ".pmap-migrate-skips.json"
+
+
+def review(*args, input):
+    return CliRunner().invoke(main, ["fix", "--interactive", *args], input=input, catch_exceptions=False)
+
+
+def test_a_fix_skipped_in_review_is_listed_and_counted_in_every_table(project):
+    before = ledger(".")
+    review("src/train.py", input="s waiting for the TPU port\n")
+    assert (project / "src/train.py").read_text().count("jax.pmap") == 1  # not fixed
+    document = ledger(".")
+    # nothing dropped, nothing else changed: one site changed state
+    after = states(document)
+    assert len(document["sites"]) == len(before["sites"])
+    assert {k: v for k, v in after.items() if v != "skipped"} == {k: v for k, v in states(before).items()
+                                                                  if k != ("src/train.py", 5, "PM101")}
+    site = next(s for s in document["sites"] if s["state"] == "skipped")
+    assert (site["path"], site["line"], site["code"]) == ("src/train.py", 5, "PM101")
+    assert site["skipped"]["reason"] == "waiting for the TPU port" and site["fix"].startswith("rewrite `step`")
+    summary = document["summary"]
+    assert summary["total"]["skipped"] == 1 and summary["total"]["fixable-safe"] == 0
+    assert summary["by_rule"]["PM101"]["skipped"] == 1 and summary["by_directory"]["src"]["skipped"] == 1
+    assert sum(v["total"] for v in summary["by_rule"].values()) == summary["total"]["total"] == len(document["sites"])
+    assert document["skips"] == {"file": SKIPS, "stale": 0}
+
+    out = report(".").output
+    assert "1 skipped in review." in out.split("\n\n")[1]
+    assert out.count("| fixable (safe) | fixable (unsafe) | shimmed | manual | suppressed | guarded | "
+                     "skipped in review | total |") == 2
+    assert "| PM101 `pmap-call` |  |  | 2 |  | 2 |  | 1 | 5 |" in out
+    assert "| `src` |  |  | 3 |  | 1 | 1 | 1 | 6 |" in out
+    assert "| `src/train.py` | 5:1 | PM101 `pmap-call` | skipped in review | skipped in review on " in out
+    assert ": waiting for the TPU port; the fix: rewrite `step`" in out
+
+
+def test_stale_skips_are_counted_never_shown_as_sites(project):
+    (project / "src/other.py").write_text("import jax\nother = jax.pmap(g)\n")
+    review("src/train.py", "src/other.py", input="s\ns\n")
+    assert len(json.loads((project / SKIPS).read_text())["skips"]) == 2
+    train = project / "src/train.py"
+    train.write_text(train.read_text().replace("axis_name='i'", "axis_name='batch'"))  # the site changed
+    (project / "src/other.py").unlink()  # the site went away
+    document = ledger(".")
+    assert states(document)[("src/train.py", 5, "PM101")] == "fixable-safe"
+    assert "skipped" not in {s["state"] for s in document["sites"]}
+    assert document["skips"]["stale"] == 2
+    assert "2 recorded skips in `.pmap-migrate-skips.json` match no site any more" in report(".").output
+
+
+def test_a_skipped_site_suppressed_since_is_suppressed(project):
+    review("src/train.py", input="s\n")
+    train = project / "src/train.py"
+    train.write_text(train.read_text().replace("'i')\ndef", "'i')  # noqa: PM101\ndef"))
+    document = ledger(".")
+    assert states(document)[("src/train.py", 5, "PM101")] == "suppressed"
+    assert document["skips"]["stale"] == 0  # the site is still there
