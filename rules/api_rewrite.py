@@ -4,6 +4,8 @@ The rules decide what a use of an old API becomes; this module knows how to say 
 under which name `jax` is reachable at a node, a dotted replacement as an expression, positional
 arguments turned into keywords, the reads of the name an import binds, and an import statement
 rewritten in place (a name that moved to another module keeps its local name and its place).
+``ImportRule`` is what the rules share: reporting at import statements, and the fix of a reported
+import (its reads rewritten, then the import removed).
 
 Imports that a rewrite leaves unused are handed to the engine as ``remove_imports`` (removed only
 if nothing uses them after the round); an import with no use left at all is deleted by an edit.
@@ -11,13 +13,15 @@ if nothing uses them after the round); an import with no use left at all is dele
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 import libcst as cst
 from libcst.helpers import get_full_name_for_node
 from libcst.metadata import ImportAssignment
 
-from rules.base import Edit, FixSpec, ImportSpec
+from rules import tables
+from rules.base import Edit, FixSpec, ImportSpec, Rule
 from rules.semantic import SemanticModel
 
 
@@ -48,6 +52,20 @@ class FixParts:
         self.remove_imports += other.remove_imports
         self.assumptions += other.assumptions
         return self
+
+    def drop_import_of(self, model: SemanticModel, node: cst.BaseExpression) -> None:
+        """The import the head name of ``node`` came from goes, once nothing uses it."""
+        spec = removal_spec(model, node)
+        if spec is not None:
+            self.remove_imports.append(spec)
+
+    def renamed(self, model: SemanticModel, node: cst.BaseExpression, qualified: str) -> cst.BaseExpression:
+        """``qualified`` spelled at ``node`` in its place (keeping its parentheses); the imports that
+        takes are added, and the one ``node`` came from goes once unused."""
+        expression, imports = qualified_expression(model, node, qualified)
+        self.add_imports += imports
+        self.drop_import_of(model, node)
+        return replace_expression(node, expression)
 
     def spec(self, summary: str) -> FixSpec | None:
         if not self.edits:
@@ -110,11 +128,8 @@ def qualified_expression(model: SemanticModel, at: cst.CSTNode,
 def rename_to(model: SemanticModel, node: cst.BaseExpression, qualified: str) -> FixParts:
     """Replace the expression ``node`` by ``qualified``; the import its head name came from goes
     once unused."""
-    expression, imports = qualified_expression(model, node, qualified)
-    parts = FixParts([Edit(node, replace_expression(node, expression))], list(imports))
-    spec = removal_spec(model, node)
-    if spec is not None:
-        parts.remove_imports.append(spec)
+    parts = FixParts()
+    parts.edits.append(Edit(node, parts.renamed(model, node, qualified)))
     return parts
 
 
@@ -137,6 +152,20 @@ def parenthesized(node: cst.BaseExpression) -> cst.BaseExpression:
 
 def in_annotation(model: SemanticModel, node: cst.CSTNode) -> bool:
     return any(isinstance(a, cst.Annotation) for a in model.ancestors(node))
+
+
+def applying_call(model: SemanticModel, use: cst.BaseExpression) -> cst.Call | None:
+    """The call that applies the function ``use`` names: ``use(...)``, or
+    ``functools.partial(use, ...)``; None when ``use`` is passed or stored as a value."""
+    parent = model.parent(use)
+    if isinstance(parent, cst.Call) and parent.func is use:
+        return parent
+    if isinstance(parent, cst.Arg) and parent.keyword is None and not parent.star:
+        call = model.parent(parent)
+        if (isinstance(call, cst.Call) and call.args and call.args[0] is parent
+                and model.matches(call.func, tables.PARTIAL)):
+            return call
+    return None
 
 
 # ------------------------------------------------------------------------------------ arguments
@@ -316,8 +345,6 @@ def replace_dotted_import(model: SemanticModel, statement: cst.Import, alias: cs
 
 def _binds_jax_for_good(module: str) -> bool:
     """``import <module>`` binds `jax` and is not itself an import a fix removes."""
-    from rules import tables
-
     return module == "jax" or (module.startswith("jax.") and tables.removed_entry(module) is None
                                and not module.startswith(tables.EXPERIMENTAL_MAPS_MODULE))
 
@@ -358,9 +385,7 @@ def rewrite_reads(model: SemanticModel, statement: cst.Import | cst.ImportFrom, 
         else:
             parts.edits += rewrite_import(model, statement, {index: None})
     elif rewritten:
-        spec = removal_spec(model, reads[0])
-        if spec is not None:
-            parts.remove_imports.append(spec)
+        parts.drop_import_of(model, reads[0])
     return ReadRewrites(parts, rewritten, left)
 
 
@@ -370,3 +395,43 @@ def reads_summary(what: str, result: ReadRewrites) -> str:
         return what
     reasons = "; ".join(dict.fromkeys(reason for _, reason in result.left))
     return f"{what} ({len(result.left)} use(s) left as they are: {reasons})"
+
+
+# ---------------------------------------------------------------------------------------- rules
+
+def spec_or_none(build: Callable[[], FixParts], summary: str) -> FixSpec | None:
+    """The fix ``build`` makes, or None where it raises Unfixable."""
+    try:
+        return build().spec(summary)
+    except Unfixable:
+        return None
+
+
+class ImportRule(Rule):
+    """Base of the rules that report an old name where it is imported (for a removed one, the
+    import is what fails): ``check_import`` sees every import statement."""
+
+    def visit_Import(self, node: cst.Import) -> None:
+        self.check_import(node)
+
+    def visit_ImportFrom(self, node: cst.ImportFrom) -> None:
+        self.check_import(node)
+
+    def check_import(self, node: cst.Import | cst.ImportFrom) -> None:
+        raise NotImplementedError
+
+    def reads_fix(self, statement: cst.Import | cst.ImportFrom, alias: cst.ImportAlias | cst.ImportStar,
+                  rewrite_use: Callable[[cst.Name], FixParts], summary: str) -> FixSpec | None:
+        """The fix of a reported import: every read of the name it binds rewritten by
+        ``rewrite_use`` (see ``rewrite_reads``), the import removed once unused; an import nothing
+        reads is removed, except from a package's `__init__.py` (it may be a re-export)."""
+        if not isinstance(alias, cst.ImportAlias):
+            return None
+        try:
+            result = rewrite_reads(self.model, statement, alias, rewrite_use)
+        except Unfixable:
+            return None
+        if not result.rewritten and self.context.path.endswith("__init__.py"):
+            return None
+        what = summary if result.rewritten else "remove the unused import"
+        return result.parts.spec(reads_summary(what, result))

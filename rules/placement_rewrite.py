@@ -728,6 +728,30 @@ def stack_fix(placement: Placement, call: cst.Call, reference: cst.BaseExpressio
                    add_imports=(*jax_imports, *imports), remove_imports=(removal,) if removal is not None else ())
 
 
+def removed_helper_fix(context, reference: cst.BaseExpression, attribute: str,
+                       parameters: tuple[str, str], *, sharded: bool) -> FixSpec | None:
+    """The fix of one reference to a removed stacking helper (`jax.<attribute>`, whose
+    ``parameters`` are the tree and the devices): an unused local alias goes, a call becomes the
+    explicit `jax.device_put` of the same stack, anything else the shim's drop-in."""
+    placement = placement_for(context)
+    if alias_definition(placement.model, reference) is not None:
+        return alias_fix(placement, reference, attribute)
+    call = called(placement.model, reference)
+    if call is None:
+        return shim_swap(placement, reference, attribute, "the function is used as a value")
+    if placement.multi_process:
+        return shim_swap(placement, reference, attribute,
+                         "a multi-process program (host-local stacks for runtime_shim.pmap)")
+    try:
+        args = call_arguments(call, parameters)
+        if any(name not in args for name in parameters):
+            raise Unfixable("missing arguments")
+        tree, devices = (args[name] for name in parameters)
+        return stack_fix(placement, call, reference, tree, devices, sharded=sharded, what=f"`jax.{attribute}`")
+    except Unfixable as why:
+        return shim_swap(placement, reference, attribute, str(why))
+
+
 # ---------------------------------------------------------------------------- reshards
 
 def reshard_text(placement: Placement, value: cst.BaseExpression, call: cst.Call, site: TransformSite,

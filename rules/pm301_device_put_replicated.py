@@ -3,17 +3,8 @@ from __future__ import annotations
 import libcst as cst
 
 from rules import tables
-from rules.base import FixSpec, Invalid, Rule, Valid
-from rules.placement_rewrite import (
-    Unfixable,
-    alias_definition,
-    alias_fix,
-    call_arguments,
-    called,
-    placement_for,
-    shim_swap,
-    stack_fix,
-)
+from rules.base import Invalid, Rule, Valid
+from rules.placement_rewrite import removed_helper_fix
 
 
 class DevicePutReplicated(Rule):
@@ -167,23 +158,5 @@ class DevicePutReplicated(Rule):
     def visit_Module(self, node: cst.Module) -> None:
         for reference in self.model.references(tables.DEVICE_PUT_REPLICATED, ("device_put_replicated",),
                                                follow_aliases=True):
-            self.report(reference, fix=self._fix(reference))
-
-    def _fix(self, reference: cst.BaseExpression) -> FixSpec | None:
-        placement = placement_for(self.context)
-        if alias_definition(self.model, reference) is not None:
-            return alias_fix(placement, reference, "device_put_replicated")
-        call = called(self.model, reference)
-        if call is None:
-            return shim_swap(placement, reference, "device_put_replicated", "the function is used as a value")
-        if placement.multi_process:
-            return shim_swap(placement, reference, "device_put_replicated",
-                             "a multi-process program (host-local stacks for runtime_shim.pmap)")
-        try:
-            args = call_arguments(call, ("x", "devices"))
-            if "x" not in args or "devices" not in args:
-                raise Unfixable("missing arguments")
-            return stack_fix(placement, call, reference, args["x"], args["devices"], sharded=False,
-                             what="`jax.device_put_replicated`")
-        except Unfixable as why:
-            return shim_swap(placement, reference, "device_put_replicated", str(why))
+            fix = removed_helper_fix(self.context, reference, "device_put_replicated", ("x", "devices"), sharded=False)
+            self.report(reference, fix=fix)

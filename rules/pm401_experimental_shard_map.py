@@ -5,18 +5,16 @@ import libcst as cst
 from rules import tables
 from rules.api_rewrite import (
     FixParts,
+    ImportRule,
     Unfixable,
+    applying_call,
     as_keyword,
     as_positional,
     code_of,
     parenthesized,
-    qualified_expression,
-    reads_summary,
-    removal_spec,
-    replace_expression,
-    rewrite_reads,
+    spec_or_none,
 )
-from rules.base import Edit, FixSpec, Invalid, Rule, Valid
+from rules.base import Edit, Invalid, Valid
 from rules.import_names import imported_names
 
 _EXPERIMENTAL = "jax.experimental.shard_map.shard_map"
@@ -37,7 +35,7 @@ _SUMMARY = ("use `jax.shard_map` (mesh, in_specs and out_specs by keyword, `chec
             "`axis_names=` for `auto=`)")
 
 
-class ExperimentalShardMap(Rule):
+class ExperimentalShardMap(ImportRule):
     """Use of the deprecated `jax.experimental.shard_map.shard_map` or of its removed keywords.
 
     ## What it does
@@ -255,27 +253,22 @@ class ExperimentalShardMap(Rule):
         ),
     ]
 
-    def visit_Import(self, node: cst.Import) -> None:
-        self._check_import(node)
-
-    def visit_ImportFrom(self, node: cst.ImportFrom) -> None:
-        self._check_import(node)
-
-    def _check_import(self, node: cst.Import | cst.ImportFrom) -> None:
+    def check_import(self, node: cst.Import | cst.ImportFrom) -> None:
         for alias, full in imported_names(node):
             if full in tables.EXPERIMENTAL_SHARD_MAP:
-                self.report(alias, fix=self._import_fix(node, alias))
+                self.report(alias, fix=self.reads_fix(node, alias, self._rewrite_use, _SUMMARY))
 
     def visit_Attribute(self, node: cst.Attribute) -> None:
         if node.attr.value == "shard_map" and self.model.matches(node, tables.EXPERIMENTAL_SHARD_MAP):
-            self.report(node, fix=self._fix(lambda: self._rewrite_use(node)))
+            self.report(node, fix=spec_or_none(lambda: self._rewrite_use(node), _SUMMARY))
 
     def visit_Call(self, node: cst.Call) -> None:
         removed = [a for a in node.args if a.keyword is not None and a.keyword.value in _KEYWORD_MESSAGES]
         if not removed or not self._is_shard_map_call(node):
             return
         for arg in removed:
-            self.report(arg, _KEYWORD_MESSAGES[arg.keyword.value], fix=self._fix(lambda: self._rewrite_call(node)))
+            self.report(arg, _KEYWORD_MESSAGES[arg.keyword.value],
+                        fix=spec_or_none(lambda: self._rewrite_call(node), _SUMMARY))
 
     def _is_shard_map_call(self, node: cst.Call) -> bool:
         if self.model.matches(node.func, tables.SHARD_MAP):
@@ -286,36 +279,12 @@ class ExperimentalShardMap(Rule):
         return False
 
     # ------------------------------------------------------------------------------ fixes
-    @staticmethod
-    def _fix(build) -> FixSpec | None:
-        try:
-            return build().spec(_SUMMARY)
-        except Unfixable:
-            return None
-
-    def _import_fix(self, statement: cst.Import | cst.ImportFrom, alias) -> FixSpec | None:
-        if not isinstance(alias, cst.ImportAlias):
-            return None
-        try:
-            result = rewrite_reads(self.model, statement, alias, self._rewrite_use)
-        except Unfixable:
-            return None
-        if not result.rewritten and self.context.path.endswith("__init__.py"):
-            return None  # an unused import in a package's __init__ may be a re-export
-        what = _SUMMARY if result.rewritten else "remove the unused import"
-        return result.parts.spec(reads_summary(what, result))
-
     def _rewrite_use(self, use: cst.BaseExpression) -> FixParts:
         """A reference to the experimental shard_map: the call or partial that applies it."""
-        parent = self.model.parent(use)
-        if isinstance(parent, cst.Call) and parent.func is use:
-            return self._rewrite_call(parent)
-        if isinstance(parent, cst.Arg) and parent.keyword is None and not parent.star:
-            call = self.model.parent(parent)
-            if (isinstance(call, cst.Call) and call.args and call.args[0] is parent
-                    and self.model.matches(call.func, tables.PARTIAL)):
-                return self._rewrite_call(call)
-        raise Unfixable("used as a value: its callers may pass mesh, in_specs and out_specs by position")
+        call = applying_call(self.model, use)
+        if call is None:
+            raise Unfixable("used as a value: its callers may pass mesh, in_specs and out_specs by position")
+        return self._rewrite_call(call)
 
     def _rewrite_call(self, call: cst.Call) -> FixParts:
         """``call`` (a shard_map call, or `functools.partial(shard_map, ...)`) in `jax.shard_map`'s
@@ -365,12 +334,7 @@ class ExperimentalShardMap(Rule):
         if new_args and args and new_args[-1] is not args[-1]:
             new_args[-1] = new_args[-1].with_changes(comma=args[-1].comma)
         if experimental:
-            expression, imports = qualified_expression(self.model, callee, "jax.shard_map")
-            parts.add_imports += imports
-            spec = removal_spec(self.model, callee)
-            if spec is not None:
-                parts.remove_imports.append(spec)
-            callee = replace_expression(callee, expression)
+            callee = parts.renamed(self.model, callee, tables.SHARD_MAP_REPLACEMENT)
         if is_partial:
             new_call = call.with_changes(args=[call.args[0].with_changes(value=callee), *new_args])
             if experimental and not isinstance(self.model.parent(call), cst.Decorator):

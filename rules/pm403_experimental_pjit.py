@@ -5,16 +5,14 @@ import libcst as cst
 from rules import tables
 from rules.api_rewrite import (
     FixParts,
+    ImportRule,
     Unfixable,
+    applying_call,
     as_keyword,
     as_positional,
-    qualified_expression,
-    reads_summary,
-    removal_spec,
-    replace_expression,
-    rewrite_reads,
+    spec_or_none,
 )
-from rules.base import Edit, FixSpec, Invalid, Rule, Valid
+from rules.base import Edit, Invalid, Valid
 from rules.import_names import imported_names
 from rules.semantic import JIT
 
@@ -44,7 +42,7 @@ def keyword_message(keyword: str) -> str:
             f"use `{tables.REMOVED_PJIT_KEYWORDS[keyword]}=`")
 
 
-class ExperimentalPjit(Rule):
+class ExperimentalPjit(ImportRule):
     """Use of the deprecated `jax.experimental.pjit.pjit` or of pjit's removed `*_axis_resources=`.
 
     ## What it does
@@ -232,23 +230,17 @@ class ExperimentalPjit(Rule):
         Invalid("import jax\nstep = jax.jit(f, in_axis_resources=P('x'), in_shardings=P('x'))\n", lines=(2,)),
     ]
 
-    def visit_Import(self, node: cst.Import) -> None:
-        self._check_import(node)
-
-    def visit_ImportFrom(self, node: cst.ImportFrom) -> None:
-        self._check_import(node)
-
-    def _check_import(self, node: cst.Import | cst.ImportFrom) -> None:
+    def check_import(self, node: cst.Import | cst.ImportFrom) -> None:
         for alias, full in imported_names(node):
             if full in tables.PJIT:
-                self.report(alias, pjit_message(full), fix=self._import_fix(node, alias))
+                self.report(alias, pjit_message(full), fix=self.reads_fix(node, alias, self._rewrite_use, _SUMMARY))
 
     def visit_Attribute(self, node: cst.Attribute) -> None:
         if node.attr.value != "pjit":
             return
         names = self.model.qualified_names(node) & tables.PJIT
         if names:
-            self.report(node, pjit_message(min(names)), fix=self._fix(lambda: self._rewrite_use(node), _SUMMARY))
+            self.report(node, pjit_message(min(names)), fix=spec_or_none(lambda: self._rewrite_use(node), _SUMMARY))
 
     def visit_Call(self, node: cst.Call) -> None:
         removed = [a for a in node.args if a.keyword is not None and a.keyword.value in tables.REMOVED_PJIT_KEYWORDS]
@@ -257,7 +249,7 @@ class ExperimentalPjit(Rule):
         for arg in removed:
             summary = f"rename `{arg.keyword.value}=` to `{tables.REMOVED_PJIT_KEYWORDS[arg.keyword.value]}=`"
             self.report(arg, keyword_message(arg.keyword.value),
-                        fix=self._fix(lambda: self._rewrite_call(node, None), summary))
+                        fix=spec_or_none(lambda: self._rewrite_call(node, None), summary))
 
     def _applies_jit(self, node: cst.Call) -> bool:
         """``pjit(f, ...)`` / ``jax.jit(f, ...)`` / aliases of them, or ``partial(pjit, ...)``."""
@@ -268,52 +260,24 @@ class ExperimentalPjit(Rule):
         return False
 
     # ------------------------------------------------------------------------------ fixes
-    @staticmethod
-    def _fix(build, summary: str) -> FixSpec | None:
-        try:
-            return build().spec(summary)
-        except Unfixable:
-            return None
-
-    def _import_fix(self, statement: cst.Import | cst.ImportFrom, alias) -> FixSpec | None:
-        if not isinstance(alias, cst.ImportAlias):
-            return None
-        try:
-            result = rewrite_reads(self.model, statement, alias, self._rewrite_use)
-        except Unfixable:
-            return None
-        if not result.rewritten and self.context.path.endswith("__init__.py"):
-            return None  # an unused import in a package's __init__ may be a re-export
-        what = _SUMMARY if result.rewritten else "remove the unused import"
-        return result.parts.spec(reads_summary(what, result))
-
     def _rewrite_use(self, use: cst.BaseExpression) -> FixParts:
         """A reference to pjit: the call, partial or decorator that applies it."""
-        parent = self.model.parent(use)
-        if isinstance(parent, cst.Call) and parent.func is use:
-            return self._rewrite_call(parent, use)
-        if isinstance(parent, cst.Decorator):
+        if isinstance(self.model.parent(use), cst.Decorator):
             parts = FixParts()
             parts.edits.append(Edit(use, self._jit_expression(use, parts)))
             return parts
-        if isinstance(parent, cst.Arg) and parent.keyword is None and not parent.star:
-            call = self.model.parent(parent)
-            if (isinstance(call, cst.Call) and call.args and call.args[0] is parent
-                    and self.model.matches(call.func, tables.PARTIAL)):
-                return self._rewrite_call(call, use)
-        raise Unfixable("used as a value: its callers may pass in_shardings/out_shardings by position")
+        call = applying_call(self.model, use)
+        if call is None:
+            raise Unfixable("used as a value: its callers may pass in_shardings/out_shardings by position")
+        return self._rewrite_call(call, use)
 
     def _jit_expression(self, callee: cst.BaseExpression, parts: FixParts) -> cst.BaseExpression:
         """`jax.jit` in place of the pjit reference ``callee``; its imports go into ``parts``."""
-        expression, imports = qualified_expression(self.model, callee, tables.PJIT_REPLACEMENT)
-        parts.add_imports += imports
-        spec = removal_spec(self.model, callee)
-        if spec is not None:
-            parts.remove_imports.append(spec)
+        expression = parts.renamed(self.model, callee, tables.PJIT_REPLACEMENT)
         if not self.model.qualified_names(callee).isdisjoint(tables.PJIT_GONE):
             parts.assumptions.append("`jax.pjit` meant `jax.experimental.pjit.pjit`")
         parts.assumptions.append(_JIT_ASSUMES)
-        return replace_expression(callee, expression)
+        return expression
 
     def _rewrite_call(self, call: cst.Call, callee: cst.BaseExpression | None) -> FixParts:
         """``call`` (a pjit/jit call, or `partial(pjit, ...)`) with its shardings by keyword under

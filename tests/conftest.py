@@ -1,5 +1,7 @@
 from __future__ import annotations
 
+import pytest
+
 
 def pytest_addoption(parser):
     parser.addoption(
@@ -8,3 +10,13 @@ def pytest_addoption(parser):
         default=False,
         help="rewrite the expected outputs of fixtures from the current behaviour (review the diff)",
     )
+
+
+@pytest.fixture(scope="session")
+def corpus_runs(tmp_path_factory):
+    """Legacy corpora fixed with every rule and run on each jax, each corpus and batch once per
+    session (``tests/support/fixed_corpus.py``)."""
+    # imported here: it loads the rules, which only the tests that run programs need
+    from tests.support.fixed_corpus import CorpusRuns
+
+    return CorpusRuns(tmp_path_factory)

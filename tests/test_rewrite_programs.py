@@ -3,24 +3,20 @@
 pmap (jax 0.7.2), and the same rewritten file must still run unchanged on jax 0.7.2.
 
 The legacy reference runs once per session; each environment runs the whole rewritten corpus in
-one interpreter (`tests/support/differential.py`).
+one interpreter (`tests/support/differential.py`, `tests/support/fixed_corpus.py`).
 """
 
 from __future__ import annotations
-
-import concurrent.futures
-import shutil
 
 import pytest
 
 from codemod.fixer import fix_bytes
 from rules import all_rules
 from tests.support import differential as diff
-from tests.support.jaxenv import LEGACY, NEWEST, EnvUnavailable
+from tests.support.fixed_corpus import ENVS, EXACT, REFERENCE, FixedCorpus, batch
 
 NAMES = diff.program_names()
-ENVS = {"jax-0.7.2": LEGACY, "current": None, "newest": NEWEST}
-EXACT = {"jax-0.7.2"}  # same XLA as the reference: the text must match exactly
+SOURCES = [diff.legacy_path(name) for name in NAMES]
 # Programs whose rewrite needs a fix that is not written yet: they must fail today; strict xfail
 # turns a pass into a failure so the list is kept honest. (Empty since the placement fixes of
 # PM301, PM302 and PM304 made device_put_replicated, device_put_sharded and committed_input pass.)
@@ -28,61 +24,28 @@ PENDING: dict[str, str] = {}
 
 
 @pytest.fixture(scope="session")
-def rewritten(tmp_path_factory):
-    """The corpus copied and fixed with every rule and unsafe fixes, as `fix --unsafe-fixes` would."""
-    root = tmp_path_factory.mktemp("rewritten")
-    outcomes = {}
-    for name in NAMES:
-        source = diff.legacy_path(name)
-        target = root / source.name
-        shutil.copy(source, target)
-        outcome = fix_bytes(target.read_bytes(), target.name, all_rules(), unsafe=True)
-        assert outcome.error is None, f"{name}: {outcome.error}"
-        if outcome.fixed is not None:
-            target.write_bytes(outcome.fixed)
-        outcomes[name] = outcome
-    return root, outcomes
+def rewritten(corpus_runs) -> FixedCorpus:
+    """The corpus fixed with every rule and unsafe fixes, as `fix --unsafe-fixes` would."""
+    return corpus_runs.fixed(SOURCES)
 
 
 @pytest.fixture(scope="session")
-def runs(rewritten):
-    root, _ = rewritten
-    jobs = {"legacy": (LEGACY, [diff.legacy_path(n) for n in NAMES], False)}
-    for label, env in ENVS.items():
-        jobs[label] = (env, [root / f"{n}.py" for n in NAMES], True)
-
-    def run(env, scripts, rewritten):
-        # Rewritten modules are all imported before any main() runs (does an import touch a
-        # device?) and main() runs twice (does a warm call retrace?).
-        try:
-            return diff.run_batch(env, scripts, check_import=rewritten, rerun=True)
-        except EnvUnavailable as exc:
-            return exc
-
-    with concurrent.futures.ThreadPoolExecutor(max_workers=2) as pool:
-        futures = {label: pool.submit(run, *job) for label, job in jobs.items()}
-        return {label: future.result() for label, future in futures.items()}
-
-
-def _batch(runs, label) -> diff.BatchRun:
-    result = runs[label]
-    if isinstance(result, EnvUnavailable):
-        pytest.skip(f"{label}: {result}")
-    return result
+def runs(corpus_runs):
+    # Rewritten modules are all imported before any main() runs (does an import touch a device?)
+    # and main() runs twice (does a warm call retrace?).
+    return corpus_runs.differential(SOURCES, check_import=True, rerun=True)
 
 
 def test_every_program_is_changed_and_the_fix_is_a_fixpoint(rewritten):
-    root, outcomes = rewritten
     for name in NAMES:
-        assert outcomes[name].changed, f"{name}: fix changed nothing"
-        again = fix_bytes((root / f"{name}.py").read_bytes(), f"{name}.py", all_rules(), unsafe=True)
+        assert rewritten.outcomes[name].changed, f"{name}: fix changed nothing"
+        again = fix_bytes(rewritten.path(name).read_bytes(), f"{name}.py", all_rules(), unsafe=True)
         assert again.fixed is None and again.applied == [], f"{name}: a second fix changed it again"
 
 
 def test_no_pmap_finding_survives_the_fix(rewritten):
-    _, outcomes = rewritten
     left = {name: [f"{d.line}:{d.code}" for d in o.remaining if d.code.startswith("PM1")]
-            for name, o in outcomes.items()}
+            for name, o in rewritten.outcomes.items()}
     assert {n: v for n, v in left.items() if v} == {}
 
 
@@ -101,7 +64,7 @@ PLACEMENT_FIXES = {
 
 
 def test_placement_fixes_are_applied_and_leave_no_finding(rewritten):
-    _, outcomes = rewritten
+    outcomes = rewritten.outcomes
     pmap_rules = {"PM101", "PM102", "PM103"}
     applied = {name: {d.code for d in outcomes[name].applied} - pmap_rules for name in NAMES}
     assert {n: applied[n] for n in PLACEMENT_FIXES} == PLACEMENT_FIXES
@@ -112,19 +75,23 @@ def test_placement_fixes_are_applied_and_leave_no_finding(rewritten):
 
 def test_most_programs_become_plain_jax(rewritten):
     """The shim is the fallback, not the rule: count what still imports it."""
-    root, _ = rewritten
-    shimmed = sorted(n for n in NAMES if "import runtime_shim" in (root / f"{n}.py").read_text())
+    shimmed = sorted(n for n in NAMES if "import runtime_shim" in rewritten.path(n).read_text())
     assert shimmed == ["pmap_in_pmap"], shimmed  # a pmapped function called inside another one
+
+
+def _legacy_and_rewritten(runs, name: str, env_label: str, request) -> tuple[diff.ProgramRun, diff.ProgramRun]:
+    """The reference run of ``name`` and the run of its rewrite on ``env_label``; a PENDING
+    program must fail there."""
+    if name in PENDING and (env_label != "jax-0.7.2" or name == "committed_input"):
+        # the removed helpers still exist on jax 0.7.2; a committed input fails jit(shard_map) there too
+        request.applymarker(pytest.mark.xfail(reason=PENDING[name], strict=True))
+    return batch(runs, REFERENCE).programs[f"{name}.py"], batch(runs, env_label).programs[f"{name}.py"]
 
 
 @pytest.mark.parametrize("env_label", list(ENVS))
 @pytest.mark.parametrize("name", NAMES)
 def test_rewritten_program_prints_what_legacy_printed(runs, name, env_label, request):
-    if name in PENDING and (env_label != "jax-0.7.2" or name == "committed_input"):
-        # the removed helpers still exist on jax 0.7.2; a committed input fails jit(shard_map) there too
-        request.applymarker(pytest.mark.xfail(reason=PENDING[name], strict=True))
-    legacy = _batch(runs, "legacy").programs[f"{name}.py"]
-    actual = _batch(runs, env_label).programs[f"{name}.py"]
+    legacy, actual = _legacy_and_rewritten(runs, name, env_label, request)
     diff.assert_same_output(legacy, actual, "legacy pmap, jax 0.7.2", f"rewritten, {env_label}",
                             exact=env_label in EXACT)
 
@@ -132,7 +99,7 @@ def test_rewritten_program_prints_what_legacy_printed(runs, name, env_label, req
 @pytest.mark.parametrize("env_label", list(ENVS))
 @pytest.mark.parametrize("name", NAMES)
 def test_importing_a_rewritten_module_queries_no_device(runs, name, env_label):
-    run = _batch(runs, env_label).programs[f"{name}.py"]
+    run = batch(runs, env_label).programs[f"{name}.py"]
     assert run.backends_initialized_on_import is False, (
         "importing the rewritten module initialised jax backends" if run.backends_initialized_on_import
         else "an earlier module initialised the backends at import; see its failure")
@@ -141,10 +108,7 @@ def test_importing_a_rewritten_module_queries_no_device(runs, name, env_label):
 @pytest.mark.parametrize("env_label", list(ENVS))
 @pytest.mark.parametrize("name", NAMES)
 def test_rewritten_program_does_not_retrace_when_warm(runs, name, env_label, request):
-    if name in PENDING and (env_label != "jax-0.7.2" or name == "committed_input"):
-        request.applymarker(pytest.mark.xfail(reason=PENDING[name], strict=True))
-    legacy = _batch(runs, "legacy").programs[f"{name}.py"]
-    actual = _batch(runs, env_label).programs[f"{name}.py"]
+    legacy, actual = _legacy_and_rewritten(runs, name, env_label, request)
     assert actual.error is None, actual.error
     if legacy.traces_on_rerun == 0:
         assert actual.traces_on_rerun == 0, "a warm main() traced again: the jitted wrapper is rebuilt"
