@@ -9,24 +9,20 @@ import libcst as cst
 from libcst.metadata import CodeRange, MetadataWrapper, PositionProvider
 
 from codemod.diagnostics import Applicability, Diagnostic, FileError, FileResult, FixInfo, State
+from codemod.prefilter import Gate
 from codemod.stack import on_deep_stack
 from codemod.suppression import Suppressions, is_guarded
 from rules.base import FixSpec, Rule, RuleContext, RuleOptions
 from rules.semantic import SemanticModel
 
 
-def triggers_of(rules: Sequence[type[Rule]]) -> tuple[bytes, ...] | None:
-    """Byte strings of which one must occur in a file for any rule to fire (None: parse all)."""
-    triggers: set[bytes] = set()
-    for rule in rules:
-        if not rule.TRIGGERS:
-            return None
-        triggers.update(t.encode() for t in rule.TRIGGERS)
-    return tuple(sorted(triggers))
+def triggers_of(rules: Sequence[type[Rule]]) -> Gate:
+    """The prefilter of ``rules``: what must occur in a file for any of them to fire."""
+    return Gate.of(rules)
 
 
-def might_match(data: bytes, triggers: tuple[bytes, ...] | None) -> bool:
-    return triggers is None or any(t in data for t in triggers)
+def might_match(data: bytes, gate: Gate | None, notebook: bool = False) -> bool:
+    return gate is None or gate.needs_parse(data, notebook)
 
 
 def one_line(message: str) -> str:

@@ -328,7 +328,7 @@ def review(files: Sequence[Path], settings: Settings, rules: Sequence[type[Rule]
             continue
         if result.quit:
             continue
-        if not might_match(data, triggers):
+        if not might_match(data, triggers, is_notebook(shown)):
             if skips is not None:  # no trigger word, no finding: what was recorded for it is gone
                 skips.replace_file(shown, codes, [])
             continue

@@ -244,14 +244,14 @@ class Notebook:
             end_line = line
         return replace(diagnostic, cell=cell, line=line, end_line=end_line)
 
-    def cell_errors(self, triggers: Sequence[bytes] | None) -> list[Diagnostic]:
+    def cell_errors(self, gate) -> list[Diagnostic]:
         """PM000 for each cell that does not parse and could hold a legacy pattern (the notebook
         counterpart of the text prefilter: a broken cell without trigger words is not reported)."""
         found = []
         for cell in self.cells:
             if cell.problem is None:
                 continue
-            if triggers is not None and not any(t.decode() in cell.source for t in triggers):
+            if gate is not None and not gate.needs_parse(cell.source.encode("utf-8", "surrogatepass")):
                 continue
             found.append(replace(cell.problem.as_diagnostic(), cell=cell.index))
         return found

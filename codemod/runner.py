@@ -11,6 +11,7 @@ from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass, field, replace
 from functools import lru_cache
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import pathspec
 
@@ -18,11 +19,13 @@ from codemod import __version__
 from codemod.cache import CACHE_DIR_NAME, ResultCache, digest
 from codemod.config import Settings
 from codemod.diagnostics import FileError, FileResult, State
-from codemod.engine import lint_bytes, might_match, triggers_of
-from codemod.notebooks import fix_notebook, is_notebook, lint_notebook
+from codemod.prefilter import Gate
 from codemod.stack import on_deep_stack
 from rules import rules_by_code
-from rules.base import Rule, RuleOptions
+from rules.options import RuleOptions
+
+if TYPE_CHECKING:  # rule classes (and libcst) load only when a file needs analysing
+    from rules.base import Rule
 
 # Below this many files to parse, a process pool costs more than it saves.
 PARALLEL_THRESHOLD = 24
@@ -59,9 +62,18 @@ def _below_cwd(path: Path) -> bool:
 
 
 @lru_cache(maxsize=8)
-def _rules_for(codes: tuple[str, ...]) -> tuple[type[Rule], ...]:
+def rules_for(codes: tuple[str, ...]) -> tuple[type[Rule], ...]:
     table = rules_by_code()
     return tuple(table[c] for c in codes)
+
+
+_rules_for = rules_for
+
+
+def _is_notebook(path: str) -> bool:
+    from codemod.notebooks import is_notebook
+
+    return is_notebook(path)
 
 
 def rule_options(settings: Settings) -> RuleOptions:
@@ -71,8 +83,12 @@ def rule_options(settings: Settings) -> RuleOptions:
 @on_deep_stack
 def lint_file(data: bytes, shown: str, rules: Sequence[type[Rule]], options: RuleOptions | None = None) -> FileResult:
     """Check one file's contents by its kind: a notebook's code cells, or a Python module."""
-    if is_notebook(shown):
+    if _is_notebook(shown):
+        from codemod.notebooks import lint_notebook
+
         return lint_notebook(data, shown, rules, options)
+    from codemod.engine import lint_bytes
+
     return lint_bytes(data, shown, rules, options)
 
 
@@ -80,14 +96,22 @@ def lint_file(data: bytes, shown: str, rules: Sequence[type[Rule]], options: Rul
 def fix_file(data: bytes, shown: str, rules: Sequence[type[Rule]], *, unsafe: bool,
              options: RuleOptions | None = None):
     from codemod.fixer import fix_bytes
+    from codemod.notebooks import fix_notebook, is_notebook
 
     if is_notebook(shown):
         return fix_notebook(data, shown, rules, unsafe=unsafe, options=options)
     return fix_bytes(data, shown, rules, unsafe=unsafe, options=options)
 
 
-def _lint_job(job: tuple[bytes, str, tuple[str, ...], RuleOptions]) -> FileResult:
-    data, shown, codes, options = job
+@lru_cache(maxsize=8)
+def _gate_for(codes: tuple[str, ...]) -> Gate:
+    return Gate.of(rules_for(codes))
+
+
+def _lint_job(job: tuple[bytes, str, tuple[str, ...], RuleOptions, bool]) -> FileResult:
+    data, shown, codes, options, text_matched = job
+    if not text_matched and not _gate_for(codes).refers_to_names(data, _is_notebook(shown)):
+        return FileResult(shown)  # the `ast` half of the prefilter, in the worker
     return lint_file(data, shown, _rules_for(codes), options)
 
 
@@ -114,21 +138,22 @@ def default_jobs() -> int:
 def run(
     files: Sequence[Path],
     settings: Settings,
-    rules: Sequence[type[Rule]],
+    rules: Sequence[type[Rule]] | Sequence[str],
     *,
     jobs: int | None = None,
     use_cache: bool = True,
     progress: Callable[[int], None] | None = None,
     on_total: Callable[[int], None] | None = None,
 ) -> RunResult:
-    codes = tuple(rule.CODE for rule in rules)
-    triggers = triggers_of(rules)
+    """Check ``files`` with ``rules`` (classes, or codes: a run the cache answers whole loads no rule)."""
+    codes = tuple(rule if isinstance(rule, str) else rule.CODE for rule in rules)
+    gate = None
     cache = None
     if use_cache:
         directory = settings.cache_dir or (settings.root / CACHE_DIR_NAME)
         cache = ResultCache(directory, settings.fingerprint(f"{__version__}+{_code_fingerprint()}", codes))
     outcome = RunResult(files=len(files))
-    pending: list[tuple[int, str, os.stat_result | None, bytes | None, bytes]] = []
+    pending: list[tuple[int, str, os.stat_result | None, bytes | None, bytes, bool]] = []
     slots: list[FileResult | None] = []
     for path in files:
         shown = display_path(path)
@@ -149,7 +174,9 @@ def run(
         except OSError as error:
             slots.append(FileResult(shown, error=FileError(shown, "PM001", f"cannot read file: {error.strerror or error}")))
             continue
-        if not might_match(data, triggers):
+        gate = gate or _gate_for(codes)
+        text_matched = gate.text_match(data)
+        if not text_matched and not gate.names:
             result = FileResult(shown)
             if cache is not None:
                 cache.store(key, stat, digest(data), result)
@@ -162,16 +189,16 @@ def run(
                 outcome.cached += 1
                 slots.append(_relabel(hit, shown))
                 continue
-        pending.append((len(slots), key, stat, content_digest, data))
+        pending.append((len(slots), key, stat, content_digest, data, text_matched))
         slots.append(None)
 
-    outcome.parsed = len(pending)
     if on_total is not None:
         on_total(len(pending))
     options = rule_options(settings)
-    work = [(data, display_path(files[index]), codes, options) for index, _, _, _, data in pending]
-    for (index, key, stat, content_digest, _), result in zip(pending, execute(_lint_job, work, jobs, progress)):
+    work = [(data, display_path(files[index]), codes, options, matched) for index, _, _, _, data, matched in pending]
+    for (index, key, stat, content_digest, _, _), result in zip(pending, execute(_lint_job, work, jobs, progress)):
         slots[index] = result
+        outcome.parsed += result.parsed
         internal_error = result.error is not None and result.error.code == "PM002"
         if cache is not None and not internal_error:  # a crash is retried on the next run
             cache.store(key, stat, content_digest, result)
@@ -245,8 +272,10 @@ def _with_progress(results, progress):
         yield result
 
 
-def _fix_job(job: tuple[bytes, str, tuple[str, ...], bool, RuleOptions]):
-    data, shown, codes, unsafe, options = job
+def _fix_job(job: tuple[bytes, str, tuple[str, ...], bool, RuleOptions, bool]):
+    data, shown, codes, unsafe, options, text_matched = job
+    if not text_matched and not _gate_for(codes).refers_to_names(data, _is_notebook(shown)):
+        return None  # the `ast` half of the prefilter, in the worker: nothing to fix
     return fix_file(data, shown, _rules_for(codes), unsafe=unsafe, options=options)
 
 
@@ -258,7 +287,7 @@ def run_fix(files: Sequence[Path], settings: Settings, rules: Sequence[type[Rule
     from codemod.fixer import FixOutcome
 
     codes = tuple(rule.CODE for rule in rules)
-    triggers = triggers_of(rules)
+    gate = Gate.of(rules)
     outcomes: list = []
     options = rule_options(settings)
     work: list[tuple[bytes, str, tuple[str, ...], bool, RuleOptions]] = []
@@ -271,15 +300,20 @@ def run_fix(files: Sequence[Path], settings: Settings, rules: Sequence[type[Rule
             failure = FileError(shown, "PM001", f"cannot read file: {error.strerror or error}")
             outcomes.append((None, FixOutcome(shown, b"", error=failure)))
             continue
-        if might_match(data, triggers):
+        text_matched = gate.text_match(data)
+        if text_matched or gate.names:
             # Rules a per-file ignore switches off do not fix that file either.
             ignored = ignored_codes(shown, settings)
             file_codes = tuple(c for c in codes if not any(c.startswith(i) for i in ignored)) if ignored else codes
-            work.append((data, shown, file_codes, unsafe, options))
+            if ignored and file_codes != codes:
+                text_matched = _gate_for(file_codes).text_match(data)
+            work.append((data, shown, file_codes, unsafe, options, text_matched))
             paths.append(path)
     if on_total is not None:
         on_total(len(work))
     for path, outcome in zip(paths, execute(_fix_job, work, jobs, progress)):
+        if outcome is None:
+            continue
         remaining = apply_per_file_ignores(FileResult(outcome.path, outcome.remaining), settings)
         outcome.remaining = [d for d in remaining.diagnostics if d.state is State.ACTIVE]
         outcomes.append((path, outcome))

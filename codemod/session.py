@@ -7,13 +7,16 @@ import tokenize
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from typing import TYPE_CHECKING
+
 from codemod.config import ConfigError, Settings, load_settings, with_overrides
 from codemod.diagnostics import Diagnostic, FileResult, State
 from codemod.discovery import discover
-from codemod.notebooks import cell_sources, is_notebook
-from codemod.runner import RunResult, apply_per_file_ignores, lint_file, rule_options, run
-from rules import select_rules, unknown_selectors
-from rules.base import Rule
+from codemod.runner import RunResult, apply_per_file_ignores, lint_file, rule_options, rules_for, run
+from rules import select_codes, unknown_selectors
+
+if TYPE_CHECKING:
+    from rules.base import Rule
 
 STDIN = "-"
 PROGRESS_THRESHOLD = 50
@@ -39,7 +42,7 @@ class CheckOutcome:
 class Session:
     paths: list[str]
     settings: Settings
-    rules: tuple[type[Rule], ...]
+    codes: tuple[str, ...]  # the selected rules; their classes (and libcst) load only when needed
     force_exclude: bool = False
     _lines: dict = field(default_factory=dict)
     _stdin_text: dict[str, str] = field(default_factory=dict)
@@ -55,8 +58,12 @@ class Session:
         unknown = unknown_selectors(list(settings.select) + list(settings.ignore))
         if unknown:
             raise ConfigError(f"unknown rule selector(s): {', '.join(unknown)}; `pmap-migrate rules` lists the codes")
-        rules = select_rules(list(settings.select), list(settings.ignore))
-        return cls(list(paths) or ["."], settings, rules, force_exclude)
+        codes = select_codes(list(settings.select), list(settings.ignore))
+        return cls(list(paths) or ["."], settings, codes, force_exclude)
+
+    @property
+    def rules(self) -> tuple[type[Rule], ...]:
+        return rules_for(self.codes)
 
     def check(self, *, use_cache: bool = True, jobs: int | None = None, stdin_filename: str | None = None,
               progress: bool = False) -> CheckOutcome:
@@ -94,7 +101,7 @@ class Session:
 
     def _run(self, files, *, use_cache, jobs, progress) -> RunResult:
         if not progress or not sys.stderr.isatty():
-            return run(files, self.settings, self.rules, jobs=jobs, use_cache=use_cache)
+            return run(files, self.settings, self.codes, jobs=jobs, use_cache=use_cache)
         from rich.progress import Progress
 
         with Progress(transient=True) as bar:
@@ -103,7 +110,7 @@ class Session:
             def on_total(total: int) -> None:
                 bar.update(task, total=total, visible=total >= PROGRESS_THRESHOLD)
 
-            return run(files, self.settings, self.rules, jobs=jobs, use_cache=use_cache,
+            return run(files, self.settings, self.codes, jobs=jobs, use_cache=use_cache,
                        progress=lambda n: bar.advance(task, n), on_total=on_total)
 
     def _check_stdin(self, stdin_filename: str | None) -> RunResult:
@@ -111,6 +118,8 @@ class Session:
         shown = stdin_filename or STDIN
         result: FileResult = lint_file(data, shown, self.rules, rule_options(self.settings))
         result = apply_per_file_ignores(result, self.settings)
+        from codemod.notebooks import cell_sources, is_notebook
+
         if is_notebook(shown):
             self._cells[shown] = cell_sources(data)
         try:
@@ -122,6 +131,8 @@ class Session:
     def source_line(self, path: str, line: int, cell: int | None = None) -> str | None:
         if cell is not None:  # a notebook: the line within its cell
             if path not in self._cells:
+                from codemod.notebooks import cell_sources
+
                 try:
                     self._cells[path] = cell_sources(Path(path).read_bytes())
                 except OSError:

@@ -9,15 +9,27 @@ import importlib
 import pkgutil
 import re
 from functools import lru_cache
+from typing import TYPE_CHECKING
 
-from rules.base import Rule
+if TYPE_CHECKING:  # rules.base imports libcst: a run answered from the cache never loads it
+    from rules.base import Rule
 
 _RULE_MODULE = re.compile(r"^pm\d{3}_[a-z0-9_]+$")
 
 
 @lru_cache(maxsize=1)
+def all_codes() -> tuple[str, ...]:
+    """Every rule code, read from the module names (``pm101_pmap_call`` -> ``PM101``) without
+    importing a rule; `all_rules` checks that each module's rule has its module's code."""
+    return tuple(sorted(info.name[:5].upper() for info in pkgutil.iter_modules(__path__)
+                        if _RULE_MODULE.match(info.name)))
+
+
+@lru_cache(maxsize=1)
 def all_rules() -> tuple[type[Rule], ...]:
     """Every rule class, sorted by code."""
+    from rules.base import Rule
+
     found: dict[str, type[Rule]] = {}
     for info in pkgutil.iter_modules(__path__):
         if not _RULE_MODULE.match(info.name):
@@ -37,16 +49,22 @@ def rules_by_code() -> dict[str, type[Rule]]:
     return {rule.CODE: rule for rule in all_rules()}
 
 
-def select_rules(select: list[str] | None, ignore: list[str] | None) -> tuple[type[Rule], ...]:
-    """Rules enabled by ``select``/``ignore`` (codes or prefixes such as ``PM1``); the most specific
+def select_codes(select: list[str] | None, ignore: list[str] | None) -> tuple[str, ...]:
+    """Codes enabled by ``select``/``ignore`` (codes or prefixes such as ``PM1``); the most specific
     prefix wins, so ``--select PM1 --ignore PM102`` keeps PM101 and drops PM102."""
     chosen = []
-    for rule in all_rules():
-        sel = _longest_prefix(rule.CODE, select if select else ["PM"])
-        ign = _longest_prefix(rule.CODE, ignore or [])
+    for code in all_codes():
+        sel = _longest_prefix(code, select if select else ["PM"])
+        ign = _longest_prefix(code, ignore or [])
         if sel >= 0 and sel > ign:
-            chosen.append(rule)
+            chosen.append(code)
     return tuple(chosen)
+
+
+def select_rules(select: list[str] | None, ignore: list[str] | None) -> tuple[type[Rule], ...]:
+    """The rule classes of `select_codes`."""
+    table = rules_by_code()
+    return tuple(table[code] for code in select_codes(select, ignore))
 
 
 def _longest_prefix(code: str, prefixes: list[str]) -> int:
@@ -61,5 +79,5 @@ def _longest_prefix(code: str, prefixes: list[str]) -> int:
 
 
 def unknown_selectors(selectors: list[str]) -> list[str]:
-    codes = [rule.CODE for rule in all_rules()]
+    codes = all_codes()
     return [s for s in selectors if s.strip().upper() != "ALL" and not any(c.startswith(s.strip().upper()) for c in codes)]

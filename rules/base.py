@@ -13,11 +13,8 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, ClassVar
 
 import libcst as cst
-from libcst.metadata import (
-    ParentNodeProvider,
-    QualifiedNameProvider,
-    ScopeProvider,
-)
+
+from rules.options import RuleOptions  # re-exported; apart so that the cached path needs no libcst
 
 if TYPE_CHECKING:
     from rules.semantic import SemanticModel
@@ -95,14 +92,6 @@ class Report:
     fix: FixSpec | None = None
 
 
-@dataclass(frozen=True)
-class RuleOptions:
-    """Choices that change which fix a rule offers, never what it finds."""
-
-    # PM101: offer the idiomatic rewrite (unsafe) where a whole data-parallel loop is visible
-    idiomatic: bool = False
-
-
 @dataclass
 class RuleContext:
     path: str
@@ -123,15 +112,16 @@ class Rule(cst.BatchableCSTVisitor):
     # Substrings of which at least one must occur in a file for the rule to possibly fire;
     # the text prefilter skips parsing files that contain none of any enabled rule's triggers.
     TRIGGERS: ClassVar[tuple[str, ...]] = ("pmap",)
+    # Qualified names (or removed modules) of which the file must refer to one for the rule to
+    # possibly fire, through its imports; tested with Python's `ast` when no trigger occurs
+    # (codemod/prefilter.py). A rule with neither triggers nor names runs on every file.
+    NAMES: ClassVar[frozenset[str]] = frozenset()
     VALID: ClassVar[list[Valid]] = []
     INVALID: ClassVar[list[Invalid]] = []
 
-    # Positions are resolved by the engine only for reported nodes; rules never need them.
-    METADATA_DEPENDENCIES = (
-        ParentNodeProvider,
-        QualifiedNameProvider,
-        ScopeProvider,
-    )
+    # Rules read metadata through the shared SemanticModel (which resolves what it needs once), and
+    # positions are resolved by the engine only when something is reported.
+    METADATA_DEPENDENCIES = ()
 
     def __init__(self, context: RuleContext) -> None:
         super().__init__()

@@ -2,6 +2,7 @@ from __future__ import annotations
 
 import libcst as cst
 
+from rules import tables
 from rules.base import FixSpec, Invalid, Rule, Valid
 from rules.placement_rewrite import (
     is_assignment_target,
@@ -23,7 +24,10 @@ class ShardedIntIndex(Rule):
     slice per device. Names bound by tuple unpacking (`loss, grads = p_step(x)`) count. Not
     reported: `out.shape[0]` and other array attributes, slices (`out[:2]`, `out[:, 0]`), outputs
     of pmaps with `out_axes=None`, and `out[0]` that picks one output of a pmapped function
-    returning a tuple (`step(x)[0]` with `return loss, grads`).
+    returning a tuple (`step(x)[0]` with `return loss, grads`) or an element of a list or tuple in
+    the output pytree (`params[0]["w"]` with `params` a list of layers, shown by the string key or
+    by a pmapped function or replicated value visibly returning a list); an index into the
+    element's arrays is reported (`params[0]["w"][0]`).
 
     ## Why is this bad?
     On the legacy pmap the output was a `ShardedDeviceArray` and `out[0]` read device 0's buffer.
@@ -64,7 +68,8 @@ class ShardedIntIndex(Rule):
     NAME = "sharded-int-index"
     MESSAGE = ("integer index into the device axis of a pmap output: now a cross-device gather; "
                "read `x.addressable_shards[0].data` for one device's slice")
-    TRIGGERS = ("pmap", "replicate", "device_put_sharded")
+    TRIGGERS = ("pmap", "device_put_sharded")
+    NAMES = tables.DEVICE_PUT_REPLICATED | tables.FLAX_REPLICATE
 
     VALID = [
         Valid("import numpy as np\nx = np.ones((8, 3))\ny = x[0]\n"),
@@ -95,6 +100,21 @@ class ShardedIntIndex(Rule):
         ),
         # Unpacking an array output iterates its device axis: the pieces are per-device values.
         Valid("import jax\nstep = jax.pmap(f)\nout = step(x)\nfirst, *rest = out\nz = first[0]\n"),
+        # A list of the output pytree (a list of layers): `[0]` picks a layer, as the string key
+        # after it or the producer shows; the layer's arrays keep the device axis.
+        Valid("import jax\nstep = jax.pmap(f)\nparams, loss = step(params, batch)\nw = params[0]['w']\n"),
+        Valid(
+            "import jax\n"
+            "@jax.pmap\n"
+            "def step(ws, x):\n    return [w * x for w in ws], x.sum()\n"
+            "ws, total = step(ws, x)\nfirst = ws[0]\n"
+        ),
+        Valid(
+            "import jax\n"
+            "def init(key):\n    return [jax.random.normal(key, (4, 4)) for _ in range(3)]\n"
+            "params = jax.device_put_replicated(init(key), jax.local_devices())\nfirst = params[0]\n"
+            "pair = jax.device_put_replicated([w, b], jax.local_devices())\nbias = pair[1]\n"
+        ),
     ]
     INVALID = [
         Invalid("import jax\nstep = jax.pmap(f)\nout = step(x)\ny = out[0]\n", lines=(4,)),
@@ -148,6 +168,9 @@ class ShardedIntIndex(Rule):
         ),
         Invalid("import jax\nstep = jax.pmap(f, out_axes=(0, None))\na, b = step(x)\nu = a[0]\nv = b[0]\n", lines=(4,)),
         Invalid("import jax\nparams = jax.device_put_replicated(p, jax.local_devices())\nw = params[0]\n", lines=(3,)),
+        # An array of a list of the output is reported, once (`params[0]` picks the layer).
+        Invalid("import jax\nstep = jax.pmap(f)\nparams, loss = step(params, batch)\nw0 = params[0]['w'][0]\n",
+                lines=(4,)),
         # Through plain copies of an output, and unpacking of a whole tuple output.
         Invalid(
             "import jax\n"

@@ -78,7 +78,8 @@ class Unreplicate(Rule):
     NAME = "unreplicate"
     MESSAGE = ("`tree_map(lambda x: x[0], ...)` on a pmap output gathers every leaf across devices; "
                "read `x.addressable_shards[0].data` instead")
-    TRIGGERS = ("pmap", "replicate", "device_put_sharded")
+    TRIGGERS = ("pmap", "device_put_sharded")
+    NAMES = tables.DEVICE_PUT_REPLICATED | tables.FLAX_REPLICATE | tables.FLAX_UNREPLICATE
 
     VALID = [
         Valid("import jax\nfirst = jax.tree_util.tree_map(lambda x: x[0], batch)\n"),

@@ -80,7 +80,8 @@ class FlaxReplicate(Rule):
     CODE = "PM303"
     NAME = "flax-replicate"
     MESSAGE = "flax pmap-era helper builds a per-device stack for a pmap; use `jax.device_put` with a `NamedSharding`"
-    TRIGGERS = ("flax",)
+    TRIGGERS = ()
+    NAMES = frozenset(tables.FLAX_PMAP_HELPERS)
 
     VALID = [
         Valid("import jax\nstate = jax.device_put(state, NamedSharding(mesh, P()))\n"),

@@ -92,7 +92,8 @@ class ExperimentalMaps(Rule):
     NAME = "experimental-maps"
     MESSAGE = f"`{_MODULE}` was removed from jax; {_GENERAL}"
     # Every spelling names the module, in the import or as an attribute.
-    TRIGGERS = ("maps",)
+    TRIGGERS = ()
+    NAMES = frozenset({tables.EXPERIMENTAL_MAPS_MODULE})
 
     VALID = [
         Valid("from jax.sharding import Mesh\nm = Mesh(devices, ('i',))\n"),

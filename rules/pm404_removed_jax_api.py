@@ -5,6 +5,7 @@ import libcst as cst
 from rules import tables
 from rules.api_rewrite import (
     FixParts,
+    ImportRule,
     Unfixable,
     alias_index,
     code_of,
@@ -13,7 +14,6 @@ from rules.api_rewrite import (
     parenthesized,
     qualified_expression,
     reads_summary,
-    removal_spec,
     rename_to,
     replace_dotted_import,
     replace_expression,
@@ -21,7 +21,7 @@ from rules.api_rewrite import (
     rewrite_import_from,
     rewrite_reads,
 )
-from rules.base import Edit, FixSpec, Invalid, Rule, Valid
+from rules.base import Edit, FixSpec, Invalid, Valid
 from rules.import_names import imported_names
 
 _LAST_COMPONENTS = frozenset(entry.last for entry in tables.REMOVED_NAMES)
@@ -57,7 +57,7 @@ def removed_message(entry: tables.RemovedName, imported: str | None = None) -> s
     return f"{head}; {entry.note}"
 
 
-class RemovedJaxApi(Rule):
+class RemovedJaxApi(ImportRule):
     """Use of a jax API that pmap-era code relies on and that current jax no longer has.
 
     ## What it does
@@ -129,7 +129,8 @@ class RemovedJaxApi(Rule):
     NAME = "removed-jax-api"
     MESSAGE = ("a jax API removed by current jax (e.g. `jax.tree_map` -> `jax.tree.map`, "
                "`ShardedDeviceArray` -> `jax.Array`); each finding names its replacement")
-    TRIGGERS = tuple(sorted({t for entry in tables.REMOVED_NAMES for t in entry.text_triggers}))
+    TRIGGERS = ()
+    NAMES = frozenset(tables.REMOVED_BY_NAME)
 
     VALID = [
         Valid("import jax\nout = jax.tree.map(f, tree)\nleaves = jax.tree.leaves(tree)\n"),
@@ -345,13 +346,7 @@ class RemovedJaxApi(Rule):
         Invalid("import jax\nc = jax.xla_computation(f, axis_env=[('i', 8)])(x)\n", lines=(2,)),
     ]
 
-    def visit_Import(self, node: cst.Import) -> None:
-        self._check_import(node)
-
-    def visit_ImportFrom(self, node: cst.ImportFrom) -> None:
-        self._check_import(node)
-
-    def _check_import(self, node: cst.Import | cst.ImportFrom) -> None:
+    def check_import(self, node: cst.Import | cst.ImportFrom) -> None:
         for alias, full in imported_names(node):
             entry = tables.removed_entry(full)
             if entry is not None and full not in tables.REPORTED_BY_OTHER_RULES:
@@ -424,9 +419,7 @@ class RemovedJaxApi(Rule):
         parts = FixParts([Edit(outer, replace_expression(outer, hlo))], list(imports),
                          assumptions=["nothing depends on the HLO module's name (`jit_<f>` now) or "
                                       "on details in which jit's lowering differs from xla_computation's"])
-        spec = removal_spec(self.model, use)
-        if spec is not None:
-            parts.remove_imports.append(spec)
+        parts.drop_import_of(self.model, use)
         return parts
 
     def _tie_in(self, use: cst.BaseExpression) -> FixParts:
@@ -444,9 +437,7 @@ class RemovedJaxApi(Rule):
         parts = FixParts([Edit(call, value)])
         if not isinstance(x, (cst.Name, cst.Integer, cst.Float, cst.SimpleString)):
             parts.assumptions.append(f"dropping the evaluation of `{code_of(x)}` changes nothing")
-        spec = removal_spec(self.model, use)
-        if spec is not None:
-            parts.remove_imports.append(spec)
+        parts.drop_import_of(self.model, use)
         return parts
 
     def _import_fix(self, statement: cst.Import | cst.ImportFrom, alias: cst.ImportAlias, full: str,

@@ -23,7 +23,6 @@ from libcst.metadata import (
     Assignment,
     BaseAssignment,
     MetadataWrapper,
-    ParentNodeProvider,
     QualifiedNameProvider,
     Scope,
     ScopeProvider,
@@ -140,6 +139,19 @@ class _Indexer(cst.CSTVisitor):
         self._in_import = 0
         # Source order of Name nodes (a pre-order number), for "which assignment comes last".
         self.order: dict[cst.Name, int] = {}
+        # Every node's parent, built in this traversal (cheaper than ParentNodeProvider's own).
+        self.parents: dict[cst.CSTNode, cst.CSTNode] = {}
+        self._path: list[cst.CSTNode] = []
+
+    def on_visit(self, node: cst.CSTNode) -> bool:
+        if self._path:
+            self.parents[node] = self._path[-1]
+        self._path.append(node)
+        return super().on_visit(node)
+
+    def on_leave(self, original_node: cst.CSTNode) -> None:
+        super().on_leave(original_node)
+        self._path.pop()
 
     @property
     def _owner(self) -> FunctionLike | None:
@@ -243,10 +255,10 @@ class SemanticModel:
         self.module = wrapper.module
         self._qnames = wrapper.resolve(QualifiedNameProvider)
         self._scopes = wrapper.resolve(ScopeProvider)
-        self.parents = wrapper.resolve(ParentNodeProvider)
         index = _Indexer()
         self.module.visit(index)
         self._index = index
+        self.parents = index.parents
         self._qname_cache: dict[cst.CSTNode, frozenset[str]] = {}
         self._callee_cache: dict[cst.CSTNode, Callee | None] = {}
         self._resolving: set[cst.CSTNode] = set()
@@ -273,7 +285,12 @@ class SemanticModel:
         # Names bound to a whole tuple-returning output (`out = step(x)` with `return a, b`):
         # `out[0]` on them selects an output, it does not index the device axis.
         self._whole_tuple_outputs: set[BaseAssignment] = set()
+        # Names bound to a stacked value that is visibly a Python list or tuple of the pytree (a
+        # pmapped function returning `[w * 2 for w in ws]` there, `device_put_replicated([w, b])`):
+        # tags describe its leaves; `x[0]` on it picks an element, as it does on a tuple output.
+        self._sequence_values: set[BaseAssignment] = set()
         self._tuple_sites: dict[int, bool] = {}
+        self._sequence_sites: dict[tuple[int, int | None], bool] = {}
         self._tag_values()
         self._propagate_tags()
         self._nested: dict[cst.CSTNode, tuple[cst.CSTNode, TransformSite]] | None = None
@@ -728,6 +745,10 @@ class SemanticModel:
                         self._assignment_producers[assignment].append(site)
                         if position is None and self.returns_tuple(site):
                             self._whole_tuple_outputs.add(assignment)
+                    # (a starred target's name gets no position, and only part of the value)
+                    if tags and (position is not None or isinstance(target, cst.Name)) \
+                            and self._produces_sequence(call, position):
+                        self._sequence_values.add(assignment)
 
     def _propagate_tags(self) -> None:
         """Carry tags through plain copies: ``m = metrics``, ``params = state.params``,
@@ -754,6 +775,8 @@ class SemanticModel:
                     continue
                 whole_tuple = isinstance(value, cst.Name) and all(a in self._whole_tuple_outputs for a in assignments
                                                                    if self._tags.get(a))
+                sequence = isinstance(value, cst.Name) and isinstance(target, cst.Name) and all(
+                    a in self._sequence_values for a in assignments if self._tags.get(a))
                 for name, position in _target_names_at(target):
                     if position is None and isinstance(target, (cst.Tuple, cst.List)):
                         continue  # starred unpacking: which element is which is unknown
@@ -769,6 +792,8 @@ class SemanticModel:
                         (call, position if whole_tuple and at is None else at) for call, at in sources)
                     if position is None and whole_tuple:
                         self._whole_tuple_outputs.add(assignment)
+                    if sequence:
+                        self._sequence_values.add(assignment)
                     changed = True
             if not changed:
                 break
@@ -842,17 +867,64 @@ class SemanticModel:
         return found
 
     def selects_output(self, node: cst.Subscript) -> bool:
-        """``out[0]`` where ``out`` is the whole (tuple) output of a function returning ``a, b``:
-        picking an output, not indexing the device axis."""
+        """``out[0]`` picking an element of a Python sequence, not indexing the device axis: ``out``
+        is the whole (tuple) output of a function returning ``a, b``; or a list or tuple of the
+        pytree, as its producer shows (a pmapped function returning a list there, a replicated
+        list) or as the element's use shows (``params[0]["w"]``: a string key, which no array
+        takes). The element is part of the same output: its leaves keep the device axis."""
         if not integer_index(node):
             return False
+        parent = self.parents.get(node)
+        if isinstance(parent, cst.Subscript) and parent.value is node and _is_key_subscript(parent):
+            return True
         value = node.value
         if isinstance(value, cst.Call):
             site = self._calls_to.get(value)
-            return site is not None and self.returns_tuple(site)
+            return (site is not None and self.returns_tuple(site)) or self._produces_sequence(value, None)
         if isinstance(value, cst.Name):
             assignments = [a for a in self.reaching_assignments(value) if self._tags.get(a)]
-            return bool(assignments) and all(a in self._whole_tuple_outputs for a in assignments)
+            return bool(assignments) and (all(a in self._whole_tuple_outputs for a in assignments)
+                                          or all(a in self._sequence_values for a in assignments))
+        return False
+
+    def _produces_sequence(self, call: cst.Call, position: int | None) -> bool:
+        """What ``call`` returns (its element at ``position`` of a returned tuple; None: all of it) is
+        visibly a Python list or tuple: a pmapped function returning a list or tuple display (or a
+        list comprehension) there, or `device_put_replicated` / flax `replicate` of one (a stack
+        keeps the structure of what it stacks)."""
+        site = self._calls_to.get(call)
+        if site is not None:
+            key = (id(site), position)
+            if key not in self._sequence_sites:
+                functions = self._mapped_functions(site) if site.transform == PMAP else []
+                self._sequence_sites[key] = bool(functions) and all(
+                    _returns_sequence(f, position, _SEQUENCE_DISPLAYS) for f in functions)
+            return self._sequence_sites[key]
+        names = self.qualified_names(call.func)
+        if position is not None or (names.isdisjoint(tables.DEVICE_PUT_REPLICATED)
+                                    and names.isdisjoint(tables.FLAX_REPLICATE)):
+            return False
+        first = call.args[0] if call.args else None
+        if first is None or first.star or (first.keyword is not None and first.keyword.value not in ("x", "tree")):
+            return False
+        return self._is_sequence(first.value)
+
+    def _is_sequence(self, expr: cst.BaseExpression, depth: int = 0) -> bool:
+        """``expr`` is a list or tuple on every path: a display, a list comprehension, a call of a
+        module function that only returns those, or a name bound only to one of these."""
+        if isinstance(expr, _SEQUENCE_DISPLAYS):
+            return True
+        if depth > 4:
+            return False
+        if isinstance(expr, cst.Call) and isinstance(expr.func, cst.Name):
+            definitions = self.assignments_of(expr.func)
+            return bool(definitions) and all(
+                isinstance(getattr(d, "node", None), cst.FunctionDef) and not d.node.decorators
+                and _returns_sequence(d.node, None, _SEQUENCE_DISPLAYS) for d in definitions)
+        if isinstance(expr, cst.Name):
+            assignments = self.reaching_assignments(expr)
+            values = [self._index.assigned_value.get(getattr(a, "node", None)) for a in assignments]
+            return bool(values) and all(v is not None and self._is_sequence(v, depth + 1) for v in values)
         return False
 
     def indexes_device_axis(self, node: cst.Subscript) -> bool:
@@ -1150,12 +1222,31 @@ class _ReturnFinder(cst.CSTVisitor):
         return False
 
 
-def _returns_sequence(func: FunctionLike) -> bool:
+# What a Python list or tuple is visibly written as.
+_SEQUENCE_DISPLAYS = (cst.Tuple, cst.List, cst.ListComp)
+
+
+def _returns_sequence(func: FunctionLike, position: int | None = None,
+                      kinds: tuple[type[cst.BaseExpression], ...] = (cst.Tuple, cst.List)) -> bool:
+    """Every return of ``func`` is one of ``kinds`` (by default a tuple or list display); with
+    ``position``: the element at ``position`` of every returned tuple or list display is."""
     if isinstance(func, cst.Lambda):
-        return isinstance(func.body, (cst.Tuple, cst.List))
-    finder = _ReturnFinder()
-    func.body.visit(finder)
-    return bool(finder.values) and all(isinstance(v, (cst.Tuple, cst.List)) for v in finder.values)
+        values: list[cst.BaseExpression | None] = [func.body]
+    else:
+        finder = _ReturnFinder()
+        func.body.visit(finder)
+        values = finder.values
+    if not values:
+        return False
+    for value in values:
+        if position is not None:
+            if not isinstance(value, (cst.Tuple, cst.List)) or position >= len(value.elements) or any(
+                    isinstance(e, cst.StarredElement) for e in value.elements):
+                return False
+            value = value.elements[position].value
+        if not isinstance(value, kinds):
+            return False
+    return True
 
 
 def _is_key_subscript(node: cst.Subscript) -> bool:

@@ -88,9 +88,6 @@ class RemovedName:
     absent_in: str
     replacement: str | None  # fully qualified, in 0.7.2 and the newest jax; None: no drop-in
     note: str = ""
-    # Substrings one of which every spelling of the name contains (the rule's text prefilter).
-    # Default: the last component, which every spelling names (in the import or as an attribute).
-    triggers: tuple[str, ...] = ()
     # What the fix may do with a use (see RENAME_SAME / RENAME_SIMILAR); None: no automatic fix, the
     # message (replacement / note) says the manual route.
     rename: str | None = None
@@ -100,10 +97,6 @@ class RemovedName:
     @property
     def last(self) -> str:
         return self.name.rsplit(".", 1)[-1]
-
-    @property
-    def text_triggers(self) -> tuple[str, ...]:
-        return self.triggers or (self.last,)
 
 
 # PM402: the whole `jax.experimental.maps` module is gone (before 0.7.2); `import` itself fails.
@@ -241,11 +234,10 @@ REMOVED_NAMES: tuple[RemovedName, ...] = (
     RemovedName("jax.experimental.optimizers", "0.7.2", "jax.example_libraries.optimizers", rename=RENAME_SAME),
     RemovedName("jax.experimental.stax", "0.7.2", "jax.example_libraries.stax", rename=RENAME_SAME),
     RemovedName("jax.api", "0.7.2", "jax", "its public names are exported by the top-level jax module",
-                triggers=("jax.api", "import api"),
                 rename=RENAME_SIMILAR, assumes="only names that the top-level jax module still exports are used"),
     RemovedName("jax.config.config", "0.7.2", "jax.config",
                 "the same object as `from jax import config`",
-                triggers=("jax.config", "config.config"), rename=RENAME_SAME),
+                rename=RENAME_SAME),
     RemovedName("jax.experimental.compilation_cache.compilation_cache.initialize_cache", "0.10.2",
                 "jax.experimental.compilation_cache.compilation_cache.set_cache_dir",
                 "or set the jax_compilation_cache_dir option"),
@@ -257,7 +249,7 @@ REMOVED_NAMES: tuple[RemovedName, ...] = (
     RemovedName("jax.ops.index_mul", "0.7.2", None, f"{_AT}.multiply(y)"),
     RemovedName("jax.ops.index_min", "0.7.2", None, f"{_AT}.min(y)"),
     RemovedName("jax.ops.index_max", "0.7.2", None, f"{_AT}.max(y)"),
-    RemovedName("jax.ops.index", "0.7.2", None, _AT, triggers=("jax.ops", "ops.index")),
+    RemovedName("jax.ops.index", "0.7.2", None, _AT),
 )
 REMOVED_BY_NAME = {r.name: r for r in REMOVED_NAMES}
 # Names PM404 leaves to other rules even where a REMOVED_NAMES module entry would cover them.

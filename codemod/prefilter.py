@@ -1,0 +1,178 @@
+"""Which files need the (slow) libcst engine at all: a text test, then a cheap `ast` test.
+
+Each rule states what must occur in a file for it to possibly fire:
+
+- ``TRIGGERS``: substrings, one of which must occur in the bytes (``pmap`` for the pmap rules);
+- ``NAMES``: qualified names (``jax.tree_map``, ``flax.jax_utils.replicate``, a removed module such
+  as ``jax.experimental.maps``), one of which the file must refer to.
+
+A rule can only report a ``NAMES`` entry at a reference that resolves to it, through the file's
+own imports (``import jax as J``; ``from jax import tree_map as tm``; ``from jax.experimental import
+maps``; a module-local alias ``dpr = jax.device_put_replicated``). So every component of such a
+name is spelled somewhere in the file (in an import or an attribute), which is tested first on the
+bytes; only then does Python's own parser (``ast``, many times faster than libcst) list the names
+the file refers to, by the same import semantics, over-approximated: every binding of a name in
+any scope counts everywhere, star imports make every name a candidate. A file the test rejects
+cannot give a finding; one it accepts goes to libcst, which decides.
+"""
+
+from __future__ import annotations
+
+import ast
+import json
+import warnings
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from rules.base import Rule
+
+
+@dataclass(frozen=True)
+class Gate:
+    """The prefilter of a set of rules."""
+
+    triggers: tuple[bytes, ...] | None  # None: some rule fires on anything, every file is parsed
+    names: frozenset[str]
+    # For each name, the components that must all occur in a file that refers to it.
+    spellings: tuple[tuple[bytes, ...], ...]
+
+    @classmethod
+    def of(cls, rules: Sequence[type[Rule]]) -> "Gate":
+        triggers: set[bytes] = set()
+        names: set[str] = set()
+        unconditional = False
+        for rule in rules:
+            rule_names = getattr(rule, "NAMES", frozenset())
+            if not rule.TRIGGERS and not rule_names:
+                unconditional = True
+            triggers.update(t.encode() for t in rule.TRIGGERS)
+            names.update(rule_names)
+        # Rarest component first (the last one; `jax` is in every file of a JAX project): `all`
+        # stops at the first component a file lacks.
+        spellings = {tuple(dict.fromkeys(part.encode() for part in reversed(name.split(".")))) for name in names}
+        return cls(None if unconditional else tuple(sorted(triggers)), frozenset(names), tuple(sorted(spellings)))
+
+    def needs_parse(self, data: bytes, notebook: bool = False) -> bool:
+        """Whether any rule could fire on a file with these contents (True when unsure)."""
+        return self.text_match(data) or self.refers_to_names(data, notebook)
+
+    def text_match(self, data: bytes) -> bool:
+        """The cheap half: a trigger occurs (or some rule runs on every file)."""
+        return self.triggers is None or any(t in data for t in self.triggers)
+
+    def refers_to_names(self, data: bytes, notebook: bool = False) -> bool:
+        """The `ast` half: the file refers to one of the names (True when it does not parse).
+        A notebook's code is its code cells (a notebook's JSON may well parse as Python)."""
+        if not self.names or not any(all(part in data for part in parts) for parts in self.spellings):
+            return False
+        if notebook:
+            data = _notebook_code(data)
+            if data is None:
+                return True
+        try:
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore")  # invalid escape sequences and the like
+                tree = ast.parse(data)
+        except (SyntaxError, ValueError, RecursionError, MemoryError):
+            return True  # libcst decides (and reports what does not parse)
+        return not self.names.isdisjoint(referenced_names(tree))
+
+
+def _notebook_code(data: bytes) -> bytes | None:
+    """The code cells of a notebook, one after the other (None: not a readable notebook). IPython
+    syntax (magics, shell lines) makes the parse fail, which counts as "unsure"."""
+    try:
+        cells = json.loads(data).get("cells", [])
+        sources = ["".join(c["source"]) if isinstance(c["source"], list) else c["source"]
+                   for c in cells if c.get("cell_type") == "code"]
+    except (ValueError, TypeError, KeyError, AttributeError):
+        return None
+    return "\n".join(sources).encode("utf-8", "surrogatepass")
+
+
+def _dotted(node: ast.expr) -> tuple[str, list[str]] | None:
+    """``a.b.c`` as (``a``, [``b``, ``c``]); None for anything that is not a name's attribute chain."""
+    attrs: list[str] = []
+    while isinstance(node, ast.Attribute):
+        attrs.append(node.attr)
+        node = node.value
+    if isinstance(node, ast.Name):
+        return node.id, attrs[::-1]
+    return None
+
+
+def _prefixes(name: str) -> Iterable[str]:
+    parts = name.split(".")
+    return (".".join(parts[:i]) for i in range(1, len(parts) + 1))
+
+
+def referenced_names(tree: ast.AST) -> set[str]:
+    """Every qualified name (with its prefixes) that some import, attribute chain or name of the
+    module may refer to."""
+    bindings: dict[str, set[str]] = {}
+    found: set[str] = set()
+    star_modules: list[str] = []
+    chains: list[tuple[str, list[str]]] = []
+    aliases: list[tuple[str, tuple[str, list[str]]]] = []
+
+    def bind(local: str, qualified: str) -> None:
+        bindings.setdefault(local, set()).add(qualified)
+
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            for alias in node.names:
+                found.update(_prefixes(alias.name))
+                if alias.asname:
+                    bind(alias.asname, alias.name)
+                else:
+                    top = alias.name.split(".")[0]
+                    bind(top, top)
+        elif isinstance(node, ast.ImportFrom):
+            module = "." * node.level + (node.module or "")
+            if node.module:
+                found.update(_prefixes(module))  # `from removed.module import *` is itself reported
+            for alias in node.names:
+                if alias.name == "*":
+                    star_modules.append(module)
+                    continue
+                qualified = f"{module}.{alias.name}" if module and not module.endswith(".") else module + alias.name
+                found.update(_prefixes(qualified))
+                bind(alias.asname or alias.name, qualified)
+        elif isinstance(node, ast.Attribute):
+            if not isinstance(node.value, (ast.Attribute, ast.Name)):
+                continue
+            chain = _dotted(node)
+            if chain is not None:
+                chains.append(chain)
+        elif isinstance(node, ast.Name):
+            chains.append((node.id, []))
+        if isinstance(node, (ast.Assign, ast.AnnAssign, ast.NamedExpr)) and node.value is not None:
+            targets = node.targets if isinstance(node, ast.Assign) else [node.target]
+            source = _dotted(node.value)
+            if source is not None:
+                aliases.extend((t.id, source) for t in targets if isinstance(t, ast.Name))
+
+    for module in star_modules:  # `from m import *`: any name may be one of m's
+        for root, _ in chains:
+            bind(root, f"{module}.{root}")
+
+    def resolve(root: str, attrs: list[str]) -> set[str]:
+        return {".".join([base, *attrs]) for base in bindings.get(root, ())}
+
+    # Module-local aliases (`maps = jax.experimental.maps`, `tm = jax.tree_map`), aliases of aliases.
+    for _ in range(3):
+        changed = False
+        for target, (root, attrs) in aliases:
+            for qualified in resolve(root, attrs):
+                if qualified not in bindings.get(target, ()):
+                    bind(target, qualified)
+                    changed = True
+        if not changed:
+            break
+
+    for root, attrs in chains:
+        for qualified in resolve(root, attrs):
+            found.update(_prefixes(qualified))
+    return found

@@ -1,0 +1,185 @@
+"""The prefilter (codemod/prefilter.py) and the cached path: faster, and never a finding less.
+
+A file the prefilter rules out is never analysed; a run is only as right as a full, slow run if
+every file it rules out would have given no finding. Checked here on every rule example and every
+fixture, on a generated tree through the CLI (prefilter on vs. off, cache cold vs. warm), and on
+the spellings the names test must see through. `benchmarks/prefilter_identity.py` does the same on
+real repositories.
+"""
+
+from __future__ import annotations
+
+import ast
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner
+
+from codemod.cli import main
+from codemod.engine import lint_bytes
+from codemod.notebooks import lint_notebook
+from codemod.prefilter import Gate, referenced_names
+from rules import all_codes, all_rules
+
+ROOT = Path(__file__).resolve().parents[1]
+RULES = all_rules()
+GATE = Gate.of(RULES)
+
+
+def _findings(data: bytes, path: str) -> list[tuple[str, int, int]]:
+    lint = lint_notebook if path.endswith(".ipynb") else lint_bytes
+    result = lint(data, path, RULES)
+    return [(d.code, d.line, d.column) for d in result.diagnostics]
+
+
+def test_rule_codes_are_known_without_importing_the_rules():
+    assert all_codes() == tuple(rule.CODE for rule in RULES)
+
+
+@pytest.mark.parametrize("rule", RULES, ids=lambda r: r.CODE)
+def test_no_example_the_prefilter_rules_out_has_a_finding(rule):
+    for example in [*rule.VALID, *rule.INVALID]:
+        data = example.code.encode()
+        if not GATE.needs_parse(data):
+            assert _findings(data, "example.py") == [], example.code
+
+
+def test_no_fixture_the_prefilter_rules_out_has_a_finding():
+    files = [p for p in (ROOT / "fixtures").rglob("*") if p.suffix in (".py", ".ipynb") and p.is_file()]
+    assert len(files) > 100
+    ruled_out = [p for p in files if not GATE.needs_parse(p.read_bytes(), p.suffix == ".ipynb")]
+    assert ruled_out  # the test means something only if some files are ruled out
+    for path in ruled_out:
+        assert _findings(path.read_bytes(), path.name) == [], path
+
+
+# Each spelling refers to the removed `jax.tree_map` (PM404) or a flax helper (PM303): the names test
+# must admit it, and libcst must indeed report it.
+REFERRING = [
+    "import jax\njax.tree_map(f, x)\n",
+    "import jax as J\nJ.tree_map(f, x)\n",
+    "from jax import tree_map\n",
+    "from jax import tree_map as tm\ny = tm(f, x)\n",
+    "from jax import (\n    numpy,\n    tree_map,\n)\n",
+    "import jax\ntm = jax.tree_map\n",
+    "def f():\n    import jax\n    return jax.tree_map(g, x)\n",
+    "import jax\ny = (jax\n     .tree_map)(f, x)\n",
+    "from jax.experimental import maps\n",
+    "import jax.experimental.maps\n",
+    "from jax.experimental.maps import Mesh\n",
+    "from jax.lib.xla_bridge import *\n",
+    "from flax import jax_utils\nstate = jax_utils.replicate(state)\n",
+    "import flax.jax_utils as fu\nstate = fu.replicate(state)\n",
+    "from flax.training.common_utils import shard\nbatch = shard(batch)\n",
+    "from jax.config import config\nconfig.update('jax_enable_x64', True)\n",
+    "from jax import api\napi.jit(f)\n",
+]
+
+
+@pytest.mark.parametrize("code", REFERRING)
+def test_the_names_test_sees_every_spelling(code):
+    assert GATE.needs_parse(code.encode())
+    assert _findings(code.encode(), "m.py"), "libcst should report this spelling too"
+
+
+# Mentions of the same words that are not references: ruled out, and libcst agrees.
+NOT_REFERRING = [
+    "import jax\njax.tree_util.tree_map(f, x)\n",
+    "from jax.tree_util import tree_map\ntree_map(f, x)\n",
+    "import jax\nimport numpy as np\ndevices = jax.devices()\n",
+    "# jax.tree_map is gone\nimport jax\nx = 'jax.tree_map'\n",
+    "from mylib import replicate\nimport jax\nreplicate(jax.numpy.ones(3))\n",
+    "import jax\nfrom jax.sharding import Mesh\nmaps = {}\nmaps['a'] = 1\n",
+]
+
+
+@pytest.mark.parametrize("code", NOT_REFERRING)
+def test_mentions_that_are_not_references_are_ruled_out(code):
+    assert not GATE.needs_parse(code.encode())
+    assert _findings(code.encode(), "m.py") == []
+
+
+def test_module_aliases_are_admitted_though_the_linter_does_not_follow_them():
+    # Over-approximation: `alias = jax` makes `alias.tree_map` a candidate.
+    assert GATE.needs_parse(b"import jax\nalias = jax\nalias.tree_map(f, x)\n")
+
+
+def test_a_file_the_parser_rejects_is_left_to_libcst():
+    assert GATE.needs_parse(b"import jax\njax.tree_map(f, x\n")
+
+
+def test_a_notebook_is_judged_by_its_code_cells():
+    cells = [{"cell_type": "markdown", "metadata": {}, "source": ["jax.tree_map is old"]},
+             {"cell_type": "code", "metadata": {}, "execution_count": None, "outputs": [],
+              "source": ["import jax\n", "y = jax.tree_map(f, x)\n"]}]
+    notebook = json.dumps({"cells": cells, "metadata": {}, "nbformat": 4, "nbformat_minor": 5}).encode()
+    assert ast.parse(notebook)  # the JSON itself is a valid Python expression, with no reference
+    assert GATE.needs_parse(notebook, notebook=True)
+    cells[1]["source"] = ["import jax\n", "y = jax.tree_util.tree_map(f, x)\n"]
+    clean = json.dumps({"cells": cells, "metadata": {}, "nbformat": 4, "nbformat_minor": 5}).encode()
+    assert not GATE.needs_parse(clean, notebook=True)
+
+
+def test_referenced_names_include_prefixes_and_star_imports():
+    found = referenced_names(ast.parse("from jax.experimental import *\nmaps.Mesh\nimport a.b.c as d\nd.e\n"))
+    assert {"jax.experimental.maps", "jax.experimental.maps.Mesh", "a", "a.b", "a.b.c", "a.b.c.e"} <= found
+
+
+# ------------------------------------------------------------------ the CLI on a generated tree
+def _tree(root: Path) -> None:
+    """Fixture programs among decoys that mention the trigger words without a legacy pattern."""
+    decoys = [
+        "import jax\nx = jax.tree_util.tree_map(lambda a: a, {})\n",
+        "# replicate the pmap-free path\nimport numpy as np\n",
+        "import jax\nfrom jax.sharding import Mesh, PartitionSpec\nmesh = Mesh(jax.devices(), ('i',))\n",
+        "heatmaps = bitmaps = None\ncall = lambda: None\n",
+    ]
+    sources = sorted((ROOT / "fixtures" / "lint").glob("*.py")) + sorted((ROOT / "fixtures" / "programs").glob("*.py"))
+    for i, source in enumerate(sources):
+        package = root / f"pkg{i % 7}"
+        package.mkdir(exist_ok=True)
+        (package / source.name).write_bytes(source.read_bytes())
+        (package / f"decoy_{i}.py").write_text(decoys[i % len(decoys)])
+
+
+def _check_json(tree: Path, *args: str) -> list[dict]:
+    result = CliRunner().invoke(main, ["check", str(tree), "--output-format", "json", "--exit-zero", *args])
+    assert result.exit_code == 0, result.output
+    return json.loads(result.output)
+
+
+def test_prefiltered_cached_and_full_runs_report_the_same(tmp_path, monkeypatch):
+    tree = tmp_path / "tree"
+    tree.mkdir()
+    _tree(tree)
+    monkeypatch.chdir(tmp_path)
+    cold = _check_json(tree, "--jobs", "1")
+    warm = _check_json(tree, "--jobs", "1")
+    parallel = _check_json(tree, "--no-cache", "--jobs", "2")
+    monkeypatch.setattr(Gate, "text_match", lambda self, data: True)  # no prefilter: analyse everything
+    full = _check_json(tree, "--no-cache", "--jobs", "1")
+    assert len(full) > 50
+    assert cold == warm == parallel == full
+
+
+def test_a_run_answered_by_the_cache_does_not_import_libcst(tmp_path):
+    tree = tmp_path / "tree"
+    tree.mkdir()
+    _tree(tree)
+    script = (
+        "import sys\n"
+        "from codemod.cli import main\n"
+        "try:\n"
+        "    main(['check', sys.argv[1], '--exit-zero', '--jobs', '1'])\n"
+        "except SystemExit:\n"
+        "    pass\n"
+        "print('libcst loaded' if 'libcst' in sys.modules else 'libcst not loaded', file=sys.stderr)\n"
+    )
+    runs = [subprocess.run([sys.executable, "-c", script, str(tree)], cwd=tmp_path, capture_output=True,
+                           text=True, check=True) for _ in range(2)]
+    assert runs[0].stderr.strip().endswith("libcst loaded")  # the cold run analyses files
+    assert runs[1].stderr.strip().endswith("libcst not loaded")
+    assert runs[0].stdout == runs[1].stdout and "PM101" in runs[1].stdout
