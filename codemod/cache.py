@@ -17,6 +17,8 @@ from pathlib import Path
 from codemod.diagnostics import FileResult
 
 CACHE_DIR_NAME = ".pmap_migrate_cache"
+# Result files of other tool versions or rule selections kept besides the current one.
+KEEP_OTHER_RESULTS = 7
 
 
 def digest(data: bytes) -> bytes:
@@ -65,6 +67,13 @@ class ResultCache:
         self.entries[key] = Entry(stat.st_size, stat.st_mtime_ns, content_digest, result)
         self.dirty = True
 
+    def _prune(self) -> None:
+        """Results of other versions or selections: keep the few most recently written."""
+        others = sorted((p for p in self.directory.glob("results-*.pickle") if p != self.file),
+                        key=lambda p: p.stat().st_mtime, reverse=True)
+        for stale in others[KEEP_OTHER_RESULTS:]:
+            stale.unlink(missing_ok=True)
+
     def save(self) -> None:
         if not self.dirty:
             return
@@ -77,5 +86,6 @@ class ResultCache:
             with os.fdopen(fd, "wb") as handle:
                 pickle.dump(self.entries, handle, protocol=pickle.HIGHEST_PROTOCOL)
             os.replace(temporary, self.file)
+            self._prune()
         except OSError:
             pass  # a read-only checkout still gets its findings, only no cache

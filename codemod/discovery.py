@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import os
+import re
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -19,13 +21,40 @@ class Discovered:
     missing: list[str]  # paths given on the command line that do not exist
 
 
+class _Matcher:
+    """``spec.match_file`` as one regular expression when the patterns allow (no negations):
+    one search per path instead of one per pattern, the cost of walking a large tree."""
+
+    def __init__(self, spec: pathspec.PathSpec) -> None:
+        self.spec = spec
+        self.regex = None
+        patterns = [p for p in spec.patterns if p.include is not None]
+        if all(p.include and getattr(p, "regex", None) is not None for p in patterns):
+            joined = "|".join(f"(?:{re.sub(r'[(][?]P<[^>]*>', '(?:', p.regex.pattern)})" for p in patterns)
+            try:
+                self.regex = re.compile(joined or "(?!)")
+            except re.error:
+                self.regex = None
+
+    def match_file(self, relative: str) -> bool:
+        if self.regex is not None:
+            return self.regex.search(relative) is not None
+        return self.spec.match_file(relative)
+
+    def check_file(self, relative: str) -> bool | None:
+        """True: ignored; False: re-included by a negation; None: no pattern applies."""
+        if self.regex is not None:
+            return True if self.regex.search(relative) is not None else None
+        return self.spec.check_file(relative).include
+
+
 class _Ignores:
     """.gitignore files, read lazily per directory, applied relative to the directory holding them."""
 
     def __init__(self) -> None:
-        self._specs: dict[Path, pathspec.PathSpec | None] = {}
+        self._specs: dict[Path, _Matcher | None] = {}
 
-    def spec_for(self, directory: Path) -> pathspec.PathSpec | None:
+    def spec_for(self, directory: Path) -> _Matcher | None:
         if directory not in self._specs:
             spec = None
             gitignore = directory / ".gitignore"
@@ -34,7 +63,7 @@ class _Ignores:
             except OSError:
                 lines = None
             if lines:
-                spec = pathspec.GitIgnoreSpec.from_lines(lines)
+                spec = _Matcher(pathspec.GitIgnoreSpec.from_lines(lines))
             self._specs[directory] = spec
         return self._specs[directory]
 
@@ -47,8 +76,8 @@ class _Ignores:
                 continue
             relative = path.relative_to(directory).as_posix() + ("/" if is_dir else "")
             result = spec.check_file(relative)
-            if result.include is not None:
-                verdict = result.include
+            if result is not None:
+                verdict = result
         return verdict
 
 
@@ -65,7 +94,7 @@ def discover(paths: list[str], settings: Settings, *, force_exclude: bool = Fals
     what lies below a named directory is filtered by the excludes and .gitignore files."""
     root = settings.root
     # `exclude` adds to the defaults rather than replacing them: nobody wants .venv linted.
-    exclude = pathspec.GitIgnoreSpec.from_lines([*DEFAULT_EXCLUDE, *settings.exclude, *settings.extend_exclude])
+    exclude = _Matcher(pathspec.GitIgnoreSpec.from_lines([*DEFAULT_EXCLUDE, *settings.exclude, *settings.extend_exclude]))
     ignores = _Ignores()
     files: list[Path] = []
     missing: list[str] = []
@@ -83,13 +112,16 @@ def discover(paths: list[str], settings: Settings, *, force_exclude: bool = Fals
     # stays inside the named paths (`fix` writes through links, never outside what it was given).
     roots = [Path(given).resolve() for given in paths if Path(given).exists()]
 
-    def add(path: Path, named: bool = False) -> None:
-        try:
-            real = path.resolve()
-        except (OSError, RuntimeError):  # a link loop
-            return
-        if not named and not any(real == r or r in real.parents for r in roots):
-            return
+    def add(path: Path, named: bool = False, real: Path | None = None) -> None:
+        """``real``: the file's real path when the walk knows it (no link on the way), which
+        also means it lies inside a named directory."""
+        if real is None:
+            try:
+                real = path.resolve()
+            except (OSError, RuntimeError):  # a link loop
+                return
+            if not named and not any(real == r or r in real.parents for r in roots):
+                return
         if real not in seen:  # a file reached through several links is looked at once
             seen[real] = len(files)
             files.append(path)
@@ -120,31 +152,43 @@ def discover(paths: list[str], settings: Settings, *, force_exclude: bool = Fals
             chain = [git_root, *[p for p in reversed(absolute.parents) if git_root in p.parents]]
             if absolute != git_root:
                 chain.append(absolute)
-        _walk(path, absolute, chain, git_root is not None, ignores,
-              lambda p, is_dir, base=base: excluded(p, is_dir, base), add)
+        try:
+            relative = absolute.relative_to(base).as_posix()
+            relative = "" if relative == "." else relative
+        except ValueError:
+            relative = None  # outside the base: entries are judged by their names
+        _walk(path, absolute, absolute.resolve(), relative, chain, git_root is not None, ignores,
+              exclude.match_file, add)
     files.sort()
     return Discovered(files, missing)
 
 
-def _walk(shown: Path, absolute: Path, chain: list[Path], use_git: bool, ignores: _Ignores, excluded, add) -> None:
+def _walk(shown: Path, absolute: Path, real: Path, relative: str | None, chain: list[Path], use_git: bool,
+          ignores: _Ignores, excluded: Callable[[str], bool], add) -> None:
+    """Walk ``absolute``: ``real`` is its real path (directory links are never entered, so the
+    real path of what lies below follows without asking the file system), ``relative`` its path
+    relative to the base of the exclude patterns (None: outside it, entries judged by name)."""
     try:
         entries = sorted(os.scandir(absolute), key=lambda e: e.name)
     except OSError:
         return
     for entry in entries:
-        entry_abs = absolute / entry.name
+        name = entry.name
         try:
             is_dir = entry.is_dir()  # follows symlinks; loops are cut by the visited check in add
             is_file = entry.is_file()
         except OSError:
             continue
-        if excluded(entry_abs, is_dir):
+        entry_relative = name if not relative else f"{relative}/{name}"
+        if excluded(entry_relative + "/" if is_dir else entry_relative):
             continue
-        if use_git and ignores.ignored(entry_abs, is_dir, chain):
+        if use_git and ignores.ignored(absolute / name, is_dir, chain):
             continue
         if is_dir:
             if entry.is_symlink():
                 continue  # never leave the tree through a directory link
-            _walk(shown / entry.name, entry_abs, chain + [entry_abs], use_git, ignores, excluded, add)
-        elif is_file and entry.name.endswith(PYTHON_SUFFIXES):
-            add(shown / entry.name)
+            entry_abs = absolute / name
+            _walk(shown / name, entry_abs, real / name, None if relative is None else entry_relative,
+                  chain + [entry_abs], use_git, ignores, excluded, add)
+        elif is_file and name.endswith(PYTHON_SUFFIXES):
+            add(shown / name, real=None if entry.is_symlink() else real / name)

@@ -49,7 +49,10 @@ class RunResult:
 
 def display_path(path: Path) -> str:
     """Paths as the user would type them: relative to the working directory when below it."""
-    text = os.path.relpath(path) if not path.is_absolute() or _below_cwd(path) else str(path)
+    if not path.is_absolute() and ".." not in path.parts:
+        text = str(path)  # already relative and normal (what discovery yields for `check .`)
+    else:
+        text = os.path.relpath(path) if not path.is_absolute() or _below_cwd(path) else str(path)
     return text.replace(os.sep, "/")
 
 
@@ -157,7 +160,7 @@ def run(
     slots: list[FileResult | None] = []
     for path in files:
         shown = display_path(path)
-        key = str(path.resolve())
+        key = os.path.abspath(path)  # discovery already merged the names of one file
         try:
             stat = path.stat()
         except OSError as error:

@@ -183,3 +183,17 @@ def test_a_run_answered_by_the_cache_does_not_import_libcst(tmp_path):
     assert runs[0].stderr.strip().endswith("libcst loaded")  # the cold run analyses files
     assert runs[1].stderr.strip().endswith("libcst not loaded")
     assert runs[0].stdout == runs[1].stdout and "PM101" in runs[1].stdout
+
+
+def test_the_cache_keeps_only_a_few_result_files_of_other_selections(tmp_path):
+    from codemod.cache import KEEP_OTHER_RESULTS, ResultCache
+    from codemod.diagnostics import FileResult
+
+    directory = tmp_path / "cache"
+    for i in range(KEEP_OTHER_RESULTS + 5):
+        cache = ResultCache(directory, f"key{i}")
+        cache.store(str(tmp_path / "a.py"), (tmp_path).stat(), b"digest", FileResult("a.py"))
+        cache.save()
+    left = sorted(p.name for p in directory.glob("results-*.pickle"))
+    assert len(left) == KEEP_OTHER_RESULTS + 1
+    assert f"results-key{KEEP_OTHER_RESULTS + 4}.pickle" in left  # the newest stays
