@@ -105,7 +105,8 @@ class ExperimentalPjit(ImportRule):
     CODE = "PM403"
     NAME = "experimental-pjit"
     MESSAGE = pjit_message(_PJIT)
-    TRIGGERS = ("pjit", "axis_resources")
+    TRIGGERS = ("axis_resources",)  # the removed keywords, on any jit
+    NAMES = tables.PJIT
 
     VALID = [
         Valid("import jax\nstep = jax.jit(f, in_shardings=s, out_shardings=s)\n"),
