@@ -18,12 +18,10 @@ from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 
 import libcst as cst
-from libcst._metadata_dependent import LazyValue
 from libcst.metadata import (
     Assignment,
     BaseAssignment,
     MetadataWrapper,
-    QualifiedNameProvider,
     Scope,
     ScopeProvider,
 )
@@ -108,10 +106,6 @@ class TransformSite:
     @property
     def dynamic_options(self) -> bool:
         return any(a.star for a in self.args)
-
-
-def force(value):
-    return value() if isinstance(value, LazyValue) else value
 
 
 class _Indexer(cst.CSTVisitor):
@@ -253,7 +247,8 @@ class SemanticModel:
 
     def __init__(self, wrapper: MetadataWrapper) -> None:
         self.module = wrapper.module
-        self._qnames = wrapper.resolve(QualifiedNameProvider)
+        # Qualified names are asked of the scopes directly, for the few nodes that need them:
+        # what QualifiedNameProvider answers, without its traversal of every node.
         self._scopes = wrapper.resolve(ScopeProvider)
         index = _Indexer()
         self.module.visit(index)
@@ -299,7 +294,8 @@ class SemanticModel:
     def qualified_names(self, node: cst.CSTNode) -> frozenset[str]:
         cached = self._qname_cache.get(node)
         if cached is None:
-            raw = force(self._qnames.get(node)) or ()
+            scope = self._scopes.get(node)
+            raw = scope.get_qualified_names_for(node) if scope is not None else ()
             cached = frozenset(q.name for q in raw)
             self._qname_cache[node] = cached
         return cached
