@@ -4,6 +4,7 @@ import libcst as cst
 
 from rules import tables
 from rules.base import Invalid, Rule, Valid
+from rules.pmap_rewrite import rewriter_for
 
 
 class HostLocalInput(Rule):
@@ -30,26 +31,50 @@ class HostLocalInput(Rule):
     ```
 
     ## Use instead
+    A global mesh over every process's devices, in legacy pmap's order (process by process, each
+    process's local devices in order); this process's rows made global arrays; outputs kept global
+    and read back as this process's rows:
     ```python
     import jax
+    import numpy as np
+    from jax.experimental import multihost_utils
     from jax.sharding import Mesh, NamedSharding, PartitionSpec as P
 
     jax.distributed.initialize()
-    mesh = Mesh(jax.devices(), ("batch",))  # every process's devices
-    batch = jax.make_array_from_process_local_data(NamedSharding(mesh, P("batch")), local_batch)
+    devices = [d for p in range(jax.process_count()) for d in jax.local_devices(p)]
+    mesh = Mesh(np.array(devices), ("batch",))
+    rows = NamedSharding(mesh, P("batch"))
+    batch = jax.make_array_from_process_local_data(rows, local_batch)
     state = jax.jit(jax.shard_map(jax.vmap(train_step, axis_name="batch"), mesh=mesh,
                                   in_specs=P("batch"), out_specs=P("batch"), check_vma=False))(state, batch)
+    loss0 = loss.addressable_shards[0].data.squeeze(0)  # legacy `loss[0]`: this process's first row
+    local = multihost_utils.global_array_to_host_local_array(state, mesh, P("batch"))  # legacy `state`
     ```
 
     ## Fix safety
-    No fix of its own: PM101's fix routes every pmap of such a module to `runtime_shim.pmap`, which
-    keeps the legacy host-local semantics (the plain `jax.jit(jax.shard_map)` form maps over this
-    process's devices only, so it would reduce per process). The placement fixes hold back there
-    too: `device_put_replicated` / `device_put_sharded` become the shim's drop-ins, and `out[0]` /
-    `unreplicate` are not rewritten. A global-mesh rewrite (`Mesh(jax.devices(), ...)` and
-    `jax.make_array_from_process_local_data` at every call, the outputs converted back where they
-    are read) is not offered: where host-local data becomes global is a decision about the
-    program's input pipeline.
+    Where the module's data flow is visible, the fix (also PM101's) rewrites every such pmap at once
+    to plain JAX that computes what legacy pmap computed (safe): a module-level `<axis>_mesh(rows)`
+    (the first `rows` devices of each process, process by process), a `<axis>_global(tree, rows)`
+    that turns this process's rows into global arrays (`jax.make_array_from_process_local_data`)
+    and passes global arrays (outputs fed back) through, the faithful `jax.jit(jax.shard_map(...))`
+    on that mesh, and a wrapper with the pmapped function's name. Outputs stay global arrays; where
+    the program reads one it gets what legacy returned there: `out[k]` becomes
+    `out.addressable_shards[k].data.squeeze(0)` (this process's row k; also inside
+    `tree_map(lambda v: v[0], out)` and flax `unreplicate(out)`), an output passed straight to a
+    rewritten pmap stays global, any other read becomes `host_local(out)` (this process's rows, no
+    copy; host data and this process's arrays pass as they are). On one process the same code is the
+    single-process pmap: the first n devices.
+
+    The data flow is visible when the pmapped function is bound to a name that is only ever called
+    (not stored on `self`, passed as a value, nor a public module-level name of a library module;
+    a script or a module that calls `jax.distributed.initialize()` at module level is a program),
+    no call or read runs in code that may be traced (a `main` handed to `absl.app.run` is not), and
+    no output is updated in place (`out += 1`). Options must be literals without `devices=`,
+    `backend=`, `axis_size=` or pytree `in_axes` prefixes; an `in_axes=None` argument must be a
+    Python or NumPy value (jit takes it on every process as it is).
+    Otherwise PM101's fix routes the site to `runtime_shim.pmap` and says why. The placement rules
+    still swap `device_put_replicated` / `device_put_sharded` for the shim's drop-ins in these
+    modules (their host-local stacks are valid inputs of the rewritten pmaps).
 
     ## References
     - https://docs.jax.dev/en/latest/multi_process.html
@@ -89,10 +114,168 @@ class HostLocalInput(Rule):
                 lines=(3,)),
         Invalid("import jax\nstep = jax.pmap(f)\njax.distributed.shutdown()\n", lines=(2,)),
         Invalid("import jax\nfrom jax import distributed\nstep = jax.pmap(f)\ndistributed.initialize()\n", lines=(3,)),
+        Invalid(
+            ("import functools\n"
+             "import jax\n"
+             "\n"
+             "jax.distributed.initialize()\n"
+             "\n"
+             "\n"
+             "@functools.partial(jax.pmap, axis_name=\"batch\")\n"
+             "def step(x):\n"
+             "    return jax.lax.psum(x * x, \"batch\")\n"
+             "\n"
+             "\n"
+             "total = step(xs)\n"
+             "print(total[0])\n"),
+            lines=(7,),
+            expected=("import functools\n"
+                      "import jax\n"
+                      "import jax.numpy as jnp\n"
+                      "import numpy as np\n"
+                      "from jax.sharding import Mesh, NamedSharding, PartitionSpec as P\n"
+                      "\n"
+                      "jax.distributed.initialize()\n"
+                      "\n"
+                      "\n"
+                      "@functools.cache\n"
+                      "def batch_mesh(rows):  # legacy pmap's devices: the first `rows` of each process, process by process\n"
+                      "    devices = [d for p in range(jax.process_count()) for d in jax.local_devices(p)[:rows]]\n"
+                      "    return Mesh(np.array(devices), (\"batch\",))\n"
+                      "\n"
+                      "\n"
+                      "def batch_global(tree, rows, spec=P(\"batch\")):  # this process's rows -> global arrays\n"
+                      "    sharding = NamedSharding(batch_mesh(rows), spec)\n"
+                      "\n"
+                      "    def place(x):\n"
+                      "        if isinstance(x, jax.Array) and (x.sharding == sharding or not x.is_fully_addressable):\n"
+                      "            return x  # already global: an output fed back\n"
+                      "        if jax.process_count() == 1 and not isinstance(x, jax.Array):\n"
+                      "            return x  # one process: jit puts host data where it goes\n"
+                      "        return jax.make_array_from_process_local_data(sharding, x)\n"
+                      "\n"
+                      "    return jax.tree.map(place, tree)\n"
+                      "\n"
+                      "\n"
+                      "def _step(x):\n"
+                      "    return jax.lax.psum(x * x, \"batch\")\n"
+                      "\n"
+                      "\n"
+                      "@jax.jit\n"
+                      "def _step_sharded(x):\n"
+                      "    def per_device(x):  # each device holds a (1, ...) block; the pmap body saw the slice\n"
+                      "        x = jax.tree.map(lambda leaf: leaf.squeeze(0), x)\n"
+                      "        return jax.tree.map(lambda leaf: jnp.expand_dims(leaf, 0), _step(x))\n"
+                      "\n"
+                      "    mesh = batch_mesh(jax.tree.leaves(x)[0].shape[0] // jax.process_count())  # rows per process\n"
+                      "    return jax.shard_map(per_device, mesh=mesh, in_specs=(P(\"batch\"),), out_specs=P(\"batch\"), check_vma=False)(x)\n"
+                      "\n"
+                      "\n"
+                      "def step(x):\n"
+                      "    # a pmap of a multi-process program (PM501): this process's rows in, global arrays over every\n"
+                      "    # process's devices out (fed back as they are; reads take this process's rows)\n"
+                      "    rows = jax.local_device_count() if jax.process_count() > 1 else jax.tree.leaves(x)[0].shape[0]\n"
+                      "    x = batch_global(x, rows)\n"
+                      "    return _step_sharded(x)\n"
+                      "\n"
+                      "\n"
+                      "total = step(xs)\n"
+                      "print(total.addressable_shards[0].data.squeeze(0))\n"),
+        ),
+        Invalid(
+            ("import jax\n"
+             "\n"
+             "class Trainer:\n"
+             "    def __init__(self):\n"
+             "        self.step = jax.pmap(f, axis_name=\"i\")\n"
+             "\n"
+             "n = jax.process_count()\n"),
+            lines=(5,),
+            expected=("import jax\n"
+                      "\n"
+                      "class Trainer:\n"
+                      "    def __init__(self):\n"
+                      "        self.step = jax.pmap(f, axis_name=\"i\")\n"
+                      "\n"
+                      "n = jax.process_count()\n"),
+        ),
+        Invalid(
+            ("import jax\n"
+             "import numpy as np\n"
+             "\n"
+             "jax.distributed.initialize()\n"
+             "step = jax.pmap(f, axis_name=\"i\")\n"
+             "out = np.zeros((4,))\n"
+             "for x in batches:\n"
+             "    out = step(x)\n"
+             "print(out.shape)\n"),
+            lines=(5,),
+            expected=("import jax\n"
+                      "import numpy as np\n"
+                      "import functools\n"
+                      "import jax.numpy as jnp\n"
+                      "from jax.sharding import Mesh, NamedSharding, PartitionSpec as P\n"
+                      "from jax.experimental import multihost_utils\n"
+                      "\n"
+                      "jax.distributed.initialize()\n"
+                      "\n"
+                      "\n"
+                      "@functools.cache\n"
+                      "def i_mesh(rows):  # legacy pmap's devices: the first `rows` of each process, process by process\n"
+                      "    devices = [d for p in range(jax.process_count()) for d in jax.local_devices(p)[:rows]]\n"
+                      "    return Mesh(np.array(devices), (\"i\",))\n"
+                      "\n"
+                      "\n"
+                      "def i_global(tree, rows, spec=P(\"i\")):  # this process's rows -> global arrays\n"
+                      "    sharding = NamedSharding(i_mesh(rows), spec)\n"
+                      "\n"
+                      "    def place(x):\n"
+                      "        if isinstance(x, jax.Array) and (x.sharding == sharding or not x.is_fully_addressable):\n"
+                      "            return x  # already global: an output fed back\n"
+                      "        if jax.process_count() == 1 and not isinstance(x, jax.Array):\n"
+                      "            return x  # one process: jit puts host data where it goes\n"
+                      "        return jax.make_array_from_process_local_data(sharding, x)\n"
+                      "\n"
+                      "    return jax.tree.map(place, tree)\n"
+                      "\n"
+                      "\n"
+                      "def host_local(tree):  # global arrays -> this process's rows, as legacy pmap returned them\n"
+                      "    def local(x):\n"
+                      "        if isinstance(x, jax.Array) and not x.is_fully_addressable and isinstance(x.sharding, NamedSharding):\n"
+                      "            return multihost_utils.global_array_to_host_local_array(x, x.sharding.mesh, x.sharding.spec)\n"
+                      "        return x  # host data, and arrays of this process only, as they are\n"
+                      "\n"
+                      "    return jax.tree.map(local, tree)\n"
+                      "\n"
+                      "\n"
+                      "@jax.jit\n"
+                      "def _step_sharded(*args):\n"
+                      "    def per_device(*args):  # each device holds a (1, ...) block; the pmap body saw the slice\n"
+                      "        args = jax.tree.map(lambda leaf: leaf.squeeze(0), args)\n"
+                      "        return jax.tree.map(lambda leaf: jnp.expand_dims(leaf, 0), f(*args))\n"
+                      "\n"
+                      "    mesh = i_mesh(jax.tree.leaves(args)[0].shape[0] // jax.process_count())  # rows per process\n"
+                      "    return jax.shard_map(per_device, mesh=mesh, in_specs=P(\"i\"), out_specs=P(\"i\"), check_vma=False)(*args)\n"
+                      "\n"
+                      "\n"
+                      "def step(*args):\n"
+                      "    # a pmap of a multi-process program (PM501): this process's rows in, global arrays over every\n"
+                      "    # process's devices out (fed back as they are; reads take this process's rows)\n"
+                      "    rows = jax.local_device_count() if jax.process_count() > 1 else jax.tree.leaves(args)[0].shape[0]\n"
+                      "    args = i_global(args, rows)\n"
+                      "    return _step_sharded(*args)\n"
+                      "\n"
+                      "\n"
+                      "out = np.zeros((4,))\n"
+                      "for x in batches:\n"
+                      "    out = step(x)\n"
+                      "print(host_local(out).shape)\n"),
+        ),
     ]
 
     def visit_Module(self, node: cst.Module) -> None:
         sites = self.model.pmap_sites()
         if sites and self.model.uses_any(tables.MULTI_PROCESS, tables.MULTI_PROCESS_PREFIXES):
+            rewriter = rewriter_for(self.context)
             for site in sites:
-                self.report(site.node)
+                self.report(site.node, fix=rewriter.global_fix_for_site(site))

@@ -18,9 +18,12 @@ The emitted form (verified by running the programs in fixtures/programs on jax 0
 
 The mesh is built at trace time (importing the module queries no device; the first n local
 devices, as legacy pmap used), jit caches it per signature (no retrace per call), and
-`check_vma=False` keeps legacy autodiff numbers. What cannot be expressed this way exactly
-(nested pmaps, multi-process programs, options computed at run time, pmap as a value, ...) is
-routed to `runtime_shim.pmap`, which reproduces the legacy semantics at run time.
+`check_vma=False` keeps legacy autodiff numbers. The pmaps of a multi-process module (PM501) get
+the same jit(shard_map) on a global mesh of every process's devices instead, with their inputs
+made global arrays and their outputs read back as this process's rows (rules/multiprocess_rewrite.py).
+What cannot be expressed exactly (nested pmaps, options computed at run time, pmap as a value, a
+multi-process data flow that is not visible, ...) is routed to `runtime_shim.pmap`, which
+reproduces the legacy semantics at run time.
 """
 
 from __future__ import annotations
@@ -161,49 +164,56 @@ def _expand(expr: str, axis: int | tuple[int, ...]) -> str:
 
 def render(plan: Plan, indent: str = "    ") -> str:
     """The wrapper's source text (module-level indentation)."""
+    i1 = indent
+    lines = list(plan.hoisted)
+    head, body, mesh_size, call = jitted_parts(plan, indent)
+    mesh = f"{i1}mesh = Mesh({plan.mesh_devices.replace('{size}', mesh_size)}, ({plan.axis},))"
+    lines += [*head, *body, "", *_process_guard(i1), mesh, call]
+    return "\n".join(lines) + "\n"
+
+
+def jitted_parts(plan: Plan, indent: str, name: str | None = None) -> tuple[list[str], list[str], str, str]:
+    """The pieces of the jitted shard_map wrapper: its decorator and `def` line, the `per_device`
+    body, the mapped size expression and the final `return jax.shard_map(...)(...)` line; the
+    caller puts the mesh in between."""
     jit_kwargs = []
     if plan.static:
         jit_kwargs.append(f"static_argnums={_tuple_text(plan.static)}")
     if plan.donate:
         jit_kwargs.append(f"donate_argnums={_tuple_text(plan.donate)}")
     decorator = f"@functools.partial(jax.jit, {', '.join(jit_kwargs)})" if jit_kwargs else "@jax.jit"
+    name = name or plan.name
     i1, i2 = indent, indent * 2
-    lines = list(plan.hoisted)
     if plan.params is None:
         # Unknown signature: every positional argument mapped on axis 0 (checked by the planner).
-        lines += [
-            decorator,
-            f"def {plan.name}(*args):",
+        head = [decorator, f"def {name}(*args):"]
+        body = [
             f"{i1}def per_device(*args):  # each device holds a (1, ...) block; the pmap body saw the slice",
             f"{i2}args = jax.tree.map(lambda leaf: leaf.squeeze(0), args)",
             f"{i2}return {_expand(plan.body_call, 0)}",
-            "",
-            *_process_guard(i1),
-            f"{i1}mesh = Mesh({plan.mesh_devices.replace('{size}', plan.size or 'jax.tree.leaves(args)[0].shape[0]')}, "
-            f"({plan.axis},))",
-            f"{i1}return jax.shard_map(per_device, mesh=mesh, in_specs=P({plan.axis}), out_specs=P({plan.axis}), "
-            f"check_vma=False)(*args)",
         ]
-        return "\n".join(lines) + "\n"
+        call = (f"{i1}return jax.shard_map(per_device, mesh=mesh, in_specs=P({plan.axis}), out_specs=P({plan.axis}), "
+                f"check_vma=False)(*args)")
+        return head, body, plan.size or "jax.tree.leaves(args)[0].shape[0]", call
     params = plan.params
     mapped = [p for i, p in enumerate(params) if i not in plan.static]
     axes = plan.in_axes if isinstance(plan.in_axes, list) else [plan.in_axes] * len(mapped)
     body = [f"{i1}def per_device({', '.join(mapped)}):  # each device holds a (1, ...) block; the pmap body saw the slice"]
     groups: dict[int, list[str]] = {}
-    for name, entry in zip(mapped, axes):
+    for name_, entry in zip(mapped, axes):
         if isinstance(entry, int):
-            groups.setdefault(entry, []).append(name)
+            groups.setdefault(entry, []).append(name_)
     for axis, names in groups.items():
         body.append(f"{i2}{_squeeze(names, axis)}")
-    for name, entry in zip(mapped, axes):
+    for name_, entry in zip(mapped, axes):
         if isinstance(entry, dict):
-            parts = ", ".join(f"{key}: {_squeeze_expr(f'{name}[{key}]', axis)}"
+            parts = ", ".join(f"{key}: {_squeeze_expr(f'{name_}[{key}]', axis)}"
                               for key, axis in entry.items() if axis is not None)
-            body.append(f"{i2}{name} = {{**{name}, {parts}}}")
+            body.append(f"{i2}{name_} = {{**{name_}, {parts}}}")
         elif isinstance(entry, tuple):
-            parts = [f"{name}[{k}]" if axis is None else _squeeze_expr(f"{name}[{k}]", axis)
+            parts = [f"{name_}[{k}]" if axis is None else _squeeze_expr(f"{name_}[{k}]", axis)
                      for k, axis in enumerate(entry)]
-            body.append(f"{i2}{name} = ({', '.join(parts)}{',' if len(parts) == 1 else ''})")
+            body.append(f"{i2}{name_} = ({', '.join(parts)}{',' if len(parts) == 1 else ''})")
     out = plan.out_axes
     if isinstance(out, list):
         body.append(f"{i2}out = {plan.body_call}")
@@ -216,16 +226,11 @@ def render(plan: Plan, indent: str = "    ") -> str:
     else:
         body.append(f"{i2}return {_expand(plan.body_call, out)}")
         out_specs = _spec(out, plan.axis)
-    if plan.size is not None:
-        size = plan.size
-    else:
-        size = _size_expression(mapped, axes)
+    size = plan.size if plan.size is not None else _size_expression(mapped, axes)
     in_specs = "(" + ", ".join(_entry_spec(a, plan.axis) for a in axes) + ("," if len(axes) == 1 else "") + ")"
-    lines += [decorator, f"def {plan.name}({', '.join(params)}):", *body, "", *_process_guard(i1),
-              f"{i1}mesh = Mesh({plan.mesh_devices.replace('{size}', size)}, ({plan.axis},))",
-              f"{i1}return jax.shard_map(per_device, mesh=mesh, in_specs={in_specs}, out_specs={out_specs}, "
-              f"check_vma=False)({', '.join(mapped)})"]
-    return "\n".join(lines) + "\n"
+    call = (f"{i1}return jax.shard_map(per_device, mesh=mesh, in_specs={in_specs}, out_specs={out_specs}, "
+            f"check_vma=False)({', '.join(mapped)})")
+    return [decorator, f"def {name}({', '.join(params)}):"], body, size, call
 
 
 def _process_guard(indent: str) -> list[str]:
@@ -272,16 +277,18 @@ def simple_params(params: cst.Parameters) -> list[str] | None:
 def rewriter_for(context) -> "Rewriter":
     """The module's rewriter, shared by the rules of one file (they see the same tree)."""
     if "rewriter" not in context.shared:
-        context.shared["rewriter"] = Rewriter(context.model)
+        context.shared["rewriter"] = Rewriter(context.model, context)
     return context.shared["rewriter"]
 
 
 class Rewriter:
     """Builds fixes for the PM1xx rules of one module."""
 
-    def __init__(self, model: SemanticModel) -> None:
+    def __init__(self, model: SemanticModel, context=None) -> None:
         self.model = model
+        self.context = context  # the rule context of the file (None in unit uses of the rewriter)
         self._nested: set[int] | None = None
+        self._global = None
         self._multi_process: bool | None = None
         self._taken_names: set[str] | None = None
 
@@ -317,6 +324,23 @@ class Rewriter:
             return self._faithful(site)
         except Unsupported as why:
             return self.shim_fix(site, str(why))
+
+    def global_rewrite(self):
+        """The module's multi-process (global mesh) rewrite plan (rules/multiprocess_rewrite.py)."""
+        if self._global is None:
+            from rules.multiprocess_rewrite import GlobalRewrite
+
+            self._global = GlobalRewrite(self)
+        return self._global
+
+    def global_fix_for_site(self, site: TransformSite) -> FixSpec | None:
+        """PM501's fix: the global-mesh rewrite of a pmap of a multi-process module, or None where
+        the site keeps the shim (PM101's fix says why)."""
+        try:
+            self.check_rewritable(site)
+            return self.global_rewrite().fix_for(site)
+        except Unsupported:
+            return None
 
     # ------------------------------------------------------------------ shim
     def shim_fix(self, site: TransformSite, why: str) -> FixSpec:
@@ -374,17 +398,33 @@ class Rewriter:
 
     # -------------------------------------------------------------- faithful
     def _faithful(self, site: TransformSite) -> FixSpec:
+        if self.multi_process():
+            # Host-local inputs and outputs (PM501): a global mesh where the data flow is visible.
+            self.check_rewritable(site)
+            return self.global_rewrite().fix_for(site)
         if site.transform != PMAP:
             raise Unsupported("not a pmap")
         if site.callee.ambiguous:
             raise Unsupported("the pmap alias is also bound to something else")
-        if self.multi_process():
-            raise Unsupported("the module runs several processes (host-local inputs, see PM501)")
         chain = self._direct_nest(site)
         if chain is not None:
             return self._nested_fix(chain)
         if self._inner_of_direct_nest(site):
             return FixSpec("safe", "rewritten together with the enclosing pmap")
+        self._check_options(site)
+        return self.definition_fix(site)
+
+    def check_rewritable(self, site: TransformSite) -> None:
+        """What rules out any plain-JAX form of a pmap of a multi-process module."""
+        if site.transform != PMAP:
+            raise Unsupported("not a pmap")
+        if site.callee.ambiguous:
+            raise Unsupported("the pmap alias is also bound to something else")
+        if self._direct_nest(site) is not None or self._inner_of_direct_nest(site):
+            raise Unsupported("a nested pmap in a multi-process program (host-local inputs, see PM501)")
+        self._check_options(site)
+
+    def _check_options(self, site: TransformSite) -> None:
         if id(site.node) in self.nested_nodes():
             raise Unsupported("a pmapped function runs inside another pmapped function (see PM102)")
         if site.dynamic_options:
@@ -395,9 +435,14 @@ class Rewriter:
             if arg.keyword.value == "global_arg_shapes" and _is_none(arg.value):
                 continue  # the default, spelled out: nothing to carry over (PM104 drops it too)
             raise Unsupported(f"option `{arg.keyword.value}` has no exact equivalent")
+
+    def definition_fix(self, site: TransformSite, renderer=None) -> FixSpec:
+        """The edits that replace the pmap's definition with ``renderer(plan, indent)`` (default:
+        the faithful single-process form, `render`)."""
+        renderer = renderer or render
         if site.is_decorator:
-            return self._decorator_fix(site)
-        return self._call_fix(site)
+            return self._decorator_fix(site, renderer)
+        return self._call_fix(site, renderer)
 
     # ------------------------------------------------------------ nesting
     _NEST_OPTIONS = {"fun", "axis_name"}
@@ -624,13 +669,18 @@ class Rewriter:
         "functools": {"functools"},
         "np": {"numpy"},
     }
+    # and the global-mesh form of multi-process modules (rules/multiprocess_rewrite.py)
+    GLOBAL_TEMPLATE_NAMES = {
+        "multihost_utils": {"jax.experimental.multihost_utils"},
+        "NamedSharding": {"jax.sharding.NamedSharding", "jax.NamedSharding"},
+    }
 
-    def _check_names_free(self) -> None:
+    def _check_names_free(self, names: dict[str, set[str]] | None = None) -> None:
         """The template's names must be unbound or bound to what the template means."""
         scope = self.model.scope_of(self.model.module)
         if scope is None:
             return
-        for name, meanings in self._TEMPLATE_NAMES.items():
+        for name, meanings in (names or self._TEMPLATE_NAMES).items():
             if name in scope.assignments:
                 found = {q.name for q in scope.get_qualified_names_for(name)}
                 if not found <= meanings:
@@ -661,7 +711,7 @@ class Rewriter:
         self._taken_names.add(candidate)
         return candidate
 
-    def _decorator_fix(self, site: TransformSite) -> FixSpec:
+    def _decorator_fix(self, site: TransformSite, renderer=render) -> FixSpec:
         func = site.decorated
         assert func is not None
         params = simple_params(func.params)
@@ -674,16 +724,18 @@ class Rewriter:
         body_name = self._unique_name("_" + func.name.value)
         plan = self._plan(site, func.name.value, params, f"{body_name}({', '.join(params)})", [])
         indent = self.model.module.default_indent
-        wrapper = cst.parse_module(render(plan, indent)).body
+        wrapper = cst.parse_module(renderer(plan, indent)).body
         wrapper_def = wrapper[-1]
         assert isinstance(wrapper_def, cst.FunctionDef)
         wrapper_def = wrapper_def.with_changes(decorators=[*above, *wrapper_def.decorators],
                                                leading_lines=func.leading_lines)
         body_def = func.with_changes(name=cst.Name(body_name), decorators=below)
-        replacement = cst.FlattenSentinel([body_def, wrapper_def])
+        blank = [line for line in func.leading_lines if line.comment is None]
+        between = [w.with_changes(leading_lines=blank) if k == 0 else w for k, w in enumerate(wrapper[:-1])]
+        replacement = cst.FlattenSentinel([body_def, *between, wrapper_def])
         return self._finish(site, plan, (Edit(func, replacement),), f"`{func.name.value}`")
 
-    def _call_fix(self, site: TransformSite) -> FixSpec:
+    def _call_fix(self, site: TransformSite, renderer=render) -> FixSpec:
         call = site.node
         assert isinstance(call, cst.Call)
         fun = site.fun
@@ -694,13 +746,14 @@ class Rewriter:
             # `step = jax.pmap(f, ...)`: the statement becomes the wrapper's definition.
             params, body_call, hoisted = self._signature(fun, target)
             plan = self._plan(site, target, params, body_call, hoisted)
-            new = cst.parse_module(render(plan, self.model.module.default_indent)).body
+            new = cst.parse_module(renderer(plan, self.model.module.default_indent)).body
             first = new[0].with_changes(leading_lines=statement.leading_lines)
             replacement = cst.FlattenSentinel([first, *new[1:]])
             return self._finish(site, plan, (Edit(statement, replacement),), f"`{target}`")
-        return self._hoisted_fix(site, call, fun)
+        return self._hoisted_fix(site, call, fun, renderer)
 
-    def _hoisted_fix(self, site: TransformSite, call: cst.Call, fun: cst.BaseExpression) -> FixSpec:
+    def _hoisted_fix(self, site: TransformSite, call: cst.Call, fun: cst.BaseExpression,
+                     renderer=render) -> FixSpec:
         """A pmap built inside an expression (`jax.pmap(f)(x)`, `self.step = jax.pmap(...)`): the
         wrapper is defined once before the statement (or at module level when it only needs
         module-level names, so that a call in a loop or a function is not re-traced) and the
@@ -718,7 +771,7 @@ class Rewriter:
         wrapper_name = self._unique_name(f"{base}_mapped")
         params, body_call, hoisted = self._signature(fun, base)
         plan = self._plan(site, wrapper_name, params, body_call, hoisted)
-        new = list(cst.parse_module(render(plan, self.model.module.default_indent)).body)
+        new = list(cst.parse_module(renderer(plan, self.model.module.default_indent)).body)
         # Separate the new definitions as the anchor is separated from what precedes it (comments
         # in its leading lines stay with it).
         blank = [line for line in anchor.leading_lines if line.comment is None]

@@ -1,11 +1,12 @@
 """The placement fixes in a multi-process program, checked by a real two-process run.
 
-In a module that runs several processes (PM501) the pmaps map host-local arrays, so PM101 routes
-them to `runtime_shim.pmap`, the stacking helpers become the shim's drop-ins (PM301/PM302), and
-row reads (`loss[0]`, `tree_map(lambda v: v[0], params)`) are left alone (PM201/PM202: the first
-addressable shard is not row 0 of a global array). `tests/shim_programs/data_parallel.py` (2
-processes x 4 CPU devices, gloo collectives) is fixed with every rule and unsafe fixes, then run
-on the newest jax; each process must print what it printed under jax 0.7.2's legacy pmap.
+In a module that runs several processes (PM501) the pmaps are rewritten over a global mesh of every
+process's devices (`rules/multiprocess_rewrite.py`): their outputs stay global arrays, and the row
+reads of them (`loss[0]`, `tree_map(lambda v: v[0], params)`) become reads of this process's rows;
+the stacking helpers still become the shim's drop-ins (PM301/PM302), whose host-local stacks the
+rewritten pmaps take. `tests/shim_programs/data_parallel.py` (2 processes x 4 CPU devices, gloo
+collectives) is fixed with every rule and unsafe fixes, then run on the newest jax; each process
+must print what it printed under jax 0.7.2's legacy pmap.
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ from pathlib import Path
 
 import pytest
 from support import jaxenv
+from test_multiprocess_rewrite import gloo_free
 from test_shim_differential import _free_port, differences, parse
 
 from codemod.fixer import fix_bytes
@@ -55,17 +57,20 @@ def _two_processes(env: jaxenv.JaxEnv, script: Path) -> list[subprocess.Complete
 
 def _checks(proc: subprocess.CompletedProcess, what: str) -> dict:
     assert proc.returncode == 0, f"{what} failed:\n{proc.stderr[-4000:]}"
-    checks = parse(proc.stdout)
+    checks = parse(gloo_free(proc.stdout))
     assert checks, f"{what} printed no checks:\n{proc.stdout[-2000:]}"
     return checks
 
 
-def test_the_fix_uses_the_shim_and_leaves_row_reads_alone(fixed_program):
+def test_the_fix_rewrites_the_pmaps_and_reads_this_process_rows(fixed_program):
     text = fixed_program.read_text()
     assert "jax.pmap(" not in text and "jax.device_put_replicated(" not in text
-    assert "runtime_shim.pmap" in text and "runtime_shim.device_put_replicated(" in text
-    assert "addressable_shards" not in text  # loss[0], tree_map(lambda v: v[0], ...) unchanged
-    assert "float(loss[0])" in text
+    assert "runtime_shim.pmap" not in text and "runtime_shim.device_put_replicated(" in text
+    assert "jax.make_array_from_process_local_data" in text
+    # `tree_map(lambda v: v[0], params)`: this process's row from the device that holds it
+    assert "lambda v: v.addressable_shards[0].data.squeeze(0), params)" in text
+    # `float(loss[0])`: loss may be any pytree, so its host-local view, then the row
+    assert "float(host_local(loss)[0])" in text
 
 
 def test_fixed_program_matches_legacy_pmap_on_two_processes(fixed_program):

@@ -1,0 +1,202 @@
+"""The global-mesh rewrite of the pmaps of multi-process programs (PM501), judged by running them.
+
+Each program of `fixtures/programs_multiprocess/` (2 processes x 4 CPU devices on 127.0.0.1, gloo
+collectives) runs under jax 0.7.2's legacy pmap; after `pmap-migrate fix --unsafe-fixes` it must
+print on every process, on jax 0.10.2, the newest jax and (the same file) jax 0.7.2, what that
+process printed under the legacy pmap. The same programs run as one process (the rewritten code
+with `process_count() == 1`) must print what the legacy single-process pmap printed.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+import pytest
+from support import jaxenv
+from test_shim_differential import _free_port, differences, parse
+
+from codemod.fixer import fix_bytes
+from rules import all_rules
+
+ROOT = Path(__file__).resolve().parents[1]
+PROGRAMS = ROOT / "fixtures" / "programs_multiprocess"
+NAMES = ("data_parallel_training", "collectives", "host_readback")
+FIXED_ENVS = {"jax-0.10.2": jaxenv.NEW_311, "newest": jaxenv.NEWEST, "jax-0.7.2": jaxenv.LEGACY}
+
+
+def _fix(source: bytes, name: str):
+    outcome = fix_bytes(source, name, all_rules(), unsafe=True)
+    assert outcome.error is None, outcome.error
+    return outcome
+
+
+@pytest.fixture(scope="module")
+def fixed(tmp_path_factory) -> dict:
+    """name -> (fixed program path, fix outcome); `_report.py` next to them."""
+    root = tmp_path_factory.mktemp("multiprocess_rewrite")
+    shutil.copy(PROGRAMS / "_report.py", root / "_report.py")
+    out = {}
+    for name in NAMES:
+        outcome = _fix((PROGRAMS / f"{name}.py").read_bytes(), f"{name}.py")
+        target = root / f"{name}.py"
+        target.write_bytes(outcome.fixed or b"")
+        out[name] = (target, outcome)
+    return out
+
+
+def _python(env: jaxenv.JaxEnv) -> Path:
+    try:
+        return jaxenv.python_for(env)
+    except jaxenv.EnvUnavailable as exc:
+        pytest.skip(str(exc))
+
+
+def _two_processes(env: jaxenv.JaxEnv, script: Path) -> list[subprocess.CompletedProcess]:
+    python, port = _python(env), str(_free_port())
+    with ThreadPoolExecutor(2) as pool:
+        runs = [pool.submit(jaxenv.run_program, python, script, port, str(i), devices=4, timeout=600,
+                            cwd=script.parent) for i in range(2)]
+        return [run.result() for run in runs]
+
+
+def _one_process(env: jaxenv.JaxEnv, script: Path) -> subprocess.CompletedProcess:
+    return jaxenv.run_program(_python(env), script, "0", "0", "1", devices=4, timeout=600, cwd=script.parent)
+
+
+def _checks(proc: subprocess.CompletedProcess, what: str) -> dict:
+    assert proc.returncode == 0, f"{what} failed:\n{proc.stderr[-4000:]}"
+    checks = parse(gloo_free(proc.stdout))
+    assert checks, f"{what} printed no checks:\n{proc.stdout[-2000:]}"
+    return checks
+
+
+def gloo_free(stdout: str) -> str:
+    """The checks a program printed, one per line. gloo prints its connection messages to stdout from
+    C++, unsynchronised with Python's lines: one (or a part of one) can land before or after a check
+    on the same line."""
+    decoder = json.JSONDecoder()
+    checks = []
+    for line in stdout.splitlines():
+        start = line.find('{"check"')
+        while start != -1:
+            record, end = decoder.raw_decode(line, start)
+            checks.append(json.dumps(record))
+            start = line.find('{"check"', end)
+    return "\n".join(checks)
+
+
+def _same(reference: dict, candidate: dict, what: str) -> None:
+    diff = differences(reference, candidate)
+    assert not diff, f"{what}: {len(diff)} of {len(reference)} checks differ:\n" + "\n".join(diff)
+
+
+# ---------------------------------------------------------------------- the rewrite itself (no jax)
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_every_pmap_becomes_plain_jax_and_the_fix_is_a_fixpoint(fixed, name):
+    target, outcome = fixed[name]
+    text = target.read_text()
+    assert "jax.pmap(" not in text and "runtime_shim.pmap" not in text, text
+    assert "jax.shard_map(" in text and "make_array_from_process_local_data" in text
+    summaries = [d.fix.summary for d in outcome.applied if d.code in ("PM101", "PM501")]
+    assert summaries and all("global mesh" in s for s in summaries), summaries
+    again = _fix(text.encode(), f"{name}.py")
+    assert again.fixed is None and again.applied == [], (again.fixed or b"").decode()
+
+
+KEPT = {  # fixtures/fix/pm501_kept_on_shim.py: line of the pmap -> why it keeps the shim
+    6: "public module-level pmap of a library module",
+    11: "stored on an object",
+    15: "used as a value",
+    19: "`devices=`",
+    23: "updated in place",
+    30: "traced",
+}
+
+
+def test_what_the_rewrite_cannot_see_keeps_the_shim_and_says_why():
+    source = (ROOT / "fixtures" / "fix" / "pm501_kept_on_shim.py").read_bytes()
+    outcome = _fix(source, "pm501_kept_on_shim.py")
+    found = {d.line: d.fix.summary for d in outcome.applied if d.code == "PM101"}
+    assert set(found) == set(KEPT), found
+    for line, reason in KEPT.items():
+        assert found[line].startswith("use `runtime_shim.pmap`") and reason in found[line], (line, found[line])
+
+
+def test_one_unreadable_output_shims_that_pmap_only():
+    """A pmap whose output the program updates in place keeps the shim; the other pmaps of the module
+    are still rewritten, and what they hand to the shimmed one is made host-local first."""
+    source = b'''import jax
+import numpy as np
+
+jax.distributed.initialize()
+double = jax.pmap(lambda x: x * 2, axis_name="i")
+half = jax.pmap(lambda x: x / 2, axis_name="i")
+
+
+def run(batch):
+    out = half(double(batch))
+    out += np.ones(4)
+    return out
+'''
+    outcome = _fix(source, "mixed.py")
+    text = outcome.fixed.decode()
+    assert "half = runtime_shim.pmap(" in text
+    assert "def double(x):" in text and "half(host_local(double(batch)))" in text, text
+
+
+def test_a_main_handed_to_absl_app_run_is_not_traced_code():
+    """`app.run(main)` hands `main` over as a value; it runs it, it does not trace it."""
+    source = b'''import jax
+from absl import app
+
+
+def main(argv):
+    jax.distributed.initialize()
+    step = jax.pmap(lambda x: x * 2, axis_name="i")
+    out = step(argv)
+    print(out[0])
+
+
+if __name__ == "__main__":
+    app.run(main)
+'''
+    text = _fix(source, "prog.py").fixed.decode()
+    assert "runtime_shim" not in text and "out.addressable_shards[0].data.squeeze(0)" in text, text
+    wrapped = _fix(source.replace(b"app.run(main)", b"jax.jit(main)(0)"), "prog.py").fixed.decode()
+    assert "step = runtime_shim.pmap(" in wrapped
+
+
+# ---------------------------------------------------------------------- running (2 processes x 4 devices)
+
+
+@pytest.fixture(scope="module")
+def legacy_runs() -> dict:
+    """name -> the checks each process printed under jax 0.7.2's legacy pmap."""
+    return {name: [_checks(p, f"{name} process {i} on legacy pmap")
+                   for i, p in enumerate(_two_processes(jaxenv.LEGACY, PROGRAMS / f"{name}.py"))]
+            for name in NAMES}
+
+
+@pytest.mark.parametrize("env", list(FIXED_ENVS))
+@pytest.mark.parametrize("name", NAMES)
+@pytest.mark.jax_envs
+@pytest.mark.multiprocess
+def test_fixed_program_matches_legacy_pmap_on_two_processes(fixed, legacy_runs, name, env):
+    target, _ = fixed[name]
+    for i, proc in enumerate(_two_processes(FIXED_ENVS[env], target)):
+        _same(legacy_runs[name][i], _checks(proc, f"fixed {name}, {env}, process {i}"), f"{name} process {i} on {env}")
+
+
+@pytest.mark.parametrize("name", NAMES)
+@pytest.mark.jax_envs
+def test_fixed_program_still_runs_as_one_process(fixed, name):
+    target, _ = fixed[name]
+    reference = _checks(_one_process(jaxenv.LEGACY, PROGRAMS / f"{name}.py"), f"{name} on one process, legacy pmap")
+    candidate = _checks(_one_process(jaxenv.NEW_311, target), f"fixed {name} on one process, jax 0.10.2")
+    _same(reference, candidate, f"{name} on one process")
