@@ -47,6 +47,9 @@ from collections.abc import Iterator
 from concurrent.futures import ProcessPoolExecutor
 from dataclasses import asdict, dataclass, field
 
+# run as a script, so benchmarks/ is sys.path[0]
+from _corpus_report import print_list, print_table
+
 PMAP_NAMES = frozenset({"jax.pmap", "jax.api.pmap", "jax._src.api.pmap"})
 PARTIAL_NAMES = frozenset({"functools.partial"})
 GUARD_EXCEPTIONS = frozenset({"AttributeError", "ImportError", "ModuleNotFoundError"})
@@ -724,10 +727,7 @@ def main(argv: list[str] | None = None) -> int:
         rows += [("check (all rules) wall / CPU time (s)", f"{full.seconds:.1f} / {full.cpu_seconds:.1f}"),
                  ("PM002 internal errors (all rules)", len(full_crashes)),
                  ("all-rules run error", full.error or "none")]
-    width = max(len(k) for k, _ in rows)
-    print()
-    for key, value in rows:
-        print(f"{key:<{width}}  {value}")
+    print_table(rows)
 
     print("\nper directory: python files / ast references / matched / guarded / missed / PM101+PM103 findings")
     for root in args.roots:
@@ -740,54 +740,27 @@ def main(argv: list[str] | None = None) -> int:
               f"{sum(1 for r in guarded_silent if inside(r.path)):>6} {sum(1 for r in missed if inside(r.path)):>6} "
               f"{sum(1 for d in findings if inside(d['abspath'])):>6}")
 
+    def show_guarded(ref: Reference) -> str:
+        return show(ref) + f"   <- {ref.guard}"
+
     skipped_cells = [(s.path, c) for s in scans for c in s.skipped_cells]
-    if skipped_cells:
-        print(f"\nnotebook cells ast.parse rejects (left out of the scan, {len(skipped_cells)}):")
-        for path, cell in skipped_cells:
-            print(f"  {rel(path)}: {cell}")
-    if unparsable:
-        print(f"\nfiles ast.parse rejects ({len(unparsable)}):")
-        for s in unparsable:
-            print(f"  {rel(s.path)}: {s.error}")
-    if missed:
-        print(f"\nMISSED references ({len(missed)}):")
-        for ref in missed:
-            print(show(ref))
-    if alias_missed:
-        print(f"\nalias reads with no finding ({len(alias_missed)}):")
-        for ref in alias_missed:
-            print(show(ref))
-    if unexplained:
-        print(f"\nfindings with no ast reference in range ({len(unexplained)}):")
-        for d in unexplained:
-            print(show_d(d))
-    if guarded_silent and args.show_guarded:
-        print(f"\nguarded/noqa references not reported ({len(guarded_silent)}):")
-        for ref in guarded_silent:
-            print(show(ref) + f"   <- {ref.guard}")
+    print_list("notebook cells ast.parse rejects (left out of the scan, {n})", skipped_cells,
+               lambda path_cell: f"  {rel(path_cell[0])}: {path_cell[1]}")
+    print_list("files ast.parse rejects ({n})", unparsable, lambda s: f"  {rel(s.path)}: {s.error}")
+    print_list("MISSED references ({n})", missed, show)
+    print_list("alias reads with no finding ({n})", alias_missed, show)
+    print_list("findings with no ast reference in range ({n})", unexplained, show_d)
+    if args.show_guarded:
+        print_list("guarded/noqa references not reported ({n})", guarded_silent, show_guarded)
     elif guarded_silent:
         reasons = Counter(r.guard.split(" (")[0] for r in guarded_silent)
         print(f"\nguarded/noqa references not reported: {dict(reasons)} (--show-guarded lists them)")
-    if guarded_reported:
-        print(f"\nguarded/noqa references reported anyway ({len(guarded_reported)}):")
-        for ref in guarded_reported:
-            print(show(ref) + f"   <- {ref.guard}")
-    if skipped:
-        print(f"\nreferences in directories discovery always skips ({len(skipped)}):")
-        for ref in skipped:
-            print(show(ref))
-    if stores:
-        print(f"\nstores to jax.pmap ({len(stores)}, not required to be reported):")
-        for ref in stores:
-            print(show(ref))
-    if unresolved:
-        print(f"\n`jax.pmap` spelled with an unbound `jax` ({len(unresolved)}, not counted):")
-        for ref in unresolved:
-            print(show(ref))
-    if errors:
-        print(f"\nlinter file errors ({len(errors)}):")
-        for d in errors:
-            print(show_d(d) + ("   <- ast parses this file" if d in syntax_in_parsed else ""))
+    print_list("guarded/noqa references reported anyway ({n})", guarded_reported, show_guarded)
+    print_list("references in directories discovery always skips ({n})", skipped, show)
+    print_list("stores to jax.pmap ({n}, not required to be reported)", stores, show)
+    print_list("`jax.pmap` spelled with an unbound `jax` ({n}, not counted)", unresolved, show)
+    print_list("linter file errors ({n})", errors,
+               lambda d: show_d(d) + ("   <- ast parses this file" if d in syntax_in_parsed else ""))
     if targeted.error:
         print(f"\nlinter run error: {targeted.error}\n{targeted.stderr[-3000:]}")
     if full:

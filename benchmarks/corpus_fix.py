@@ -45,6 +45,9 @@ from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 
+# run as a script, so benchmarks/ is sys.path[0]
+from _corpus_report import print_list, print_table
+
 REPO = Path(__file__).resolve().parents[1]
 DEFAULT_EXE = shutil.which("pmap-migrate") or "/work/dev/bin/pmap-migrate"
 SUFFIXES = (".py", ".ipynb")
@@ -356,44 +359,24 @@ def _run(args, tree: Path, config: Path, wall: float) -> int:
         ("fixer API wall time (s, process pool)", f"{api_seconds:.1f}"),
         ("slowest files (s)", ", ".join(f"{r.path} {r.seconds:.1f}" for r in slowest)),
     ]
-    width = max(len(k) for k, _ in rows)
-    print()
-    for key, value in rows:
-        print(f"{key:<{width}}  {value}")
+    print_table(rows)
     if shim_reasons:
         print("\nwhy sites were shimmed:")
         for reason, count in shim_reasons.most_common():
             print(f"  {count:4d}  {reason}")
     errors = [d for d in first.diagnostics if d.get("code", "").startswith("PM00")]
-    if errors:
-        print(f"\nfiles the fix could not handle ({len(errors)}):")
-        for d in errors:
-            print(f"  {d['path']}:{d['line']}:{d['column']}: {d['code']} {d['message']}")
-    for title, items in (("OUTPUT ast REJECTS", invalid), ("output for a newer Python (input already rejected)", newer_syntax)):
-        if items:
-            print(f"\n{title} ({len(items)}):")
-            for p, problem in items:
-                print(f"  {rel[p]}: {problem}")
-    if format_drift:
-        print(f"\nFORMAT DRIFT ({len(format_drift)}):")
-        for p, was, now in format_drift:
-            print(f"  {rel[p]}: {was} -> {now}")
-    if second_changed:
-        print(f"\nCHANGED BY THE SECOND RUN ({len(second_changed)}):")
-        for p in second_changed:
-            print(f"  {rel[p]}")
-    if api_mismatch:
-        print(f"\nAPI OUTPUT DIFFERS FROM THE CLI'S ({len(api_mismatch)}):")
-        for p in api_mismatch:
-            print(f"  {rel[p]}")
-    if crashes:
-        print(f"\nCRASHES ({len(crashes)}):")
-        for crash in crashes:
-            print(f"  {crash}")
-    if leftovers:
-        print(f"\nTEMPORARY FILES LEFT ({len(leftovers)}):")
-        for p in leftovers:
-            print(f"  {p}")
+    print_list("files the fix could not handle ({n})", errors,
+               lambda d: f"  {d['path']}:{d['line']}:{d['column']}: {d['code']} {d['message']}")
+    def path_problem(item: tuple[Path, str]) -> str:
+        return f"  {rel[item[0]]}: {item[1]}"
+
+    print_list("OUTPUT ast REJECTS ({n})", invalid, path_problem)
+    print_list("output for a newer Python (input already rejected) ({n})", newer_syntax, path_problem)
+    print_list("FORMAT DRIFT ({n})", format_drift, lambda item: f"  {rel[item[0]]}: {item[1]} -> {item[2]}")
+    print_list("CHANGED BY THE SECOND RUN ({n})", second_changed, lambda p: f"  {rel[p]}")
+    print_list("API OUTPUT DIFFERS FROM THE CLI'S ({n})", api_mismatch, lambda p: f"  {rel[p]}")
+    print_list("CRASHES ({n})", crashes, lambda crash: f"  {crash}")
+    print_list("TEMPORARY FILES LEFT ({n})", leftovers, lambda p: f"  {p}")
     print(f"\ntotal wall time: {time.perf_counter() - wall:.1f}s")
 
     if args.json_out:

@@ -7,6 +7,32 @@ from rules.base import Invalid, Rule, Valid
 from rules.pmap_rewrite import rewriter_for
 
 
+def _global_mesh_helpers(axis: str) -> str:
+    """The `<axis>_mesh` and `<axis>_global` functions the fix writes once per axis name, as the
+    expected outputs of the examples below spell them (followed by two blank lines)."""
+    return (
+        "@functools.cache\n"
+        f"def {axis}_mesh(rows):  # legacy pmap's devices: the first `rows` of each process, process by process\n"
+        "    devices = [d for p in range(jax.process_count()) for d in jax.local_devices(p)[:rows]]\n"
+        f"    return Mesh(np.array(devices), (\"{axis}\",))\n"
+        "\n"
+        "\n"
+        f"def {axis}_global(tree, rows, spec=P(\"{axis}\")):  # this process's rows -> global arrays\n"
+        f"    sharding = NamedSharding({axis}_mesh(rows), spec)\n"
+        "\n"
+        "    def place(x):\n"
+        "        if isinstance(x, jax.Array) and (x.sharding == sharding or not x.is_fully_addressable):\n"
+        "            return x  # already global: an output fed back\n"
+        "        if jax.process_count() == 1 and not isinstance(x, jax.Array):\n"
+        "            return x  # one process: jit puts host data where it goes\n"
+        "        return jax.make_array_from_process_local_data(sharding, x)\n"
+        "\n"
+        "    return jax.tree.map(place, tree)\n"
+        "\n"
+        "\n"
+    )
+
+
 class HostLocalInput(Rule):
     """A pmap in a multi-process program, whose inputs are host-local arrays.
 
@@ -138,25 +164,7 @@ class HostLocalInput(Rule):
                       "jax.distributed.initialize()\n"
                       "\n"
                       "\n"
-                      "@functools.cache\n"
-                      "def batch_mesh(rows):  # legacy pmap's devices: the first `rows` of each process, process by process\n"
-                      "    devices = [d for p in range(jax.process_count()) for d in jax.local_devices(p)[:rows]]\n"
-                      "    return Mesh(np.array(devices), (\"batch\",))\n"
-                      "\n"
-                      "\n"
-                      "def batch_global(tree, rows, spec=P(\"batch\")):  # this process's rows -> global arrays\n"
-                      "    sharding = NamedSharding(batch_mesh(rows), spec)\n"
-                      "\n"
-                      "    def place(x):\n"
-                      "        if isinstance(x, jax.Array) and (x.sharding == sharding or not x.is_fully_addressable):\n"
-                      "            return x  # already global: an output fed back\n"
-                      "        if jax.process_count() == 1 and not isinstance(x, jax.Array):\n"
-                      "            return x  # one process: jit puts host data where it goes\n"
-                      "        return jax.make_array_from_process_local_data(sharding, x)\n"
-                      "\n"
-                      "    return jax.tree.map(place, tree)\n"
-                      "\n"
-                      "\n"
+                      + _global_mesh_helpers("batch") +
                       "def _step(x):\n"
                       "    return jax.lax.psum(x * x, \"batch\")\n"
                       "\n"
@@ -220,25 +228,7 @@ class HostLocalInput(Rule):
                       "jax.distributed.initialize()\n"
                       "\n"
                       "\n"
-                      "@functools.cache\n"
-                      "def i_mesh(rows):  # legacy pmap's devices: the first `rows` of each process, process by process\n"
-                      "    devices = [d for p in range(jax.process_count()) for d in jax.local_devices(p)[:rows]]\n"
-                      "    return Mesh(np.array(devices), (\"i\",))\n"
-                      "\n"
-                      "\n"
-                      "def i_global(tree, rows, spec=P(\"i\")):  # this process's rows -> global arrays\n"
-                      "    sharding = NamedSharding(i_mesh(rows), spec)\n"
-                      "\n"
-                      "    def place(x):\n"
-                      "        if isinstance(x, jax.Array) and (x.sharding == sharding or not x.is_fully_addressable):\n"
-                      "            return x  # already global: an output fed back\n"
-                      "        if jax.process_count() == 1 and not isinstance(x, jax.Array):\n"
-                      "            return x  # one process: jit puts host data where it goes\n"
-                      "        return jax.make_array_from_process_local_data(sharding, x)\n"
-                      "\n"
-                      "    return jax.tree.map(place, tree)\n"
-                      "\n"
-                      "\n"
+                      + _global_mesh_helpers("i") +
                       "def host_local(tree):  # global arrays -> this process's rows, as legacy pmap returned them\n"
                       "    def local(x):\n"
                       "        if isinstance(x, jax.Array) and not x.is_fully_addressable and isinstance(x.sharding, NamedSharding):\n"

@@ -24,6 +24,7 @@ from rules import all_rules
 
 ROOT = Path(__file__).resolve().parents[1]
 PROGRAMS = ROOT / "fixtures" / "programs_multiprocess"
+REPORT = Path(__file__).parent / "shim_programs" / "_report.py"  # what the programs import as `_report`
 NAMES = ("data_parallel_training", "collectives", "host_readback")
 FIXED_ENVS = {"jax-0.10.2": jaxenv.NEW_311, "newest": jaxenv.NEWEST, "jax-0.7.2": jaxenv.LEGACY}
 
@@ -35,10 +36,20 @@ def _fix(source: bytes, name: str):
 
 
 @pytest.fixture(scope="module")
+def legacy(tmp_path_factory) -> Path:
+    """A directory holding the programs as they are, with `_report.py` next to them."""
+    root = tmp_path_factory.mktemp("multiprocess_legacy")
+    shutil.copy(REPORT, root / "_report.py")
+    for name in NAMES:
+        shutil.copy(PROGRAMS / f"{name}.py", root / f"{name}.py")
+    return root
+
+
+@pytest.fixture(scope="module")
 def fixed(tmp_path_factory) -> dict:
     """name -> (fixed program path, fix outcome); `_report.py` next to them."""
     root = tmp_path_factory.mktemp("multiprocess_rewrite")
-    shutil.copy(PROGRAMS / "_report.py", root / "_report.py")
+    shutil.copy(REPORT, root / "_report.py")
     out = {}
     for name in NAMES:
         outcome = _fix((PROGRAMS / f"{name}.py").read_bytes(), f"{name}.py")
@@ -176,10 +187,10 @@ if __name__ == "__main__":
 
 
 @pytest.fixture(scope="module")
-def legacy_runs() -> dict:
+def legacy_runs(legacy) -> dict:
     """name -> the checks each process printed under jax 0.7.2's legacy pmap."""
     return {name: [_checks(p, f"{name} process {i} on legacy pmap")
-                   for i, p in enumerate(_two_processes(jaxenv.LEGACY, PROGRAMS / f"{name}.py"))]
+                   for i, p in enumerate(_two_processes(jaxenv.LEGACY, legacy / f"{name}.py"))]
             for name in NAMES}
 
 
@@ -195,8 +206,8 @@ def test_fixed_program_matches_legacy_pmap_on_two_processes(fixed, legacy_runs, 
 
 @pytest.mark.parametrize("name", NAMES)
 @pytest.mark.jax_envs
-def test_fixed_program_still_runs_as_one_process(fixed, name):
+def test_fixed_program_still_runs_as_one_process(fixed, legacy, name):
     target, _ = fixed[name]
-    reference = _checks(_one_process(jaxenv.LEGACY, PROGRAMS / f"{name}.py"), f"{name} on one process, legacy pmap")
+    reference = _checks(_one_process(jaxenv.LEGACY, legacy / f"{name}.py"), f"{name} on one process, legacy pmap")
     candidate = _checks(_one_process(jaxenv.NEW_311, target), f"fixed {name} on one process, jax 0.10.2")
     _same(reference, candidate, f"{name} on one process")
