@@ -1,10 +1,13 @@
 from __future__ import annotations
 
+from dataclasses import replace
+
 import libcst as cst
+from libcst.metadata import ImportAssignment
 
 from rules import tables
 from rules.api_rewrite import code_of, removal_spec
-from rules.base import FixSpec, Invalid, Rule, Valid
+from rules.base import FixSpec, ImportSpec, Invalid, Rule, Valid
 from rules.placement_rewrite import (
     Placement,
     Unfixable,
@@ -18,6 +21,8 @@ from rules.placement_rewrite import (
 )
 
 _LAST_COMPONENTS = tuple({name.rsplit(".", 1)[-1] for name in tables.FLAX_PMAP_HELPERS})
+# The plain imports (`import flax`, `import flax.jax_utils`) a helper's attribute chain reads.
+_FLAX_MODULES = frozenset({"flax", "flax.jax_utils", "flax.training", "flax.training.common_utils"})
 
 
 class FlaxReplicate(Rule):
@@ -68,7 +73,12 @@ class FlaxReplicate(Rule):
     - `shard_prng_key(key)` -> `jax.random.split(key, num=jax.local_device_count())`, flax's own
       body: safe.
     - `prefetch_to_device`: no fix (a generator with a prefetch queue; no expression replaces it).
-    The helpers used as values (`map(common_utils.shard, ds)`) are not rewritten. Dropping the
+    The helpers used as values (`map(common_utils.shard, ds)`) are not rewritten. The flax import
+    goes once nothing uses it, a plain `import flax` / `import flax.jax_utils` too. The
+    `replicate` stack goes through NumPy: Python numbers held in the tree (not only literals)
+    become strongly typed there, as in flax's own `replicate` after 0.12.3, and a typed PRNG key
+    leaf (`jax.random.key`, not `PRNGKey`) cannot be converted (`TypeError` at run time, as for
+    PM301). Verified by running programs: `fixtures/programs_flax/`. Dropping the
     device axis altogether (the idiomatic migration) changes every function that receives these
     values and is not done automatically.
 
@@ -107,6 +117,9 @@ class FlaxReplicate(Rule):
         Invalid("from flax.jax_utils import replicate\nstate = replicate(state)\n", lines=(2,)),
         Invalid("import flax\nstate = flax.jax_utils.replicate(state)\n", lines=(2,)),
         Invalid("import flax.jax_utils\nstate = flax.jax_utils.replicate(state)\n", lines=(2,)),
+        # A plain `import flax...` goes too once nothing reads `flax` (the fixed code needs no flax).
+        Invalid("import flax.training.common_utils\nk = flax.training.common_utils.shard_prng_key(key)\n",
+                lines=(2,), expected="import jax\n\nk = jax.random.split(key, num=jax.local_device_count())\n"),
         Invalid("from flax.jax_utils import replicate as rep\nstate = rep(state)\n", lines=(2,)),
         Invalid("from flax.training import common_utils\nbatch = common_utils.shard(batch)\n", lines=(2,)),
         Invalid(
@@ -144,6 +157,13 @@ class FlaxReplicate(Rule):
                             fix=self._fix(reference, name))
 
     def _fix(self, reference: cst.BaseExpression, helper: str) -> FixSpec | None:
+        spec = self._fix_of(reference, helper)
+        plain = _plain_flax_imports(self.model, reference)
+        if spec is None or not plain:
+            return spec
+        return replace(spec, remove_imports=(*spec.remove_imports, *plain))
+
+    def _fix_of(self, reference: cst.BaseExpression, helper: str) -> FixSpec | None:
         placement = placement_for(self.context)
         if alias_definition(self.model, reference) is not None:
             return alias_fix(placement, reference, None)
@@ -187,3 +207,23 @@ class FlaxReplicate(Rule):
         removal = removal_spec(self.model, reference)
         return FixSpec("safe", summary, replacement=keep_parens(call, cst.parse_expression(text)), target=call,
                        add_imports=imports, remove_imports=(removal,) if removal is not None else ())
+
+
+def _plain_flax_imports(model, reference: cst.BaseExpression) -> tuple[ImportSpec, ...]:
+    """`import flax` / `import flax.jax_utils` / `import flax.training.common_utils` (no `as`)
+    binding the head of ``reference`` (`flax.jax_utils.replicate`): removed once the fix leaves no
+    use of `flax` they provide (libcst keeps an import any remaining `flax.<...>` may read), as
+    the from-imports are; otherwise the fixed program would still import flax, and need it
+    installed, for nothing. Nothing when `flax` is also bound otherwise."""
+    head = reference
+    while isinstance(head, cst.Attribute):
+        head = head.value
+    if not isinstance(head, cst.Name) or head.value != "flax":
+        return ()
+    specs = []
+    for assignment in model.assignments_of(head):
+        if not (isinstance(assignment, ImportAssignment) and isinstance(assignment.node, cst.Import)):
+            return ()
+        specs.extend(ImportSpec(alias.evaluated_name) for alias in assignment.node.names
+                     if alias.asname is None and alias.evaluated_name in _FLAX_MODULES)
+    return tuple(dict.fromkeys(specs))

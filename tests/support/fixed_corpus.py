@@ -66,12 +66,13 @@ class CorpusRuns:
         return self._fixed[key]
 
     def differential(self, sources: Sequence[Path], *, check_import: bool = False, rerun: bool = False,
-                     timeout: float = 900) -> Runs:
-        """The run of the legacy ``sources`` on jax 0.7.2 (``REFERENCE``) and of their fixed copies on
-        each of ``ENVS``, by label. ``check_import`` applies to the fixed copies, ``rerun`` to every
-        run (see ``differential.run_batch``)."""
+                     timeout: float = 900, reference_env: JaxEnv = LEGACY) -> Runs:
+        """The run of the legacy ``sources`` on jax 0.7.2 (``REFERENCE``, in ``reference_env``: a
+        corpus needing more than jax, e.g. flax, passes a jax 0.7.2 environment that has it) and of
+        their fixed copies on each of ``ENVS``, by label. ``check_import`` applies to the fixed
+        copies, ``rerun`` to every run (see ``differential.run_batch``)."""
         fixed = self.fixed(sources)
-        jobs = {REFERENCE: (LEGACY, sources, False)}
+        jobs = {REFERENCE: (reference_env, sources, False)}
         for label, env in ENVS.items():
             jobs[label] = (env, [fixed.path(s.stem) for s in sources], check_import)
         return self.batches(jobs, rerun=rerun, timeout=timeout)

@@ -29,11 +29,24 @@ class JaxEnv:
     name: str
     python_minor: str  # "3.11"
     requirements: tuple[str, ...]
+    # Installed after ``requirements`` with ``pip install --no-deps``: a package whose declared
+    # dependencies are far heavier than what the tests import from it (flax -> orbax, tensorstore).
+    # Its imports' real needs must then be listed in ``requirements``.
+    no_deps: tuple[str, ...] = ()
 
 
 LEGACY = JaxEnv("jax-0.7.2-py3.11", "3.11", ("jax==0.7.2", "jaxlib==0.7.2"))
 NEW_311 = JaxEnv("jax-0.10.2-py3.11", "3.11", ("jax==0.10.2", "jaxlib==0.10.2"))
 NEWEST = JaxEnv("jax-0.12-py3.12", "3.12", ("jax>=0.12", "jaxlib>=0.12"))
+
+# The legacy jax with flax, for programs using flax's pmap-era helpers (PM303). flax 0.12.0 is the
+# last release admitting jax 0.7.2 (it requires jax>=0.7.1; 0.12.1 requires jax>=0.8.1); its
+# `replicate` is still `jax.device_put_replicated` (until 0.12.3). Only `flax.jax_utils` and
+# `flax.training.common_utils` are used: flax goes in without its declared dependencies (optax,
+# orbax-checkpoint, tensorstore, treescope), with just what `import flax` needs.
+FLAX_IMPORT_NEEDS = ("msgpack", "typing_extensions", "absl-py", "rich", "PyYAML")
+LEGACY_FLAX = JaxEnv("jax-0.7.2-flax-0.12.0-py3.11", "3.11", ("jax==0.7.2", "jaxlib==0.7.2", *FLAX_IMPORT_NEEDS),
+                     no_deps=("flax==0.12.0",))
 
 
 class EnvUnavailable(RuntimeError):
@@ -72,11 +85,12 @@ def python_for(env: JaxEnv) -> Path:
         if target.exists():
             shutil.rmtree(target)
         subprocess.run([base, "-m", "venv", str(target)], check=True)
-        subprocess.run(
-            [str(python), "-m", "pip", "install", "--quiet", "--disable-pip-version-check", *env.requirements],
-            check=True,
-        )
-        marker.write_text(" ".join(env.requirements) + "\n")
+        pip = [str(python), "-m", "pip", "install", "--quiet", "--disable-pip-version-check"]
+        subprocess.run([*pip, *env.requirements], check=True)
+        if env.no_deps:
+            subprocess.run([*pip, "--no-deps", *env.no_deps], check=True)
+        marker.write_text(" ".join(env.requirements) + (" --no-deps " + " ".join(env.no_deps) if env.no_deps else "")
+                          + "\n")
     return python
 
 
