@@ -4,11 +4,12 @@ Rules ask questions ("is this call a pmap?", "does this name hold a pmap output?
 re-deriving them. Names resolve through libcst's QualifiedNameProvider and ScopeProvider,
 never by text; module-local aliases (``p = jax.pmap``, ``pmap_i = partial(jax.pmap, ...)``) are
 followed through scope assignments. The data flow is flow-insensitive (a name that is *ever*
-assigned a pmap output in its scope counts as holding one) with one cheap refinement: an
-assignment that runs on every path to a read hides the earlier ones (see
-``reaching_assignments``). Module-wide facts come from one extra traversal (``_Indexer``); the
-only other walks are local (a pmapped function's own return statements). Rules ask the model
-instead of walking the tree again.
+assigned a pmap output in its scope counts as holding one) with two cheap refinements: a
+statement's own binding does not reach the reads of its value (``x = f(x)`` reads the previous
+``x``) unless a loop may run it again, and an assignment that runs on every path to a read hides
+the earlier ones (see ``reaching_assignments``). Module-wide facts come from one extra traversal
+(``_Indexer``); the only other walks are local (a pmapped function's own return statements). Rules
+ask the model instead of walking the tree again.
 """
 
 from __future__ import annotations
@@ -326,22 +327,35 @@ class SemanticModel:
 
     def reaching_assignments(self, name: cst.Name) -> list[BaseAssignment]:
         """The assignments of ``name`` that may reach this read. Flow-insensitive (every assignment
-        in scope) except for one cheap, safe refinement: when an assignment in the same scope comes
-        before the read in a block that encloses it (so it runs on every path to the read), the
-        assignments before it are dead here: ``out = step(x); out = jax.device_get(out); out[0]``
-        reads the host copy. Assignments after the read inside a loop that does not also hold that
-        dominating assignment stay (they reach it on the next iteration)."""
+        in scope) except for two cheap, safe refinements. A statement's own binding comes after the
+        reads of its value (``state = unreplicate(state)`` reads the previous ``state``): it does not
+        reach them, unless a loop around the statement may run it again (then the previous
+        iteration's binding does, as an assignment after the read would). And when an assignment in
+        the same scope comes before the read in a block that encloses it (so it runs on every path
+        to the read), the assignments before it are dead here: ``out = step(x); out =
+        jax.device_get(out); out[0]`` reads the host copy. Assignments after the read inside a loop
+        that does not also hold that dominating assignment stay (they reach it on the next
+        iteration)."""
         assignments = self.assignments_of(name)
         position = self._index.order.get(name)
-        if len(assignments) < 2 or position is None:
+        if not assignments or position is None:
+            return assignments
+        enclosing = self._enclosing_expressions(name)
+        own = [a for a in assignments if self._bound_after(a, enclosing)]
+        if own and not self._repeats(name):
+            assignments = [a for a in assignments if not any(a is o for o in own)]
+            own = []
+        if len(assignments) < 2:
             return assignments
         scope = self.scope_of(name)
-        placed: list[tuple[int, BaseAssignment]] = []
+        placed: list[tuple[float, BaseAssignment]] = []
         for assignment in assignments:
             node = assignment.node
             if not isinstance(node, cst.Name) or assignment.scope is not scope or node not in self._index.order:
                 return assignments  # parameters, defs, imports, outer scopes: keep it simple
-            placed.append((self._index.order[node], assignment))
+            # the statement's own binding (in a loop): after the read, as the next iteration sees it
+            order = position + 0.5 if any(assignment is o for o in own) else self._index.order[node]
+            placed.append((order, assignment))
         placed.sort(key=lambda item: item[0])
         before = [(order, a) for order, a in placed if order < position]
         dominating = next((i for i in range(len(before) - 1, -1, -1) if self._dominates(before[i][1].node, name)), None)
@@ -355,6 +369,53 @@ class SemanticModel:
         if loop is not None:
             reaching += [a for order, a in placed if order > position and self.is_within(a.node, loop)]
         return reaching
+
+    def _enclosing_expressions(self, read: cst.Name) -> set[int]:
+        """Ids of the nodes around ``read`` that evaluate it as part of their own evaluation: its
+        ancestors up to the nearest function, lambda, class or comprehension (code that may run
+        later than the expression around it, or apart from it)."""
+        found = {id(read)}
+        for ancestor in self.ancestors(read):
+            if isinstance(ancestor, _DEFERRED):
+                break
+            found.add(id(ancestor))
+        return found
+
+    def _bound_after(self, assignment: BaseAssignment, enclosing: set[int]) -> bool:
+        """``assignment`` is made by the statement that evaluates the read, after it: the read
+        (``enclosing``: see ``_enclosing_expressions``) is in the value of ``x = ...`` (``x +=
+        ...``, ``x: T = ...``, ``(x := ...)``), in the iterable of ``for x in ...`` or in the context
+        expression of ``with ... as x``, and not in a function, lambda or comprehension there."""
+        target = getattr(assignment, "node", None)
+        if not isinstance(target, cst.Name):
+            return False
+        for ancestor in self.ancestors(target):
+            if isinstance(ancestor, (cst.Assign, cst.AnnAssign, cst.AugAssign, cst.NamedExpr)):
+                part = ancestor.value
+            elif isinstance(ancestor, cst.For):
+                part = ancestor.iter
+            elif isinstance(ancestor, cst.WithItem):
+                part = ancestor.item
+            elif isinstance(ancestor, _TARGET_PARTS):
+                continue
+            else:
+                return False
+            return part is not None and id(part) in enclosing
+        return False
+
+    def _repeats(self, read: cst.Name) -> bool:
+        """Whether a loop of the read's own scope may evaluate ``read`` again (a ``for`` body, a
+        ``while`` test or body), so that a binding made after it reaches it on the next pass."""
+        child: cst.CSTNode = read
+        for ancestor in self.ancestors(read):
+            if isinstance(ancestor, cst.For) and child is ancestor.body:
+                return True
+            if isinstance(ancestor, cst.While) and (child is ancestor.body or child is ancestor.test):
+                return True
+            if isinstance(ancestor, _DEFERRED):
+                return isinstance(ancestor, _COMPREHENSIONS)  # a comprehension repeats; a def is another scope
+            child = ancestor
+        return False
 
     def _dominates(self, target: cst.Name, read: cst.Name) -> bool:
         """Whether the statement binding ``target`` runs on every path to ``read``: it is an
@@ -1139,6 +1200,14 @@ class _LoopExit(cst.CSTVisitor):
 
     def visit_Lambda(self, node: cst.Lambda) -> bool:
         return False
+
+
+# What may lie between an assignment's target name and the construct that binds it.
+_TARGET_PARTS = (cst.AssignTarget, cst.Tuple, cst.List, cst.Element, cst.StarredElement, cst.AsName)
+# Code that runs apart from the expression around it: later (a def, a lambda, a generator) or
+# in a scope of its own, maybe repeatedly (a comprehension).
+_COMPREHENSIONS = (cst.ListComp, cst.SetComp, cst.DictComp, cst.GeneratorExp)
+_DEFERRED = (cst.FunctionDef, cst.Lambda, cst.ClassDef) + _COMPREHENSIONS
 
 
 def _prefer_pmap(table: dict, key, site: TransformSite) -> None:
