@@ -103,6 +103,11 @@ class _Replace(cst.CSTTransformer):
         return result
 
 
+def _clean_indent(module: cst.Module) -> cst.Module:
+    clean = "".join(c for c in module.default_indent if c in " \t") or "    "
+    return module if clean == module.default_indent else module.with_changes(default_indent=clean)
+
+
 def apply(module: cst.Module, chosen: Sequence[Finding]) -> cst.Module:
     replacements: dict[cst.CSTNode, Edit] = {}
     insertions: dict[cst.CSTNode, list] = {}
@@ -115,6 +120,11 @@ def apply(module: cst.Module, chosen: Sequence[Finding]) -> cst.Module:
     if replacements or insertions:
         module = module.visit(_Replace(replacements, insertions))
     context = CodemodContext()
+    # libcst takes the first indented line's indentation as the module's unit, form feed included
+    # (`\f    x = 1`); its import visitors reject that unit and generated blocks would repeat the
+    # form feed on every line. Render with the unit cleaned: `_restore_lost_lines` puts the form
+    # feeds of untouched lines back.
+    module = _clean_indent(module)
     adds = [spec for f in chosen for spec in f.fix.add_imports]
     removes = [spec for f in chosen for spec in f.fix.remove_imports]
     if adds:
@@ -211,7 +221,7 @@ def fix_bytes(data: bytes, path: str, rules: Sequence[type[Rule]], *, unsafe: bo
             outcome.rounds += 1
             analysis = analyse(reparsed, path, rules, options)
         final = analysis.module.bytes
-        roundtrip = final if outcome.rounds == 0 else module.bytes
+        roundtrip = final if outcome.rounds == 0 else _clean_indent(module).bytes
         if roundtrip != data:
             # libcst re-rendered bytes that no fix touched (form feeds in indentation): put them back
             final = _restore_lost_lines(data, roundtrip, final)

@@ -947,7 +947,7 @@ class Idiomatic:
         self.mesh = self.rewriter._unique_name(f"{axis_word}_mesh" if re.fullmatch(r"[A-Za-z_]\w*", axis_word)
                                                else "data_mesh")
         self._rename_mesh_in_edits()  # the placements above were built before the name was chosen
-        indent = self.model.module.default_indent
+        indent = self.model.indent
         helper = cst.parse_statement(
             f"@functools.cache\ndef {self.mesh}():  # the program's one mesh, built on first use: "
             f"importing the module queries no device\n{indent}return Mesh({devices}, ({self.axis},))\n")
@@ -1007,7 +1007,7 @@ class Idiomatic:
         raise _Reject("a step outside the module body")
 
     def _step_edit(self, step: _Step) -> Edit:
-        indent = self.model.module.default_indent
+        indent = self.model.indent
         in_specs = [("P()" if step.kinds[k] == STATE else f"P({self.axis})") for k in range(len(step.params))]
         in_text = "(" + ", ".join(in_specs) + ("," if len(in_specs) == 1 else "") + ")"
         if step.tuple_return:

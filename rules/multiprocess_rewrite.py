@@ -426,7 +426,7 @@ class GlobalRewrite:
         edits = reads.merge_inline(edits)
         # Helpers once, before the first module-level statement that defines a rewritten pmap.
         anchor = min((self._top_statement(e.site.node) for e in self._sites), key=self._statement_index)
-        indent = self.model.module.default_indent
+        indent = self.model.indent
         helper_statements: list[cst.BaseStatement] = []
         for axis in dict.fromkeys(e.plan.axis for e in self._sites if e.plan is not None):
             group = self._helper_statements(self._helpers(axis), indent)

@@ -102,7 +102,7 @@ class Placement:
         """The indentation width of the statement holding ``node``. Continuation lines of a parsed
         expression are written relative to it: libcst adds the block's indentation itself."""
         depth = sum(isinstance(a, cst.IndentedBlock) for a in self.model.ancestors(node))
-        return len(self.model.module.default_indent) * depth
+        return len(self.model.indent) * depth
 
     def fresh_name(self, base: str) -> str:
         return self.rewriter._unique_name(base)
@@ -715,7 +715,7 @@ def stack_fix(placement: Placement, call: cst.Call, reference: cst.BaseExpressio
         devices_text, edits = placement.bind_once(cst.parse_expression(devices), call, "devices", query=True)
     else:
         devices_text, edits = placement.bind_once(devices, call, "devices")
-    column, unit = placement.column_of(call), model.module.default_indent
+    column, unit = placement.column_of(call), model.indent
     tree_text = code_of(parenthesized(tree) if sharded else tree)
     text = (stack_text if sharded else replicate_text)(jax, tree_text, devices_text, column, unit)
     replacement = keep_parens(call, cst.parse_expression(text))
@@ -797,7 +797,7 @@ def reshard_text(placement: Placement, value: cst.BaseExpression, call: cst.Call
     text = f"{jax}.device_put({code_of(value)}, {sharding})"
     parent = model.parent(value)
     if len(text) > 60 and isinstance(parent, cst.Arg) and len(call.args) == 1:
-        text = f"{jax}.device_put(\n{model.module.default_indent}{code_of(value)}, {sharding})"
+        text = f"{jax}.device_put(\n{model.indent}{code_of(value)}, {sharding})"
     return text, (*jax_imports, *imports)
 
 

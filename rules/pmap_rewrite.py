@@ -495,7 +495,7 @@ class Rewriter:
         axes = [_code(level.option("axis_name")) for level in chain]
         depth = len(chain)
         leading = tuple(range(depth))
-        i1, i2 = (self.model.module.default_indent,) * 2
+        i1, i2 = (self.model.indent,) * 2
         i2 = i1 * 2
         sizes = ", ".join(f"n_{k}" for k in range(depth))
         product = " * ".join(f"n_{k}" for k in range(depth))
@@ -723,7 +723,7 @@ class Rewriter:
         above, below = func.decorators[:index], func.decorators[index + 1:]
         body_name = self._unique_name("_" + func.name.value)
         plan = self._plan(site, func.name.value, params, f"{body_name}({', '.join(params)})", [])
-        indent = self.model.module.default_indent
+        indent = self.model.indent
         wrapper = cst.parse_module(renderer(plan, indent)).body
         wrapper_def = wrapper[-1]
         assert isinstance(wrapper_def, cst.FunctionDef)
@@ -746,7 +746,7 @@ class Rewriter:
             # `step = jax.pmap(f, ...)`: the statement becomes the wrapper's definition.
             params, body_call, hoisted = self._signature(fun, target)
             plan = self._plan(site, target, params, body_call, hoisted)
-            new = cst.parse_module(renderer(plan, self.model.module.default_indent)).body
+            new = cst.parse_module(renderer(plan, self.model.indent)).body
             first = new[0].with_changes(leading_lines=statement.leading_lines)
             replacement = cst.FlattenSentinel([first, *new[1:]])
             return self._finish(site, plan, (Edit(statement, replacement),), f"`{target}`")
@@ -771,7 +771,7 @@ class Rewriter:
         wrapper_name = self._unique_name(f"{base}_mapped")
         params, body_call, hoisted = self._signature(fun, base)
         plan = self._plan(site, wrapper_name, params, body_call, hoisted)
-        new = list(cst.parse_module(renderer(plan, self.model.module.default_indent)).body)
+        new = list(cst.parse_module(renderer(plan, self.model.indent)).body)
         # Separate the new definitions as the anchor is separated from what precedes it (comments
         # in its leading lines stay with it).
         blank = [line for line in anchor.leading_lines if line.comment is None]

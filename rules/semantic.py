@@ -1116,6 +1116,13 @@ class SemanticModel:
 
     # ------------------------------------------------------------ module-wide
     @property
+    def indent(self) -> str:
+        """One level of the module's indentation, for generated code: libcst infers it from the
+        first indented line, form feeds included (legal there, but not in a unit of indentation)."""
+        unit = "".join(c for c in self.module.default_indent if c in " \t")
+        return unit or "    "
+
+    @property
     def is_script(self) -> bool:
         """The module has an ``if __name__ == "__main__":`` block (a program, not a library)."""
         for statement in self.module.body:

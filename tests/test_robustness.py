@@ -111,6 +111,9 @@ ENCODED = {
     "tabs": b"import jax\nif True:\n\tx = 1\n\t" + SITE.encode() + b"\n\tdef f():\n\t\treturn x\n",
     "form feeds": b"import jax\n\x0c\n\x0cdef f():\n    return 1\n\x0c\n" + SITE.encode()
                   + b"\n\x0cclass A:\n    y = 1\n\x0c    z = 2\n",
+    # libcst takes the first indented line's indentation, form feed included, as the module's unit
+    "form feed on the first indented line": b"import jax\n\ndef f():\n\x0c    return 1\n    # c\n\n" + SITE.encode()
+                                            + b"\n",
     "no final newline, site last": b"import jax\nx = 1\n" + SITE.encode(),
     "no final newline, site first": b"import jax\n" + SITE.encode() + b"\nx = 1",
     "comment on the last line without newline": b"import jax\n" + SITE.encode() + b"\n# end",
