@@ -11,6 +11,8 @@ given directories (all rules, no cache) and lists any finding. Files that do not
 counted apart: a syntax error is not a legacy pattern, and the prefilter passes over unrelated
 broken files as it passes over unrelated good ones.
 
+``--mentioned-only`` analyses only the ruled-out files whose text holds a trigger word or the last
+component of some name anywhere (``pmap``, ``tree_map``): a superset of the spelled ones.
 ``--spelled-only`` analyses only the ruled-out files that spell every component of some reported
 name, the ones the `ast` names test decided on (a fraction of the time). The others contain no
 trigger word and no complete spelling of a name a rule reports; libcst can resolve a qualified name
@@ -30,8 +32,8 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from codemod.engine import triggers_of  # noqa: E402
-from codemod.runner import _rules_for, execute, lint_file  # noqa: E402
+from codemod.prefilter import Gate  # noqa: E402
+from codemod.runner import execute, lint_file, rules_for  # noqa: E402
 from rules import all_rules  # noqa: E402
 
 SUFFIXES = (".py", ".pyi", ".ipynb")
@@ -40,7 +42,7 @@ SUFFIXES = (".py", ".pyi", ".ipynb")
 def _full_analysis(job: tuple[str, tuple[str, ...]]):
     path, codes = job
     data = Path(path).read_bytes()
-    result = lint_file(data, path, _rules_for(codes))
+    result = lint_file(data, path, rules_for(codes), whole=True)
     return path, [(d.code, d.line, d.column) for d in result.diagnostics], result.error.code if result.error else None
 
 
@@ -53,14 +55,17 @@ def main() -> int:
                         help="analyse only the ruled-out files that spell every component of some name "
                              "(those the `ast` names test decided on); the others hold no trigger word and "
                              "no complete spelling of a reported name")
+    parser.add_argument("--mentioned-only", action="store_true",
+                        help="analyse only the ruled-out files that hold a trigger word or the last component "
+                             "of some name (`pmap`, `tree_map`, ...) anywhere in their text")
     args = parser.parse_args()
 
     rules = all_rules()
     codes = tuple(rule.CODE for rule in rules)
-    gate = triggers_of(rules)
+    gate = Gate.of(rules)
     files = sorted({p for d in args.dirs for p in d.rglob("*") if p.suffix in SUFFIXES and p.is_file()})
     start = time.perf_counter()
-    admitted, ruled_out, spelled = [], [], []
+    admitted, ruled_out, spelled, mentioned = [], [], [], []
     for path in files:
         data = path.read_bytes()
         if gate.needs_parse(data, path.suffix == ".ipynb"):
@@ -69,12 +74,16 @@ def main() -> int:
         ruled_out.append(path)
         if any(all(part in data for part in parts) for parts in gate.spellings):
             spelled.append(path)
+        if gate.mentions(data):
+            mentioned.append(path)
     gate_seconds = time.perf_counter() - start
     print(f"{len(files)} files: {len(admitted)} admitted by the prefilter, {len(ruled_out)} ruled out "
           f"({len(spelled)} of them by the `ast` names test; {gate_seconds:.1f} s serial for the prefilter)",
           flush=True)
     if args.spelled_only:
         ruled_out = spelled
+    elif args.mentioned_only:
+        ruled_out = mentioned
 
     start = time.perf_counter()
     missed, unparsable, crashes = [], 0, []
@@ -92,6 +101,7 @@ def main() -> int:
     figures = {
         "files": len(files), "admitted": len(admitted), "ruled_out_analysed": len(ruled_out),
         "ruled_out_by_names_test": len(spelled), "spelled_only": args.spelled_only,
+        "ruled_out_mentioning_a_name": len(mentioned), "mentioned_only": args.mentioned_only,
         "ruled_out_with_findings": len(missed), "findings_missed": sum(len(f) for _, f in missed),
         "ruled_out_unparsable": unparsable, "ruled_out_other_errors": len(crashes),
         "full_analysis_seconds": round(time.perf_counter() - start, 1), "jobs": args.jobs or os.cpu_count(),

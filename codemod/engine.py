@@ -4,25 +4,18 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from functools import lru_cache
 
 import libcst as cst
 from libcst.metadata import CodeRange, MetadataWrapper, PositionProvider
 
 from codemod.diagnostics import Applicability, Diagnostic, FileError, FileResult, FixInfo, State
 from codemod.prefilter import Gate
+from codemod.slices import AST_WITHIN_LIBCST, Parsed, parse_python, relevant_source
 from codemod.stack import on_deep_stack
 from codemod.suppression import Suppressions, is_guarded
 from rules.base import FixSpec, Rule, RuleContext, RuleOptions
 from rules.semantic import SemanticModel
-
-
-def triggers_of(rules: Sequence[type[Rule]]) -> Gate:
-    """The prefilter of ``rules``: what must occur in a file for any of them to fire."""
-    return Gate.of(rules)
-
-
-def might_match(data: bytes, gate: Gate | None, notebook: bool = False) -> bool:
-    return gate is None or gate.needs_parse(data, notebook)
 
 
 def one_line(message: str) -> str:
@@ -111,8 +104,9 @@ class Analysis:
 
 
 def analyse(module: cst.Module, path: str, rules: Sequence[type[Rule]],
-            options: RuleOptions | None = None) -> Analysis:
-    """Every finding of ``rules`` on ``module``, with suppression and guard states set."""
+            options: RuleOptions | None = None, source: str | None = None) -> Analysis:
+    """Every finding of ``rules`` on ``module``, with suppression and guard states set. ``source``:
+    the file's text when ``module`` is a slice of it (its `noqa` comments count)."""
     if not rules:
         return Analysis(module, [], {})
     wrapper = MetadataWrapper(module, unsafe_skip_copy=True)
@@ -121,7 +115,7 @@ def analyse(module: cst.Module, path: str, rules: Sequence[type[Rule]],
     if not context.reports:
         return Analysis(module, [], {})
     positions = wrapper.resolve(PositionProvider)
-    suppressions = Suppressions(module.code)
+    suppressions = Suppressions(module.code if source is None else source)
     findings: list[Finding] = []
     seen: set[tuple[str, int]] = set()
     for rule, report in context.reports:
@@ -174,17 +168,52 @@ def recursion_error(path: str, module: cst.Module | FileError | None) -> FileErr
 
 
 def lint_module(module: cst.Module, path: str, rules: Sequence[type[Rule]],
-                options: RuleOptions | None = None) -> list[Diagnostic]:
-    return [f.diagnostic for f in analyse(module, path, rules, options).findings]
+                options: RuleOptions | None = None, source: str | None = None) -> list[Diagnostic]:
+    return [f.diagnostic for f in analyse(module, path, rules, options, source).findings]
+
+
+def _sliced_module(data: bytes | str, path: str, rules: Sequence[type[Rule]],
+                   parsed: Parsed | None) -> tuple[cst.Module, str] | None:
+    """The libcst module of the relevant slice of the file (codemod/slices.py) and the file's text;
+    None when the whole file is to be analysed (small, not valid for `ast`, nothing to blank)."""
+    if isinstance(data, str) or bracket_depth(data) > MAX_BRACKET_DEPTH:
+        return None
+    if parsed is None:
+        parsed = parse_python(data)
+        if parsed is None:
+            return None  # libcst reports why
+    sliced = relevant_source(parsed.text, parsed.tree, _gate_of(tuple(rules)))
+    if sliced is None:
+        return None
+    if not AST_WITHIN_LIBCST and isinstance(parse(data, path), FileError):
+        return None
+    module = parse(sliced, path)
+    if isinstance(module, FileError):
+        return None  # the whole file's parse reports it, where it is
+    return module, parsed.text
+
+
+@lru_cache(maxsize=16)
+def _gate_of(rules: tuple[type[Rule], ...]) -> Gate:
+    return Gate.of(rules)
 
 
 @on_deep_stack
 def lint_bytes(data: bytes | str, path: str, rules: Sequence[type[Rule]],
-               options: RuleOptions | None = None) -> FileResult:
-    """Check one file's contents. Never raises: failures become the result's ``error``."""
+               options: RuleOptions | None = None, *, whole: bool = False,
+               parsed: Parsed | None = None) -> FileResult:
+    """Check one file's contents. Never raises: failures become the result's ``error``.
+
+    Large modules are analysed through their relevant slice unless ``whole`` (same findings:
+    codemod/slices.py); ``parsed``: the file's `ast`, when the caller has it already."""
     result = FileResult(path, parsed=True)
     module = None
     try:
+        sliced = None if whole or not rules else _sliced_module(data, path, rules, parsed)
+        if sliced is not None:
+            module, source = sliced
+            result.diagnostics = lint_module(module, path, rules, options, source)
+            return result
         module = parse(data, path)
         if isinstance(module, FileError):
             result.error = module

@@ -246,12 +246,13 @@ class Notebook:
 
     def cell_errors(self, gate) -> list[Diagnostic]:
         """PM000 for each cell that does not parse and could hold a legacy pattern (the notebook
-        counterpart of the text prefilter: a broken cell without trigger words is not reported)."""
+        counterpart of the prefilter: a broken cell that mentions no legacy name, such as `pmap`,
+        is not reported)."""
         found = []
         for cell in self.cells:
             if cell.problem is None:
                 continue
-            if gate is not None and not gate.needs_parse(cell.source.encode("utf-8", "surrogatepass")):
+            if gate is not None and not gate.mentions(cell.source.encode("utf-8", "surrogatepass")):
                 continue
             found.append(replace(cell.problem.as_diagnostic(), cell=cell.index))
         return found
@@ -480,7 +481,8 @@ def _source_spans(text: str) -> list[tuple[int, int] | None]:
 def lint_notebook(data: bytes, path: str, rules: Sequence[type[Rule]], options: RuleOptions | None = None) -> FileResult:
     """Check one notebook's contents. Never raises: failures become the result's ``error``.
     ``options`` as for a module (`idiomatic`: which fix PM101 offers)."""
-    from codemod.engine import lint_module, triggers_of
+    from codemod.engine import lint_module
+    from codemod.prefilter import Gate
 
     result = FileResult(path, parsed=True)
     try:
@@ -490,7 +492,7 @@ def lint_notebook(data: bytes, path: str, rules: Sequence[type[Rule]], options: 
         if notebook.included:
             locate = notebook.locator(python)
             found = [notebook.place(d, locate) for d in lint_module(notebook.tree, path, rules, options)]
-        result.diagnostics = sorted(found + notebook.cell_errors(triggers_of(rules)), key=Diagnostic.sort_key)
+        result.diagnostics = sorted(found + notebook.cell_errors(Gate.of(rules)), key=Diagnostic.sort_key)
     except NotebookError as error:
         result.error = error.error
     except RecursionError:
@@ -504,14 +506,14 @@ def fix_notebook(data: bytes, path: str, rules: Sequence[type[Rule]], *, unsafe:
                  options: RuleOptions | None = None):
     """Fix one notebook's contents (a ``FixOutcome`` whose bytes are the whole notebook); ``options``
     as for a module (the idiomatic rewrite, with ``unsafe``)."""
-    from codemod.engine import triggers_of
     from codemod.fixer import FixOutcome, fix_bytes
+    from codemod.prefilter import Gate
 
     outcome = FixOutcome(path, data)
     try:
         notebook = load(data, path)
         python = notebook.settle()
-        broken = notebook.cell_errors(triggers_of(rules))
+        broken = notebook.cell_errors(Gate.of(rules))
         if not notebook.included:
             outcome.remaining = broken
             return outcome

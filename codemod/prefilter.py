@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import ast
 import json
+import re
 import warnings
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
@@ -27,6 +28,53 @@ from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
     from rules.base import Rule
+
+
+# Between the parts of a dotted name: blanks, line continuations, comments (inside brackets).
+_GAP = rb"(?:\s|\\|#[^\n]*\n)*"  # a comment runs to its line's end: one way to match, no backtracking blow-up
+_BLANKS = rb"[\s\\]"
+_STAR = re.compile(rb"import" + _BLANKS + rb"*\*")
+
+
+@dataclass(frozen=True)
+class NameText:
+    """How a reference to one qualified name ``a.b.c`` shows in the text, as libcst resolves names
+    (through imports and attribute chains): ``b.c`` as an attribute chain (or a dotted import);
+    ``c`` imported ``from a.b import ...`` (continued lines and brackets included); or ``b``
+    imported under another name (``import a.b as x``, ``from a import b as x``) and some ``.c``.
+    A star import is tested apart. The regular expressions start with a literal: fast to search."""
+
+    parts: tuple[bytes, ...]  # every component, the rarest first
+    strong: tuple[re.Pattern[bytes], ...]
+    alias: re.Pattern[bytes] | None
+    attribute: re.Pattern[bytes] | None
+
+    @classmethod
+    def of(cls, name: str) -> "NameText":
+        components = [re.escape(part).encode() for part in name.split(".")]
+        parts = tuple(dict.fromkeys(part.encode() for part in reversed(name.split("."))))
+        last = components[-1]
+        if len(components) == 1:
+            return cls(parts, (re.compile(last + rb"\b"),), None, None)
+        prev = components[-2]
+        module = (_BLANKS + rb"*\." + _BLANKS + rb"*").join(components[:-1])
+        chain = re.compile(prev + _GAP + rb"\." + _GAP + last + rb"\b")
+        imported = re.compile(
+            rb"from" + _BLANKS + rb"+" + module + _BLANKS + rb"+import(?:"
+            + rb"\b(?:[^\n;]*\\\r?\n)*[^\n;]*\b" + last + rb"\b"  # on (continued) lines
+            + rb"|" + _BLANKS + rb"*\((?:[^)#]|#[^\n]*\n)*?\b" + last + rb"\b)")  # in brackets
+        alias = re.compile(prev + _BLANKS + rb"+as" + _BLANKS + rb"+\w")
+        attribute = re.compile(rb"\." + _GAP + last + rb"\b")
+        return cls(parts, (chain, imported), alias, attribute)
+
+    def spelled(self, data: bytes) -> bool:
+        return all(part in data for part in self.parts)
+
+    def shown(self, data: bytes) -> bool:
+        if any(pattern.search(data) for pattern in self.strong):
+            return True
+        return self.alias is not None and self.alias.search(data) is not None \
+            and self.attribute.search(data) is not None
 
 
 @dataclass(frozen=True)
@@ -37,13 +85,18 @@ class Gate:
     names: frozenset[str]
     # For each name, the components that must all occur in a file that refers to it.
     spellings: tuple[tuple[bytes, ...], ...]
+    # Names whose uses matter module-wide (kept when a module is sliced, codemod/slices.py).
+    context: frozenset[str] = frozenset()
+    texts: tuple[NameText, ...] = ()
 
     @classmethod
     def of(cls, rules: Sequence[type[Rule]]) -> "Gate":
         triggers: set[bytes] = set()
         names: set[str] = set()
+        context: set[str] = set()
         unconditional = False
         for rule in rules:
+            context.update(getattr(rule, "CONTEXT_NAMES", ()))
             rule_names = getattr(rule, "NAMES", frozenset())
             if not rule.TRIGGERS and not rule_names:
                 unconditional = True
@@ -52,7 +105,8 @@ class Gate:
         # Rarest component first (the last one; `jax` is in every file of a JAX project): `all`
         # stops at the first component a file lacks.
         spellings = {tuple(dict.fromkeys(part.encode() for part in reversed(name.split(".")))) for name in names}
-        return cls(None if unconditional else tuple(sorted(triggers)), frozenset(names), tuple(sorted(spellings)))
+        return cls(None if unconditional else tuple(sorted(triggers)), frozenset(names), tuple(sorted(spellings)),
+                   frozenset(context), tuple(NameText.of(name) for name in sorted(names)))
 
     def needs_parse(self, data: bytes, notebook: bool = False) -> bool:
         """Whether any rule could fire on a file with these contents (True when unsure)."""
@@ -61,6 +115,23 @@ class Gate:
     def text_match(self, data: bytes) -> bool:
         """The cheap half: a trigger occurs (or some rule runs on every file)."""
         return self.triggers is None or any(t in data for t in self.triggers)
+
+    def mentions(self, data: bytes) -> bool:
+        """A trigger, or the last component of some name, occurs: what code that does not parse
+        (a broken notebook cell) must show to possibly hold a legacy pattern."""
+        return self.text_match(data) or any(parts[0] in data for parts in self.spellings)
+
+    def spells_names(self, data: bytes) -> bool:
+        """Some name is spelled in the bytes as a reference to it would be (the test before any
+        parse): all its components occur, and the text shows it in one of the forms of ``NameText``
+        or holds a star import."""
+        spelled = [text for text in self.texts if text.spelled(data)]
+        if not spelled:
+            return False
+        return _STAR.search(data) is not None or any(text.shown(data) for text in spelled)
+
+    def tree_refers_to_names(self, tree: ast.AST) -> bool:
+        return not self.names.isdisjoint(referenced_names(tree))
 
     def refers_to_names(self, data: bytes, notebook: bool = False) -> bool:
         """The `ast` half: the file refers to one of the names (True when it does not parse).
@@ -71,6 +142,8 @@ class Gate:
             data = _notebook_code(data)
             if data is None:
                 return True
+        if not self.spells_names(data):
+            return False
         try:
             with warnings.catch_warnings():
                 warnings.simplefilter("ignore")  # invalid escape sequences and the like
@@ -92,7 +165,7 @@ def _notebook_code(data: bytes) -> bytes | None:
     return "\n".join(sources).encode("utf-8", "surrogatepass")
 
 
-def _dotted(node: ast.expr) -> tuple[str, list[str]] | None:
+def dotted(node: ast.expr) -> tuple[str, list[str]] | None:
     """``a.b.c`` as (``a``, [``b``, ``c``]); None for anything that is not a name's attribute chain."""
     attrs: list[str] = []
     while isinstance(node, ast.Attribute):
@@ -111,8 +184,24 @@ def _prefixes(name: str) -> Iterable[str]:
 def referenced_names(tree: ast.AST) -> set[str]:
     """Every qualified name (with its prefixes) that some import, attribute chain or name of the
     module may refer to."""
-    bindings: dict[str, set[str]] = {}
     found: set[str] = set()
+    bindings, chains = _bindings_and_chains(tree, found)
+    for root, attrs in chains:
+        for base in bindings.get(root, ()):
+            found.update(_prefixes(".".join([base, *attrs])))
+    return found
+
+
+def name_bindings(tree: ast.AST) -> dict[str, set[str]]:
+    """For each local name, the qualified names it may be bound to anywhere in the module (imports,
+    module-local aliases, star imports), over-approximated as in ``referenced_names``."""
+    return _bindings_and_chains(tree, set())[0]
+
+
+def _bindings_and_chains(tree: ast.AST, found: set[str]) -> tuple[dict[str, set[str]], list[tuple[str, list[str]]]]:
+    """The module's bindings of local names to qualified names, and every name/attribute chain it
+    holds; the imported names themselves (with prefixes) are added to ``found``."""
+    bindings: dict[str, set[str]] = {}
     star_modules: list[str] = []
     chains: list[tuple[str, list[str]]] = []
     aliases: list[tuple[str, tuple[str, list[str]]]] = []
@@ -143,14 +232,14 @@ def referenced_names(tree: ast.AST) -> set[str]:
         elif isinstance(node, ast.Attribute):
             if not isinstance(node.value, (ast.Attribute, ast.Name)):
                 continue
-            chain = _dotted(node)
+            chain = dotted(node)
             if chain is not None:
                 chains.append(chain)
         elif isinstance(node, ast.Name):
             chains.append((node.id, []))
         if isinstance(node, (ast.Assign, ast.AnnAssign, ast.NamedExpr)) and node.value is not None:
             targets = node.targets if isinstance(node, ast.Assign) else [node.target]
-            source = _dotted(node.value)
+            source = dotted(node.value)
             if source is not None:
                 aliases.extend((t.id, source) for t in targets if isinstance(t, ast.Name))
 
@@ -171,8 +260,4 @@ def referenced_names(tree: ast.AST) -> set[str]:
                     changed = True
         if not changed:
             break
-
-    for root, attrs in chains:
-        for qualified in resolve(root, attrs):
-            found.update(_prefixes(qualified))
-    return found
+    return bindings, chains

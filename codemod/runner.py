@@ -20,6 +20,7 @@ from codemod.cache import CACHE_DIR_NAME, ResultCache, digest
 from codemod.config import Settings
 from codemod.diagnostics import FileError, FileResult, State
 from codemod.prefilter import Gate
+from codemod.slices import Parsed, parse_python
 from codemod.stack import on_deep_stack
 from rules import rules_by_code
 from rules.options import RuleOptions
@@ -70,8 +71,6 @@ def rules_for(codes: tuple[str, ...]) -> tuple[type[Rule], ...]:
     return tuple(table[c] for c in codes)
 
 
-_rules_for = rules_for
-
 
 def _is_notebook(path: str) -> bool:
     from codemod.notebooks import is_notebook
@@ -84,15 +83,17 @@ def rule_options(settings: Settings) -> RuleOptions:
 
 
 @on_deep_stack
-def lint_file(data: bytes, shown: str, rules: Sequence[type[Rule]], options: RuleOptions | None = None) -> FileResult:
-    """Check one file's contents by its kind: a notebook's code cells, or a Python module."""
+def lint_file(data: bytes, shown: str, rules: Sequence[type[Rule]], options: RuleOptions | None = None,
+              parsed: Parsed | None = None, *, whole: bool = False) -> FileResult:
+    """Check one file's contents by its kind: a notebook's code cells, or a Python module (through
+    its relevant slice unless ``whole``: codemod/slices.py)."""
     if _is_notebook(shown):
         from codemod.notebooks import lint_notebook
 
         return lint_notebook(data, shown, rules, options)
     from codemod.engine import lint_bytes
 
-    return lint_bytes(data, shown, rules, options)
+    return lint_bytes(data, shown, rules, options, parsed=parsed, whole=whole)
 
 
 @on_deep_stack
@@ -113,9 +114,18 @@ def _gate_for(codes: tuple[str, ...]) -> Gate:
 
 def _lint_job(job: tuple[bytes, str, tuple[str, ...], RuleOptions, bool]) -> FileResult:
     data, shown, codes, options, text_matched = job
-    if not text_matched and not _gate_for(codes).refers_to_names(data, _is_notebook(shown)):
-        return FileResult(shown)  # the `ast` half of the prefilter, in the worker
-    return lint_file(data, shown, _rules_for(codes), options)
+    gate = _gate_for(codes)
+    if _is_notebook(shown):
+        if not text_matched and not gate.refers_to_names(data, notebook=True):
+            return FileResult(shown)
+        return lint_file(data, shown, rules_for(codes), options)
+    if not text_matched and not gate.spells_names(data):
+        return FileResult(shown)
+    # The `ast` half of the prefilter, in the worker; the same tree serves to slice the module.
+    parsed = parse_python(data)
+    if parsed is not None and not text_matched and not gate.tree_refers_to_names(parsed.tree):
+        return FileResult(shown)
+    return lint_file(data, shown, rules_for(codes), options, parsed)
 
 
 @lru_cache(maxsize=1)
@@ -279,7 +289,7 @@ def _fix_job(job: tuple[bytes, str, tuple[str, ...], bool, RuleOptions, bool]):
     data, shown, codes, unsafe, options, text_matched = job
     if not text_matched and not _gate_for(codes).refers_to_names(data, _is_notebook(shown)):
         return None  # the `ast` half of the prefilter, in the worker: nothing to fix
-    return fix_file(data, shown, _rules_for(codes), unsafe=unsafe, options=options)
+    return fix_file(data, shown, rules_for(codes), unsafe=unsafe, options=options)
 
 
 def run_fix(files: Sequence[Path], settings: Settings, rules: Sequence[type[Rule]], *, unsafe: bool,

@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING, ClassVar
 
 import libcst as cst
 
+from rules import tables
 from rules.options import RuleOptions  # re-exported; apart so that the cached path needs no libcst
 
 if TYPE_CHECKING:
@@ -116,6 +117,11 @@ class Rule(cst.BatchableCSTVisitor):
     # possibly fire, through its imports; tested with Python's `ast` when no trigger occurs
     # (codemod/prefilter.py). A rule with neither triggers nor names runs on every file.
     NAMES: ClassVar[frozenset[str]] = frozenset()
+    # Qualified names (or modules) whose use anywhere in a module changes what the rule reports or
+    # how it fixes (a multi-process program, PM501); `check` analyses only the parts of a large
+    # module that may matter (codemod/slices.py), and keeps the parts that use these.
+    CONTEXT_NAMES: ClassVar[frozenset[str]] = tables.MULTI_PROCESS | frozenset(
+        p.rstrip(".") for p in tables.MULTI_PROCESS_PREFIXES)
     VALID: ClassVar[list[Valid]] = []
     INVALID: ClassVar[list[Invalid]] = []
 

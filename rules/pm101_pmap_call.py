@@ -2,6 +2,7 @@ from __future__ import annotations
 
 import libcst as cst
 
+from rules import tables
 from rules.base import FixSpec, Invalid, Rule, Valid
 from rules.idiomatic_rewrite import idiomatic_fix
 from rules.pmap_rewrite import Rewriter, rewriter_for
@@ -70,6 +71,8 @@ class PmapCall(Rule):
 
     CODE = "PM101"
     NAME = "pmap-call"
+    TRIGGERS = ()
+    NAMES = tables.PMAP
     MESSAGE = "`jax.pmap` is the legacy pmap; migrate to `jax.jit(jax.shard_map(...))`"
 
     VALID = [

@@ -2,6 +2,7 @@ from __future__ import annotations
 
 import libcst as cst
 
+from rules import tables
 from rules.base import Invalid, Rule, Valid
 from rules.semantic import TransformSite
 
@@ -56,7 +57,8 @@ class NestedPmap(Rule):
     CODE = "PM102"
     NAME = "nested-pmap"
     MESSAGE = "pmap nested inside a pmapped function: the new `jax.pmap` (a shard_map) raises on nesting"
-    TRIGGERS = ("pmap",)
+    TRIGGERS = ()
+    NAMES = tables.PMAP
 
     VALID = [
         Valid("import jax\nstep = jax.pmap(jax.vmap(f, axis_name='j'), axis_name='i')\n"),

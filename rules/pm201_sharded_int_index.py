@@ -68,8 +68,8 @@ class ShardedIntIndex(Rule):
     NAME = "sharded-int-index"
     MESSAGE = ("integer index into the device axis of a pmap output: now a cross-device gather; "
                "read `x.addressable_shards[0].data` for one device's slice")
-    TRIGGERS = ("pmap", "device_put_sharded")
-    NAMES = tables.DEVICE_PUT_REPLICATED | tables.FLAX_REPLICATE
+    TRIGGERS = ()
+    NAMES = tables.PMAP | tables.DEVICE_PUT_SHARDED | tables.DEVICE_PUT_REPLICATED | tables.FLAX_REPLICATE
 
     VALID = [
         Valid("import numpy as np\nx = np.ones((8, 3))\ny = x[0]\n"),
@@ -115,6 +115,9 @@ class ShardedIntIndex(Rule):
             "params = jax.device_put_replicated(init(key), jax.local_devices())\nfirst = params[0]\n"
             "pair = jax.device_put_replicated([w, b], jax.local_devices())\nbias = pair[1]\n"
         ),
+        # The read in the value runs before the statement binds `x`: it is the host array, not the stack.
+        Valid("import jax\nimport numpy as np\nx = np.ones((8, 3))\n"
+              "x = jax.device_put_replicated(x[0], jax.local_devices())\n"),
     ]
     INVALID = [
         Invalid("import jax\nstep = jax.pmap(f)\nout = step(x)\ny = out[0]\n", lines=(4,)),
@@ -195,6 +198,20 @@ class ShardedIntIndex(Rule):
             # not fixed: the first iteration reads the NumPy array
             expected=("import jax, numpy as np\nstep = jax.pmap(lambda x: x * 2)\nout = np.zeros((8, 3))\n"
                       "for i in range(3):\n    print(out[0])\n    out = step(x)\n"),
+        ),
+        # Rebinding the name to a row: the read is the output, bound before this statement; in a
+        # loop whose previous iteration's row may reach the read, not fixed.
+        Invalid(
+            "import jax\nstep = jax.pmap(lambda x: x * 2)\nout = step(xs)\nout = out[0]\n",
+            lines=(4,),
+            expected=("import jax\nstep = jax.pmap(lambda x: x * 2)\nout = step(xs)\n"
+                      "out = out.addressable_shards[0].data.squeeze(0)\n"),
+        ),
+        Invalid(
+            "import jax\nstep = jax.pmap(lambda x: x * 2)\nout = step(xs)\nfor _ in range(2):\n    out = out[0]\n",
+            lines=(5,),
+            expected=("import jax\nstep = jax.pmap(lambda x: x * 2)\nout = step(xs)\n"
+                      "for _ in range(2):\n    out = out[0]\n"),
         ),
         # One device's slice is an ordinary array: indexing it again is not another gather.
         Invalid("import jax\nstep = jax.pmap(f)\nout = step(x)\nrow = out[0]\ncopy = row\nz = copy[0]\n", lines=(4,)),

@@ -78,8 +78,9 @@ class Unreplicate(Rule):
     NAME = "unreplicate"
     MESSAGE = ("`tree_map(lambda x: x[0], ...)` on a pmap output gathers every leaf across devices; "
                "read `x.addressable_shards[0].data` instead")
-    TRIGGERS = ("pmap", "device_put_sharded")
-    NAMES = tables.DEVICE_PUT_REPLICATED | tables.FLAX_REPLICATE | tables.FLAX_UNREPLICATE
+    TRIGGERS = ()
+    NAMES = (tables.PMAP | tables.DEVICE_PUT_SHARDED | tables.DEVICE_PUT_REPLICATED | tables.FLAX_REPLICATE
+             | tables.FLAX_UNREPLICATE)
 
     VALID = [
         Valid("import jax\nfirst = jax.tree_util.tree_map(lambda x: x[0], batch)\n"),
@@ -91,6 +92,9 @@ class Unreplicate(Rule):
         Valid("import jax\nstep = jax.pmap(f, out_axes=None)\nout = step(x)\nys = jax.tree.map(lambda x: x[0], out)\n"),
         Valid("from mylib import unreplicate\nx = unreplicate(y)\n"),
         Valid("def unreplicate(t):\n    return t\nx = unreplicate(y)\n"),
+        # The read in the value runs before the statement binds `x`: it is the host array, not the stack.
+        Valid("import jax\nimport numpy as np\nx = np.ones((8, 3))\n"
+              "x = jax.device_put_replicated(jax.tree.map(lambda a: a[0], x), jax.local_devices())\n"),
     ]
     INVALID = [
         # Not fixed: nothing shows `state` is a pmap output.
@@ -104,6 +108,62 @@ class Unreplicate(Rule):
                 "from flax import jax_utils\nimport jax\np_step = jax.pmap(lambda s: s)\nstate = jax_utils.replicate(state)\n"
                 "for _ in range(3):\n    state = p_step(state)\n"
                 "final = jax.tree.map(lambda leaf: leaf.addressable_shards[0].data.squeeze(0), state)\n"
+            ),
+        ),
+        # The flax idiom rebinding the name: the read is the value before this statement binds it.
+        Invalid(
+            "import jax\nfrom flax import jax_utils\np_step = jax.pmap(lambda s, b: (s, b.mean()))\n"
+            "state = jax_utils.replicate(state)\nstate, loss = p_step(state, batch)\n"
+            "state = jax_utils.unreplicate(state)\n",
+            lines=(6,),
+            expected=(
+                "import jax\nfrom flax import jax_utils\np_step = jax.pmap(lambda s, b: (s, b.mean()))\n"
+                "state = jax_utils.replicate(state)\nstate, loss = p_step(state, batch)\n"
+                "state = jax.tree.map(lambda leaf: leaf.addressable_shards[0].data.squeeze(0), state)\n"
+            ),
+        ),
+        Invalid(
+            "import jax\np_step = jax.pmap(lambda s: s)\nstate = p_step(state)\n"
+            "state = jax.tree_util.tree_map(lambda a: a[0], state)\n",
+            lines=(4,),
+            expected=(
+                "import jax\np_step = jax.pmap(lambda s: s)\nstate = p_step(state)\n"
+                "state = jax.tree_util.tree_map(lambda a: a.addressable_shards[0].data.squeeze(0), state)\n"
+            ),
+        ),
+        # In a loop: fixed where this iteration's pmap output is what reaches the read...
+        Invalid(
+            "from flax import jax_utils\nimport jax\np_step = jax.pmap(lambda s, b: s)\n"
+            "for batch in batches:\n    state = jax_utils.replicate(state)\n    state = p_step(state, batch)\n"
+            "    state = jax_utils.unreplicate(state)\n",
+            lines=(7,),
+            expected=(
+                "from flax import jax_utils\nimport jax\np_step = jax.pmap(lambda s, b: s)\n"
+                "for batch in batches:\n    state = jax_utils.replicate(state)\n    state = p_step(state, batch)\n"
+                "    state = jax.tree.map(lambda leaf: leaf.addressable_shards[0].data.squeeze(0), state)\n"
+            ),
+        ),
+        # ... not where the previous iteration's unreplicated value may reach it (a host copy then).
+        Invalid(
+            "from flax import jax_utils\nimport jax\np_step = jax.pmap(lambda s, b: s)\n"
+            "state = jax_utils.replicate(state)\nfor batch in batches:\n"
+            "    if batch is not None:\n        state = p_step(state, batch)\n"
+            "    state = jax_utils.unreplicate(state)\n",
+            lines=(8,),
+            expected=(
+                "from flax import jax_utils\nimport jax\np_step = jax.pmap(lambda s, b: s)\n"
+                "state = jax_utils.replicate(state)\nfor batch in batches:\n"
+                "    if batch is not None:\n        state = p_step(state, batch)\n"
+                "    state = jax_utils.unreplicate(state)\n"
+            ),
+        ),
+        Invalid(
+            "import jax\nstate = jax.pmap(lambda s: s)(state)\nwhile state is not None:\n"
+            "    state = jax.tree.map(lambda a: a[0], state)\n",
+            lines=(4,),
+            expected=(
+                "import jax\nstate = jax.pmap(lambda s: s)(state)\nwhile state is not None:\n"
+                "    state = jax.tree.map(lambda a: a[0], state)\n"
             ),
         ),
         Invalid(

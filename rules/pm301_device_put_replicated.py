@@ -67,7 +67,8 @@ class DevicePutReplicated(Rule):
     NAME = "device-put-replicated"
     MESSAGE = ("`jax.device_put_replicated` was removed in jax 0.10.0; use `jax.device_put` with a "
                "`NamedSharding` (or `runtime_shim.device_put_replicated`)")
-    TRIGGERS = ("device_put_replicated",)
+    TRIGGERS = ()
+    NAMES = tables.DEVICE_PUT_REPLICATED
 
     VALID = [
         Valid("import jax\nx = jax.device_put(params, sharding)\n"),

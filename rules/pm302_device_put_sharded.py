@@ -59,7 +59,8 @@ class DevicePutSharded(Rule):
     NAME = "device-put-sharded"
     MESSAGE = ("`jax.device_put_sharded` was removed in jax 0.10.0; stack the shards and `jax.device_put` "
                "them with `NamedSharding(mesh, P('i'))` (or use `runtime_shim.device_put_sharded`)")
-    TRIGGERS = ("device_put_sharded",)
+    TRIGGERS = ()
+    NAMES = tables.DEVICE_PUT_SHARDED
 
     VALID = [
         Valid("import jax\nx = jax.device_put(batch, NamedSharding(mesh, P('i')))\n"),

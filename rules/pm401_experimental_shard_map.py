@@ -96,7 +96,9 @@ class ExperimentalShardMap(ImportRule):
         f"`{_EXPERIMENTAL}` is deprecated; use `{tables.SHARD_MAP_REPLACEMENT}` "
         "(mesh, in_specs and out_specs are keyword-only there; `check_rep=` became `check_vma=`)"
     )
-    TRIGGERS = ("shard_map",)
+    # The experimental shard_map by name; the removed keywords on any shard_map by their text.
+    TRIGGERS = ("check_rep", "auto=", "auto =")
+    NAMES = tables.EXPERIMENTAL_SHARD_MAP | frozenset({tables.EXPERIMENTAL_SHARD_MAP_MODULE})
 
     VALID = [
         Valid("import jax\nf = jax.shard_map(g, mesh=m, in_specs=P('i'), out_specs=P('i'), check_vma=False)\n"),

@@ -112,7 +112,8 @@ class HostLocalInput(Rule):
     MESSAGE = ("pmap in a multi-process program: its inputs and outputs are host-local arrays, converted to and "
                "from global arrays on every call by the new pmap; build global arrays with "
                "`jax.make_array_from_process_local_data`")
-    TRIGGERS = ("pmap",)
+    TRIGGERS = ()
+    NAMES = tables.PMAP
 
     VALID = [
         Valid("import jax\nstep = jax.pmap(f)\nn = jax.local_device_count()\n"),

@@ -62,8 +62,8 @@ def test_every_rule_has_examples_and_docs():
 def test_triggers_admit_every_invalid_example():
     """The text prefilter must never drop a file a rule would report: every INVALID example
     contains one of its rule's TRIGGERS (the example tests above bypass the prefilter)."""
-    from codemod.engine import might_match, triggers_of
+    from codemod.prefilter import Gate
 
     dropped = [f"{rule.CODE}-invalid-{i}" for rule, i, example in INVALID
-               if not might_match(example.code.encode(), triggers_of([rule]))]
+               if not Gate.of([rule]).needs_parse(example.code.encode())]
     assert dropped == []

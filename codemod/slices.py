@@ -1,0 +1,359 @@
+"""What of a module the (slow) libcst analysis needs to see for `check`: its relevant slice.
+
+libcst's cost grows with every line it analyses (parse, scopes, our visits), yet in most files
+the legacy patterns sit in a few functions. Python's own parser (`ast`, many times faster) splits a
+module into units: every module-level statement, and every member of a module-level class. A unit
+is kept when it may matter to a rule:
+
+- its text holds one of the rules' trigger substrings (``pmap``), or it refers to one of the
+  rules' qualified names (``jax.tree_map``, ...) or to a name a rule consults module-wide
+  (``jax.process_index``: PM501), through the module's imports (over-approximated as in the
+  prefilter);
+- it is an import, or an ``if __name__ == "__main__":`` block;
+- it binds a module-level name (or an attribute name) that a kept unit uses, or uses one that a
+  kept unit binds: a pmapped function's definition, the call sites of a pmap built at module
+  level, ``self.step = jax.pmap(...)`` and its uses in other methods; to a fixpoint.
+
+Every other unit's lines are blanked (emptied, line endings kept), so that line and column numbers
+of what remains are those of the file; a class left without members gets a ``pass``. The result is
+analysed instead of the file. `benchmarks/slice_identity.py` and tests/test_slices.py compare it
+with the analysis of whole files.
+"""
+
+from __future__ import annotations
+
+import ast
+import io
+import re
+import sys
+import tokenize
+import warnings
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass, field
+
+from codemod.prefilter import Gate, dotted, name_bindings
+
+# Below this many lines a file is analysed whole: slicing would save little.
+MIN_LINES = 60
+CLOSURE = True
+
+# Whatever `ast` accepts, libcst 1.9 parses too up to Python 3.12's grammar, so a file `ast` accepts
+# cannot hold a syntax error that only the blanked units would show. Later grammars (3.14's template
+# strings, `except A, B:`) may outrun libcst: there the whole file is parsed by libcst as well.
+AST_WITHIN_LIBCST = sys.version_info < (3, 13)
+
+_LINE = re.compile(r"[^\r\n]*(?:\r\n|\r|\n)|[^\r\n]+\Z")
+
+
+@dataclass(frozen=True)
+class Parsed:
+    """A module's text (decoded as Python decodes source) and its `ast`."""
+
+    text: str
+    tree: ast.Module
+
+
+def parse_python(data: bytes) -> Parsed | None:
+    """``data`` decoded and parsed with `ast`; None when either fails (libcst then reports why)."""
+    try:
+        encoding, _ = tokenize.detect_encoding(io.BytesIO(data).readline)
+        text = data.decode("utf-8-sig" if encoding == "utf-8-sig" else encoding)
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")  # invalid escape sequences and the like
+            tree = ast.parse(text)
+    except (SyntaxError, ValueError, LookupError, UnicodeError, RecursionError, MemoryError):
+        return None
+    return Parsed(text, tree)
+
+_MAIN = re.compile(r"__name__|__main__")
+
+
+@dataclass
+class _Unit:
+    node: ast.stmt
+    first: int  # 1-based line, decorators included
+    last: int
+    loads: set[str] = field(default_factory=set)  # names and attribute names read
+    head_loads: set[str] = field(default_factory=set)  # those read outside function bodies
+    binds: set[str] = field(default_factory=set)  # module-level names and attribute names bound
+    chains: list[tuple[str, list[str]]] = field(default_factory=list)
+    imported: list[str] = field(default_factory=list)  # what its import statements name (`from a import *`: a.*)
+    member_of: "_Unit | None" = None  # the class unit holding a member
+
+
+def _span(node: ast.stmt) -> tuple[int, int]:
+    first = node.lineno
+    for decorator in getattr(node, "decorator_list", ()):
+        first = min(first, decorator.lineno)
+    return first, node.end_lineno or node.lineno
+
+
+_SCOPES = (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef, ast.Lambda, ast.ListComp, ast.SetComp,
+           ast.DictComp, ast.GeneratorExp)
+
+
+def _scope_bindings(node: ast.AST) -> Iterator[str]:
+    """Names ``node`` binds in the scope it runs in (not those of the functions, classes, lambdas and
+    comprehensions inside it, apart from their own names)."""
+    stack = [node]
+    while stack:
+        current = stack.pop()
+        if isinstance(current, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+            yield current.name  # a class's members are units of their own
+            continue
+        if isinstance(current, _SCOPES):
+            continue
+        if isinstance(current, ast.Name) and not isinstance(current.ctx, ast.Load):
+            yield current.id
+        elif isinstance(current, ast.alias):
+            yield (current.asname or current.name).split(".")[0]
+        elif isinstance(current, (ast.Global, ast.Nonlocal)):
+            yield from current.names
+        elif isinstance(current, ast.ExceptHandler) and current.name:
+            yield current.name
+        elif isinstance(current, (ast.MatchAs, ast.MatchStar)) and current.name:
+            yield current.name
+        stack.extend(ast.iter_child_nodes(current))
+
+
+def _scan(unit: _Unit) -> None:
+    """What a unit reads, binds and which attribute chains it holds. A module-level statement binds
+    module names; a class member binds an attribute of the class (``self.step``); an attribute
+    assignment anywhere (``self.step = ...``) binds that attribute name. Reads are the names read
+    but not bound by a function around them (those are local variables, not module names), and
+    every attribute name read."""
+    node = unit.node
+    unit.binds.update(_scope_bindings(node))
+    if isinstance(node, ast.ClassDef):  # its header; the members are units of their own
+        parts: list[ast.AST] = [*node.decorator_list, *node.bases, *node.keywords]
+    else:
+        parts = [node]
+    for part in parts:
+        _free_reads(part, (), unit)
+
+
+def _local_names(scope: ast.AST) -> set[str]:
+    """Names a function, lambda or comprehension binds for itself (parameters, assignments, ...)."""
+    local: set[str] = set()
+    arguments = getattr(scope, "args", None)
+    if isinstance(arguments, ast.arguments):
+        for arg in (*arguments.posonlyargs, *arguments.args, *arguments.kwonlyargs,
+                    arguments.vararg, arguments.kwarg):
+            if arg is not None:
+                local.add(arg.arg)
+    if isinstance(scope, (ast.ListComp, ast.SetComp, ast.DictComp, ast.GeneratorExp)):
+        for generator in scope.generators:
+            local.update(n.id for n in ast.walk(generator.target) if isinstance(n, ast.Name))
+        return local
+    body = scope.body if isinstance(scope.body, list) else [scope.body]
+    declared_global: set[str] = set()
+    for statement in body:
+        for child in _scope_walk(statement):
+            if isinstance(child, ast.Global):
+                declared_global.update(child.names)
+    for statement in body:
+        local.update(_scope_bindings(statement))
+    return local - declared_global
+
+
+def _scope_walk(node: ast.AST) -> Iterator[ast.AST]:
+    """``node`` and what is below it, not entering nested functions, lambdas, classes, comprehensions."""
+    stack = [node]
+    while stack:
+        current = stack.pop()
+        yield current
+        if current is not node and isinstance(current, _SCOPES):
+            continue
+        stack.extend(ast.iter_child_nodes(current))
+
+
+def _free_reads(node: ast.AST, bound: tuple[frozenset[str], ...], unit: _Unit) -> None:
+    """Collect the unit's free reads (``loads``), those outside any function body (``head_loads``:
+    decorators, defaults, a statement's own expressions) and its attribute chains."""
+    stack: list[tuple[ast.AST, tuple[frozenset[str], ...], bool]] = [(node, bound, False)]
+    while stack:
+        current, outer, in_body = stack.pop()
+        if isinstance(current, ast.Name):
+            if isinstance(current.ctx, ast.Load):
+                unit.chains.append((current.id, []))
+                if not any(current.id in names for names in outer):
+                    unit.loads.add(current.id)
+                    if not in_body:
+                        unit.head_loads.add(current.id)
+            continue
+        if isinstance(current, ast.Attribute):
+            if isinstance(current.ctx, ast.Load):
+                unit.loads.add(current.attr)
+                if not in_body:
+                    unit.head_loads.add(current.attr)
+                chain = dotted(current)
+                if chain is not None:
+                    unit.chains.append(chain)
+            else:
+                unit.binds.add(current.attr)
+        if isinstance(current, ast.Import):
+            unit.imported.extend(alias.name for alias in current.names)
+        elif isinstance(current, ast.ImportFrom) and current.module and not current.level:
+            unit.imported.extend(f"{current.module}.{alias.name}" for alias in current.names)
+        if isinstance(current, (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda)):
+            # Decorators, defaults and annotations run outside; the body inside.
+            arguments = current.args
+            every = (*arguments.posonlyargs, *arguments.args, *arguments.kwonlyargs, arguments.vararg, arguments.kwarg)
+            outside: list[ast.AST] = [*getattr(current, "decorator_list", ()), *arguments.defaults,
+                                      *(d for d in arguments.kw_defaults if d is not None),
+                                      *(a.annotation for a in every if a is not None and a.annotation is not None),
+                                      *([current.returns] if getattr(current, "returns", None) is not None else []),
+                                      *getattr(current, "type_params", ())]
+            stack.extend((child, outer, in_body) for child in outside)
+            inner = outer + (frozenset(_local_names(current)),)
+            body = current.body if isinstance(current.body, list) else [current.body]
+            stack.extend((child, inner, True) for child in body)
+            continue
+        if isinstance(current, (ast.ListComp, ast.SetComp, ast.DictComp, ast.GeneratorExp)):
+            inner = outer + (frozenset(_local_names(current)),)
+            stack.extend((child, inner, in_body) for child in ast.iter_child_nodes(current))
+            continue
+        stack.extend((child, outer, in_body) for child in ast.iter_child_nodes(current))
+
+
+def _units(tree: ast.Module) -> list[_Unit]:
+    units: list[_Unit] = []
+    for statement in tree.body:
+        unit = _Unit(statement, *_span(statement))
+        _scan(unit)
+        units.append(unit)
+        if isinstance(statement, ast.ClassDef) and statement.body:
+            for member in statement.body:
+                inner = _Unit(member, *_span(member), member_of=unit)
+                _scan(inner)
+                units.append(inner)
+    return units
+
+
+def relevant_source(text: str, tree: ast.Module, gate: Gate) -> str | None:
+    """``text`` with the units no rule can need blanked; None when nothing would be blanked (or the
+    module is too small to bother)."""
+    lines = _LINE.findall(text)  # Python's line breaks only (not form feeds and the like)
+    if len(lines) < MIN_LINES:
+        return None
+    units = _units(tree)
+    if not units:
+        return None
+    names = gate.names | gate.context
+    bindings = name_bindings(tree)
+    triggers = None if gate.triggers is None else tuple(t.decode() for t in gate.triggers)
+    if triggers is None:
+        return None  # some rule looks at every statement
+
+    def refers(unit: _Unit) -> bool:
+        for full in unit.imported:
+            parts = full.split(".")
+            if any(".".join(parts[:i]) in names for i in range(1, len(parts) + 1)):
+                return True
+        for root, attrs in unit.chains:
+            for base in bindings.get(root, ()):
+                parts = [*base.split("."), *attrs]
+                if any(".".join(parts[:i]) in names for i in range(1, len(parts) + 1)):
+                    return True
+        return False
+
+    kept: list[bool] = []
+    for unit in units:
+        node = unit.node
+        if unit.member_of is None and isinstance(node, (ast.Import, ast.ImportFrom)):
+            keep = True
+        elif isinstance(node, (ast.Import, ast.ImportFrom)):
+            keep = True
+        else:
+            last = unit.last
+            if isinstance(node, ast.ClassDef) and node.body:  # the header: members judge themselves
+                last = max(unit.first, _span(node.body[0])[0] - 1)
+            body = "".join(lines[unit.first - 1:last])
+            keep = any(t in body for t in triggers) or refers(unit)
+            if not keep and unit.member_of is None and isinstance(node, ast.If) and _MAIN.search(body):
+                keep = True
+        kept.append(keep)
+
+    # Forward, to a fixpoint: units reading what kept units bind (the uses of a pmap built at module
+    # level, of its outputs stored in module names or attributes). Backward, to a fixpoint: units
+    # binding what those read (the pmapped function's definition, where an input came from:
+    # `z = prep(x)`, then `prep`); a definition pulled in this way passes on only what it reads
+    # outside function bodies (decorators, defaults, assigned values), not the helpers its body
+    # calls. Imports are kept anyway and carry no data flow.
+    if CLOSURE:
+        forward = [i for i, keep in enumerate(kept) if keep]
+        bound: set[str] = set()
+        while forward:
+            for i in forward:
+                if not isinstance(units[i].node, (ast.Import, ast.ImportFrom)):
+                    bound |= units[i].binds
+            forward = [i for i, unit in enumerate(units) if not kept[i] and not unit.loads.isdisjoint(bound)]
+            for i in forward:
+                kept[i] = True
+        read: set[str] = set()
+        backward = [i for i, keep in enumerate(kept) if keep]
+        first = True
+        while backward:
+            for i in backward:
+                if not isinstance(units[i].node, (ast.Import, ast.ImportFrom)):
+                    read |= units[i].loads if first else units[i].head_loads
+            first = False
+            backward = [i for i, unit in enumerate(units) if not kept[i] and not unit.binds.isdisjoint(read)]
+            for i in backward:
+                kept[i] = True
+    # A kept member keeps its class (header and all), a class kept as a whole keeps its members.
+    for i, unit in enumerate(units):
+        if unit.member_of is not None and kept[i]:
+            kept[units.index(unit.member_of)] = True
+
+    return _blank(lines, units, kept)
+
+
+def _blank(lines: list[str], units: list[_Unit], kept: list[bool]) -> str | None:
+    keep_line = [False] * (len(lines) + 2)
+    drop_line = [False] * (len(lines) + 2)
+    classes_with_members: dict[int, list[int]] = {}
+    for i, unit in enumerate(units):
+        if unit.member_of is not None:
+            classes_with_members.setdefault(units.index(unit.member_of), []).append(i)
+    for i, unit in enumerate(units):
+        if unit.member_of is None and i in classes_with_members and kept[i]:
+            # The class's own lines (header, and anything between members) stay; members decide.
+            members = classes_with_members[i]
+            span = range(unit.first, unit.last + 1)
+            member_lines = {n for m in members for n in range(units[m].first, units[m].last + 1)}
+            for n in span:
+                if n not in member_lines:
+                    keep_line[n] = True
+            continue
+        target = keep_line if kept[i] else drop_line
+        for n in range(unit.first, unit.last + 1):
+            target[n] = True
+    dropped = [n for n in range(1, len(lines) + 1) if drop_line[n] and not keep_line[n]]
+    if not dropped:
+        return None
+    out = list(lines)
+    for n in dropped:
+        line = out[n - 1]
+        out[n - 1] = line[len(line.rstrip("\r\n")):]
+    # A kept class whose members were all dropped needs a statement.
+    for i, members in classes_with_members.items():
+        if kept[i] and not any(kept[m] for m in members):
+            first = units[members[0]]
+            original = lines[first.first - 1]
+            indent = original[:len(original) - len(original.lstrip(" \t"))]
+            if drop_line[first.first] and not keep_line[first.first]:
+                out[first.first - 1] = indent + "pass" + out[first.first - 1]
+            else:
+                return None  # members share a line with the header: leave the file whole
+    return "".join(out)
+
+
+def kept_fraction(text: str, sliced: str | None) -> float:
+    if sliced is None:
+        return 1.0
+    total = sum(1 for line in _LINE.findall(text) if line.strip())
+    left = sum(1 for line in _LINE.findall(sliced) if line.strip())
+    return left / total if total else 1.0
+
+

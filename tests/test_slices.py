@@ -1,0 +1,222 @@
+"""`check` analyses large modules through their relevant slice (codemod/slices.py): the findings must
+be those of the whole module, field for field. Every rule example, lint fixture, fix fixture and
+differential program is analysed both ways with slicing forced on (whatever the file's size), and
+on generated large modules that hide the legacy code among unrelated units. What the slice keeps
+and blanks is pinned by small cases.
+"""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+import pytest
+
+from codemod import slices
+from codemod.engine import lint_bytes
+from codemod.prefilter import Gate
+from rules import all_rules
+
+ROOT = Path(__file__).resolve().parents[1]
+RULES = all_rules()
+GATE = Gate.of(RULES)
+EXAMPLES = [ex.code for rule in RULES for ex in (*rule.VALID, *rule.INVALID)]
+FILES = sorted(p for d in ("fixtures/lint", "fixtures/fix", "fixtures/programs", "fixtures/programs_api",
+                           "fixtures/programs_idiomatic", "fixtures/programs_multiprocess", "fixtures/programs_flax",
+                           "fixtures/example")
+               for p in (ROOT / d).glob("*.py"))
+
+
+@pytest.fixture
+def always_slice(monkeypatch):
+    monkeypatch.setattr(slices, "MIN_LINES", 0)
+
+
+def _both(data: bytes, name: str = "m.py"):
+    whole = lint_bytes(data, name, RULES, whole=True)
+    cut = lint_bytes(data, name, RULES)
+    return whole, cut
+
+
+def _sliced(text: str) -> str | None:
+    parsed = slices.parse_python(text.encode())
+    assert parsed is not None
+    return slices.relevant_source(parsed.text, parsed.tree, GATE)
+
+
+def test_rule_examples_give_the_same_findings_sliced(always_slice):
+    sliced = 0
+    for code in EXAMPLES:
+        whole, cut = _both(code.encode())
+        assert cut.diagnostics == whole.diagnostics, code
+        assert cut.error == whole.error, code
+        sliced += _sliced(code) is not None if slices.parse_python(code.encode()) else 0
+    assert sliced >= 50, f"only {sliced} examples had something to blank"
+
+
+@pytest.mark.parametrize("path", FILES, ids=lambda p: f"{p.parent.name}/{p.name}")
+def test_fixture_gives_the_same_findings_sliced(always_slice, path):
+    whole, cut = _both(path.read_bytes(), path.name)
+    assert cut.diagnostics == whole.diagnostics
+    assert cut.error == whole.error
+
+
+UNRELATED = '''
+
+def helper_{i}(values, scale=2.0):
+    """Unrelated code: arithmetic on lists."""
+    total = 0.0
+    for value in values:
+        total += value * scale
+    return total
+
+
+class Holder{i}:
+    # Attribute names are matched by name alone (`x.size` anywhere would keep a class binding `size`).
+    held_{i} = {i}
+
+    def grow_{i}(self, by):
+        self.held_{i} += by
+        return self.held_{i}
+'''
+
+
+@pytest.mark.parametrize("path", [p for p in FILES if p.parent.name in ("lint", "fix")],
+                         ids=lambda p: f"{p.parent.name}/{p.name}")
+def test_large_module_hiding_legacy_code_gives_the_same_findings(path):
+    """A fixture with unrelated units before and after it: sliced by default, same findings, and the
+    unrelated units are blanked."""
+    text = path.read_text(encoding="utf-8")
+    padding = "".join(UNRELATED.format(i=i) for i in range(8))
+    head, _, rest = text.partition("\n\n")
+    module = head + "\n\n" + padding + "\n\n" + rest + padding
+    data = module.encode()
+    whole, cut = _both(data, path.name)
+    assert cut.diagnostics == whole.diagnostics
+    assert cut.error == whole.error
+    sliced = _sliced(module)
+    if whole.diagnostics:
+        assert sliced is not None and "helper_3" not in sliced and "Holder5" not in sliced
+
+
+def test_blanked_lines_keep_every_position():
+    text = (
+        "import jax\n"
+        "\n"
+        "def unrelated():\n"
+        "    return 1\n"
+        "\n"
+        "@decorate\n"
+        "def also_unrelated(x):\n"
+        "    return x\n"
+        "\n"
+        "step = jax.pmap(lambda x: x)\n"
+        "out = step(x)[0]\n"
+    ) + "\n" * 60
+    sliced = _sliced(text)
+    assert sliced is not None
+    assert sliced.count("\n") == text.count("\n")
+    lines = sliced.split("\n")
+    assert lines[2:8] == ["", "", "", "", "", ""]
+    assert lines[9] == "step = jax.pmap(lambda x: x)" and lines[10] == "out = step(x)[0]"
+    ast.parse(sliced)
+
+
+def test_closure_keeps_definitions_and_uses_of_what_pmap_touches():
+    text = (
+        "import jax\n"
+        "import numpy as np\n"
+        "\n"
+        "def body(x):\n"
+        "    return x * 2\n"
+        "\n"
+        "def unrelated(x):\n"
+        "    x = 3\n"
+        "    return x\n"
+        "\n"
+        "step = jax.pmap(body)\n"
+        "\n"
+        "def run(data):\n"
+        "    return step(data)[0]\n"
+        "\n"
+        "class Trainer:\n"
+        "    def __init__(self):\n"
+        "        self.p_step = jax.pmap(body)\n"
+        "\n"
+        "    def other(self):\n"
+        "        return 0\n"
+        "\n"
+        "    def train(self, batch):\n"
+        "        return self.p_step(batch)\n"
+        "\n"
+        "class Plain:\n"
+        "    def method(self):\n"
+        "        return 1\n"
+        "\n"
+        "if __name__ == '__main__':\n"
+        "    print(unrelated(1))\n"
+    ) + "\n" * 60
+    sliced = _sliced(text)
+    assert sliced is not None
+    for kept in ("def body(x):", "def run(data):", "class Trainer:", "def train(self, batch):",
+                 "self.p_step = jax.pmap(body)", "if __name__ == '__main__':"):
+        assert kept in sliced, kept
+    # `unrelated` is read by the kept __main__ block: kept (one level back); `other` and `Plain` go.
+    assert "def other(self):" not in sliced and "class Plain:" not in sliced
+    ast.parse(sliced)
+
+
+def test_class_with_no_member_left_gets_a_pass():
+    text = (
+        "import jax\n"
+        "\n"
+        "class Base(jax.pmap(f).__class__):\n"
+        "    def a(self):\n"
+        "        return 1\n"
+        "\n"
+        "    def b(self):\n"
+        "        return 2\n"
+    ) + "\n" * 60
+    sliced = _sliced(text)
+    assert sliced is not None
+    assert "    pass" in sliced and "def a" not in sliced
+    ast.parse(sliced)
+
+
+def test_file_wide_noqa_inside_a_blanked_unit_still_applies(always_slice):
+    text = (
+        "import jax\n"
+        "\n"
+        "def unrelated():\n"
+        "    # pmap-migrate: noqa: PM101\n"
+        "    return 1\n"
+        "\n"
+        "step = jax.pmap(lambda x: x)\n"
+    )
+    assert "noqa" not in (_sliced(text) or "noqa")
+    whole, cut = _both(text.encode())
+    assert whole.diagnostics == cut.diagnostics
+    assert all(d.code != "PM101" or d.state.value == "suppressed" for d in cut.diagnostics)
+
+
+@pytest.mark.parametrize("newline", ["\n", "\r\n", "\r"])
+def test_line_endings_and_form_feeds(always_slice, newline):
+    lines = ["import jax", "", "def unrelated():", "\x0c    return 1", "", "step = jax.pmap(lambda x: x)",
+             "out = step(x)[0]", ""]
+    data = newline.join(lines).encode()
+    whole, cut = _both(data)
+    assert whole.diagnostics and cut.diagnostics == whole.diagnostics
+
+
+def test_syntax_errors_and_odd_bytes_are_reported_as_for_whole_files(always_slice):
+    cases = [
+        b"import jax\nstep = jax.pmap(f\n",
+        b"\xef\xbb\xbfimport jax\nstep = jax.pmap(f)\n",
+        b"# -*- coding: latin-1 -*-\nimport jax\ns = '\xe9'\nstep = jax.pmap(f)\n",
+        b"import jax\nstep = jax.pmap(f)\ns = '\xff'\n",
+        b"import jax\nx = " + b"(" * 250 + b")" * 250 + b"\nstep = jax.pmap(f)\n",
+    ]
+    for data in cases:
+        whole, cut = _both(data)
+        assert cut.error == whole.error, data[:40]
+        assert cut.diagnostics == whole.diagnostics, data[:40]
