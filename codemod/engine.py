@@ -182,7 +182,7 @@ def _sliced_module(data: bytes | str, path: str, rules: Sequence[type[Rule]],
         parsed = parse_python(data)
         if parsed is None:
             return None  # libcst reports why
-    sliced = relevant_source(parsed.text, parsed.tree, _gate_of(tuple(rules)))
+    sliced = relevant_source(parsed.text, parsed.tree, _gate_of(tuple(rules)), parsed.names[0])
     if sliced is None:
         return None
     if not AST_WITHIN_LIBCST and isinstance(parse(data, path), FileError):

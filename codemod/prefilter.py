@@ -130,8 +130,8 @@ class Gate:
             return False
         return _STAR.search(data) is not None or any(text.shown(data) for text in spelled)
 
-    def tree_refers_to_names(self, tree: ast.AST) -> bool:
-        return not self.names.isdisjoint(referenced_names(tree))
+    def tree_refers_to_names(self, tree: ast.AST, referenced: set[str] | None = None) -> bool:
+        return not self.names.isdisjoint(referenced_names(tree) if referenced is None else referenced)
 
     def refers_to_names(self, data: bytes, notebook: bool = False) -> bool:
         """The `ast` half: the file refers to one of the names (True when it does not parse).
@@ -184,18 +184,23 @@ def _prefixes(name: str) -> Iterable[str]:
 def referenced_names(tree: ast.AST) -> set[str]:
     """Every qualified name (with its prefixes) that some import, attribute chain or name of the
     module may refer to."""
-    found: set[str] = set()
-    bindings, chains = _bindings_and_chains(tree, found)
-    for root, attrs in chains:
-        for base in bindings.get(root, ()):
-            found.update(_prefixes(".".join([base, *attrs])))
-    return found
+    return scan_names(tree)[1]
 
 
 def name_bindings(tree: ast.AST) -> dict[str, set[str]]:
     """For each local name, the qualified names it may be bound to anywhere in the module (imports,
     module-local aliases, star imports), over-approximated as in ``referenced_names``."""
-    return _bindings_and_chains(tree, set())[0]
+    return scan_names(tree)[0]
+
+
+def scan_names(tree: ast.AST) -> tuple[dict[str, set[str]], set[str]]:
+    """``name_bindings`` and ``referenced_names`` of a module, from one walk."""
+    found: set[str] = set()
+    bindings, chains = _bindings_and_chains(tree, found)
+    for root, attrs in chains:
+        for base in bindings.get(root, ()):
+            found.update(_prefixes(".".join([base, *attrs])))
+    return bindings, found
 
 
 def _bindings_and_chains(tree: ast.AST, found: set[str]) -> tuple[dict[str, set[str]], list[tuple[str, list[str]]]]:

@@ -123,7 +123,7 @@ def _lint_job(job: tuple[bytes, str, tuple[str, ...], RuleOptions, bool]) -> Fil
         return FileResult(shown)
     # The `ast` half of the prefilter, in the worker; the same tree serves to slice the module.
     parsed = parse_python(data)
-    if parsed is not None and not text_matched and not gate.tree_refers_to_names(parsed.tree):
+    if parsed is not None and not text_matched and not gate.tree_refers_to_names(parsed.tree, parsed.names[1]):
         return FileResult(shown)
     return lint_file(data, shown, rules_for(codes), options, parsed)
 

@@ -30,8 +30,9 @@ import tokenize
 import warnings
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
+from functools import cached_property
 
-from codemod.prefilter import Gate, dotted, name_bindings
+from codemod.prefilter import Gate, dotted, scan_names
 
 # Below this many lines a file is analysed whole: slicing would save little.
 MIN_LINES = 60
@@ -45,12 +46,17 @@ AST_WITHIN_LIBCST = sys.version_info < (3, 13)
 _LINE = re.compile(r"[^\r\n]*(?:\r\n|\r|\n)|[^\r\n]+\Z")
 
 
-@dataclass(frozen=True)
+@dataclass
 class Parsed:
     """A module's text (decoded as Python decodes source) and its `ast`."""
 
     text: str
     tree: ast.Module
+
+    @cached_property
+    def names(self) -> tuple[dict[str, set[str]], set[str]]:
+        """The module's name bindings and referenced names (codemod/prefilter.py), computed once."""
+        return scan_names(self.tree)
 
 
 def parse_python(data: bytes) -> Parsed | None:
@@ -68,7 +74,7 @@ def parse_python(data: bytes) -> Parsed | None:
 _MAIN = re.compile(r"__name__|__main__")
 
 
-@dataclass
+@dataclass(eq=False)
 class _Unit:
     node: ast.stmt
     first: int  # 1-based line, decorators included
@@ -78,7 +84,7 @@ class _Unit:
     binds: set[str] = field(default_factory=set)  # module-level names and attribute names bound
     chains: list[tuple[str, list[str]]] = field(default_factory=list)
     imported: list[str] = field(default_factory=list)  # what its import statements name (`from a import *`: a.*)
-    member_of: "_Unit | None" = None  # the class unit holding a member
+    member_of: int | None = None  # a class member: the index of its class's unit
 
 
 def _span(node: ast.stmt) -> tuple[int, int]:
@@ -92,9 +98,10 @@ _SCOPES = (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef, ast.Lambda, ast.
            ast.DictComp, ast.GeneratorExp)
 
 
-def _scope_bindings(node: ast.AST) -> Iterator[str]:
+def _scope_bindings(node: ast.AST, declared_global: set[str] | None = None) -> Iterator[str]:
     """Names ``node`` binds in the scope it runs in (not those of the functions, classes, lambdas and
-    comprehensions inside it, apart from their own names)."""
+    comprehensions inside it, apart from their own names); names it declares ``global`` are also
+    added to ``declared_global``."""
     stack = [node]
     while stack:
         current = stack.pop()
@@ -108,6 +115,8 @@ def _scope_bindings(node: ast.AST) -> Iterator[str]:
         elif isinstance(current, ast.alias):
             yield (current.asname or current.name).split(".")[0]
         elif isinstance(current, (ast.Global, ast.Nonlocal)):
+            if declared_global is not None and isinstance(current, ast.Global):
+                declared_global.update(current.names)
             yield from current.names
         elif isinstance(current, ast.ExceptHandler) and current.name:
             yield current.name
@@ -125,95 +134,113 @@ def _scan(unit: _Unit) -> None:
     node = unit.node
     unit.binds.update(_scope_bindings(node))
     if isinstance(node, ast.ClassDef):  # its header; the members are units of their own
-        parts: list[ast.AST] = [*node.decorator_list, *node.bases, *node.keywords]
+        for part in (*node.decorator_list, *node.bases, *node.keywords):
+            _free_reads(part, unit)
     else:
-        parts = [node]
-    for part in parts:
-        _free_reads(part, (), unit)
+        _free_reads(node, unit)
 
 
-def _local_names(scope: ast.AST) -> set[str]:
-    """Names a function, lambda or comprehension binds for itself (parameters, assignments, ...)."""
-    local: set[str] = set()
-    arguments = getattr(scope, "args", None)
-    if isinstance(arguments, ast.arguments):
-        for arg in (*arguments.posonlyargs, *arguments.args, *arguments.kwonlyargs,
-                    arguments.vararg, arguments.kwarg):
-            if arg is not None:
-                local.add(arg.arg)
-    if isinstance(scope, (ast.ListComp, ast.SetComp, ast.DictComp, ast.GeneratorExp)):
-        for generator in scope.generators:
-            local.update(n.id for n in ast.walk(generator.target) if isinstance(n, ast.Name))
-        return local
-    body = scope.body if isinstance(scope.body, list) else [scope.body]
-    declared_global: set[str] = set()
-    for statement in body:
-        for child in _scope_walk(statement):
-            if isinstance(child, ast.Global):
-                declared_global.update(child.names)
-    for statement in body:
-        local.update(_scope_bindings(statement))
-    return local - declared_global
+_FUNCTIONS = (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda)
+_COMPREHENSIONS = (ast.ListComp, ast.SetComp, ast.DictComp, ast.GeneratorExp)
 
 
-def _scope_walk(node: ast.AST) -> Iterator[ast.AST]:
-    """``node`` and what is below it, not entering nested functions, lambdas, classes, comprehensions."""
-    stack = [node]
+def _free_reads(node: ast.AST, unit: _Unit) -> None:
+    """Collect the unit's free reads (``loads``: names no function around them binds, and attribute
+    names), those outside any function body (``head_loads``: decorators, defaults, a statement's own
+    expressions), its attribute chains and what its import statements name. One walk: each function,
+    lambda and comprehension is a scope with the names it binds and reads; a read is free when no
+    enclosing scope binds it (a class body binds nothing here: reads stay free, the safe side)."""
+    parents: list[int] = [-1]
+    binds: list[set[str]] = [set()]
+    declared: list[set[str]] = [set()]
+    reads: list[set[str]] = [set()]
+    classes: set[int] = set()
+    stack: list[tuple[ast.AST, int]] = [(node, 0)]
     while stack:
-        current = stack.pop()
-        yield current
-        if current is not node and isinstance(current, _SCOPES):
-            continue
-        stack.extend(ast.iter_child_nodes(current))
-
-
-def _free_reads(node: ast.AST, bound: tuple[frozenset[str], ...], unit: _Unit) -> None:
-    """Collect the unit's free reads (``loads``), those outside any function body (``head_loads``:
-    decorators, defaults, a statement's own expressions) and its attribute chains."""
-    stack: list[tuple[ast.AST, tuple[frozenset[str], ...], bool]] = [(node, bound, False)]
-    while stack:
-        current, outer, in_body = stack.pop()
+        current, scope = stack.pop()
         if isinstance(current, ast.Name):
             if isinstance(current.ctx, ast.Load):
                 unit.chains.append((current.id, []))
-                if not any(current.id in names for names in outer):
-                    unit.loads.add(current.id)
-                    if not in_body:
-                        unit.head_loads.add(current.id)
+                reads[scope].add(current.id)
+            else:
+                binds[scope].add(current.id)
             continue
         if isinstance(current, ast.Attribute):
             if isinstance(current.ctx, ast.Load):
                 unit.loads.add(current.attr)
-                if not in_body:
+                if scope == 0:
                     unit.head_loads.add(current.attr)
                 chain = dotted(current)
                 if chain is not None:
                     unit.chains.append(chain)
             else:
                 unit.binds.add(current.attr)
-        if isinstance(current, ast.Import):
-            unit.imported.extend(alias.name for alias in current.names)
-        elif isinstance(current, ast.ImportFrom) and current.module and not current.level:
-            unit.imported.extend(f"{current.module}.{alias.name}" for alias in current.names)
-        if isinstance(current, (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda)):
-            # Decorators, defaults and annotations run outside; the body inside.
+            stack.append((current.value, scope))
+            continue
+        if isinstance(current, _FUNCTIONS):
+            if not isinstance(current, ast.Lambda):
+                binds[scope].add(current.name)
             arguments = current.args
-            every = (*arguments.posonlyargs, *arguments.args, *arguments.kwonlyargs, arguments.vararg, arguments.kwarg)
+            every = (*arguments.posonlyargs, *arguments.args, *arguments.kwonlyargs, arguments.vararg,
+                     arguments.kwarg)
+            # Decorators, defaults and annotations run in the enclosing scope; the body in its own.
             outside: list[ast.AST] = [*getattr(current, "decorator_list", ()), *arguments.defaults,
                                       *(d for d in arguments.kw_defaults if d is not None),
                                       *(a.annotation for a in every if a is not None and a.annotation is not None),
                                       *([current.returns] if getattr(current, "returns", None) is not None else []),
                                       *getattr(current, "type_params", ())]
-            stack.extend((child, outer, in_body) for child in outside)
-            inner = outer + (frozenset(_local_names(current)),)
+            stack.extend((child, scope) for child in outside)
+            inner = len(parents)
+            parents.append(scope)
+            binds.append({a.arg for a in every if a is not None})
+            declared.append(set())
+            reads.append(set())
             body = current.body if isinstance(current.body, list) else [current.body]
-            stack.extend((child, inner, True) for child in body)
+            stack.extend((child, inner) for child in body)
             continue
-        if isinstance(current, (ast.ListComp, ast.SetComp, ast.DictComp, ast.GeneratorExp)):
-            inner = outer + (frozenset(_local_names(current)),)
-            stack.extend((child, inner, in_body) for child in ast.iter_child_nodes(current))
+        if isinstance(current, ast.ClassDef) and current is not node:
+            binds[scope].add(current.name)
+            stack.extend((child, scope) for child in (*current.decorator_list, *current.bases, *current.keywords))
+            inner = len(parents)  # a class body: what it binds is no variable of the functions inside
+            parents.append(scope)
+            binds.append(set())
+            declared.append(set())
+            reads.append(set())
+            classes.add(inner)
+            stack.extend((child, inner) for child in current.body)
             continue
-        stack.extend((child, outer, in_body) for child in ast.iter_child_nodes(current))
+        if isinstance(current, _COMPREHENSIONS):
+            inner = len(parents)
+            parents.append(scope)
+            binds.append(set())
+            declared.append(set())
+            reads.append(set())
+            stack.extend((child, inner) for child in ast.iter_child_nodes(current))
+            continue
+        if isinstance(current, ast.Global):
+            declared[scope].update(current.names)
+        elif isinstance(current, ast.alias):
+            binds[scope].add((current.asname or current.name).split(".")[0])
+        elif isinstance(current, ast.ExceptHandler) and current.name:
+            binds[scope].add(current.name)
+        elif isinstance(current, (ast.MatchAs, ast.MatchStar)) and current.name:
+            binds[scope].add(current.name)
+        elif isinstance(current, ast.Import):
+            unit.imported.extend(alias.name for alias in current.names)
+        elif isinstance(current, ast.ImportFrom) and current.module and not current.level:
+            unit.imported.extend(f"{current.module}.{alias.name}" for alias in current.names)
+        stack.extend((child, scope) for child in ast.iter_child_nodes(current))
+    unit.loads |= reads[0]
+    unit.head_loads |= reads[0]
+    for scope in range(1, len(parents)):
+        for name in reads[scope]:
+            enclosing = scope
+            while enclosing > 0:
+                if name in binds[enclosing] and name not in declared[enclosing] and enclosing not in classes:
+                    break
+                enclosing = parents[enclosing]
+            else:
+                unit.loads.add(name)
 
 
 def _units(tree: ast.Module) -> list[_Unit]:
@@ -223,14 +250,16 @@ def _units(tree: ast.Module) -> list[_Unit]:
         _scan(unit)
         units.append(unit)
         if isinstance(statement, ast.ClassDef) and statement.body:
+            owner = len(units) - 1
             for member in statement.body:
-                inner = _Unit(member, *_span(member), member_of=unit)
+                inner = _Unit(member, *_span(member), member_of=owner)
                 _scan(inner)
                 units.append(inner)
     return units
 
 
-def relevant_source(text: str, tree: ast.Module, gate: Gate) -> str | None:
+def relevant_source(text: str, tree: ast.Module, gate: Gate,
+                    bindings: dict[str, set[str]] | None = None) -> str | None:
     """``text`` with the units no rule can need blanked; None when nothing would be blanked (or the
     module is too small to bother)."""
     lines = _LINE.findall(text)  # Python's line breaks only (not form feeds and the like)
@@ -240,7 +269,8 @@ def relevant_source(text: str, tree: ast.Module, gate: Gate) -> str | None:
     if not units:
         return None
     names = gate.names | gate.context
-    bindings = name_bindings(tree)
+    if bindings is None:
+        bindings = scan_names(tree)[0]
     triggers = None if gate.triggers is None else tuple(t.decode() for t in gate.triggers)
     if triggers is None:
         return None  # some rule looks at every statement
@@ -304,7 +334,7 @@ def relevant_source(text: str, tree: ast.Module, gate: Gate) -> str | None:
     # A kept member keeps its class (header and all), a class kept as a whole keeps its members.
     for i, unit in enumerate(units):
         if unit.member_of is not None and kept[i]:
-            kept[units.index(unit.member_of)] = True
+            kept[unit.member_of] = True
 
     return _blank(lines, units, kept)
 
@@ -315,7 +345,7 @@ def _blank(lines: list[str], units: list[_Unit], kept: list[bool]) -> str | None
     classes_with_members: dict[int, list[int]] = {}
     for i, unit in enumerate(units):
         if unit.member_of is not None:
-            classes_with_members.setdefault(units.index(unit.member_of), []).append(i)
+            classes_with_members.setdefault(unit.member_of, []).append(i)
     for i, unit in enumerate(units):
         if unit.member_of is None and i in classes_with_members and kept[i]:
             # The class's own lines (header, and anything between members) stay; members decide.
