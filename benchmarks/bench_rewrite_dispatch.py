@@ -9,6 +9,7 @@ trip (until the result is ready: the same XLA computation's execution included).
 
     XLA_FLAGS=--xla_force_host_platform_device_count=8 python benchmarks/bench_rewrite_dispatch.py
     python benchmarks/bench_rewrite_dispatch.py --devices 1 --rounds 5000
+    python benchmarks/bench_rewrite_dispatch.py --repeat 5   # five measurements, the median ratio
 
 Needs jax; run it from the repository root (it imports the fixer from the working tree).
 """
@@ -50,6 +51,8 @@ def main() -> None:
     parser.add_argument("--devices", type=int, default=8)
     parser.add_argument("--rounds", type=int, default=3000)
     parser.add_argument("--warmup", type=int, default=200)
+    parser.add_argument("--repeat", type=int, default=1,
+                        help="measure this many times (each: --rounds interleaved calls) and report each and the median ratio")
     args = parser.parse_args()
     os.environ["XLA_FLAGS"] = f"--xla_force_host_platform_device_count={args.devices}"
     source = rewritten_source()
@@ -83,19 +86,31 @@ def main() -> None:
     for _ in range(args.warmup):
         timed(pmapped, xp, yp)
         timed(rewritten, xr, yr)
-    legacy_times, new_times = [], []
-    for k in range(args.rounds):
-        if k % 2:
-            legacy_times.append(timed(pmapped, xp, yp))
-            new_times.append(timed(rewritten, xr, yr))
-        else:
-            new_times.append(timed(rewritten, xr, yr))
-            legacy_times.append(timed(pmapped, xp, yp))
     print(f"jax {jax.__version__}, python {sys.version.split()[0]}, {n} CPU devices, {args.rounds} interleaved calls each")
-    for i, what in enumerate(("dispatch (call returns)", "round trip (result ready)")):
-        lp = statistics.median(t[i] for t in legacy_times) * 1e6
-        nr = statistics.median(t[i] for t in new_times) * 1e6
-        print(f"{what:26s} jax.pmap {lp:8.1f} us   rewritten {nr:8.1f} us   ratio {nr / lp:.2f}")
+    ratios: list[tuple[float, float]] = []
+    for repeat in range(args.repeat):
+        legacy_times, new_times = [], []
+        for k in range(args.rounds):
+            if k % 2:
+                legacy_times.append(timed(pmapped, xp, yp))
+                new_times.append(timed(rewritten, xr, yr))
+            else:
+                new_times.append(timed(rewritten, xr, yr))
+                legacy_times.append(timed(pmapped, xp, yp))
+        figures = []
+        for i, what in enumerate(("dispatch (call returns)", "round trip (result ready)")):
+            lp = statistics.median(t[i] for t in legacy_times) * 1e6
+            nr = statistics.median(t[i] for t in new_times) * 1e6
+            figures.append(nr / lp)
+            label = f"[{repeat + 1}/{args.repeat}] " if args.repeat > 1 else ""
+            print(f"{label}{what:26s} jax.pmap {lp:8.1f} us   rewritten {nr:8.1f} us   ratio {nr / lp:.2f}")
+        ratios.append((figures[0], figures[1]))
+    if args.repeat > 1:
+        dispatch = sorted(r[0] for r in ratios)
+        trip = sorted(r[1] for r in ratios)
+        print(f"median ratio over {args.repeat} measurements: dispatch {statistics.median(dispatch):.2f} "
+              f"(range {dispatch[0]:.2f}-{dispatch[-1]:.2f}), round trip {statistics.median(trip):.2f} "
+              f"(range {trip[0]:.2f}-{trip[-1]:.2f})")
 
 
 if __name__ == "__main__":

@@ -29,8 +29,12 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
 from json.decoder import scanstring
 
+from typing import TYPE_CHECKING
+
 from codemod.diagnostics import Diagnostic, FileError, FileResult
-from rules.base import Rule, RuleOptions
+
+if TYPE_CHECKING:  # annotations only: reading a notebook's cells must not load libcst
+    from rules.base import Rule, RuleOptions
 
 NOTEBOOK_SUFFIX = ".ipynb"
 

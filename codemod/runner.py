@@ -19,13 +19,14 @@ from codemod import __version__
 from codemod.cache import CACHE_DIR_NAME, ResultCache, digest
 from codemod.config import Settings
 from codemod.diagnostics import FileError, FileResult, State
-from codemod.prefilter import Gate
-from codemod.slices import Parsed, parse_python
 from codemod.stack import on_deep_stack
 from rules import rules_by_code
 from rules.options import RuleOptions
 
-if TYPE_CHECKING:  # rule classes (and libcst) load only when a file needs analysing
+if TYPE_CHECKING:  # rule classes (and libcst) load only when a file needs analysing; the
+    # prefilter and the slicer only when a file needs reading (a warm run reads none)
+    from codemod.prefilter import Gate
+    from codemod.slices import Parsed
     from rules.base import Rule
 
 # Below this many files to parse, a process pool costs more than it saves.
@@ -109,6 +110,8 @@ def fix_file(data: bytes, shown: str, rules: Sequence[type[Rule]], *, unsafe: bo
 
 @lru_cache(maxsize=8)
 def _gate_for(codes: tuple[str, ...]) -> Gate:
+    from codemod.prefilter import Gate
+
     return Gate.of(rules_for(codes))
 
 
@@ -122,6 +125,8 @@ def _lint_job(job: tuple[bytes, str, tuple[str, ...], RuleOptions, bool]) -> Fil
     if not text_matched and not gate.spells_names(data):
         return FileResult(shown)
     # The `ast` half of the prefilter, in the worker; the same tree serves to slice the module.
+    from codemod.slices import parse_python
+
     parsed = parse_python(data)
     if parsed is not None and not text_matched and not gate.tree_refers_to_names(parsed.tree, parsed.names[1]):
         return FileResult(shown)
@@ -300,7 +305,7 @@ def run_fix(files: Sequence[Path], settings: Settings, rules: Sequence[type[Rule
     from codemod.fixer import FixOutcome
 
     codes = tuple(rule.CODE for rule in rules)
-    gate = Gate.of(rules)
+    gate = _gate_for(codes)
     outcomes: list = []
     options = rule_options(settings)
     work: list[tuple[bytes, str, tuple[str, ...], bool, RuleOptions]] = []

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from collections import Counter
 from collections.abc import Callable, Sequence
 
@@ -14,6 +15,27 @@ from codemod.diagnostics import Applicability, Diagnostic
 def render_diagnostics(console: Console, diagnostics: Sequence[Diagnostic],
                        source_line: Callable[..., str | None], *, show_source: bool = True) -> None:
     """``source_line(path, line)``, or ``source_line(path, line, cell)`` for a notebook finding."""
+    if console.color_system is None and not console.record:
+        # No colours (a pipe, a file, NO_COLOR): the same characters rich would print, written at
+        # once; rich's per-line rendering costs more than the whole rest of a warm run. A line
+        # holding a tab goes through rich, which expands tabs by the cell width of what precedes.
+        chunks: list[str] = []
+        for d in diagnostics:
+            plain = _plain(d, source_line, show_source)
+            if plain is None:
+                console.file.write("".join(chunks))
+                chunks.clear()
+                _render_rich(console, [d], source_line, show_source)
+            else:
+                chunks.append(plain)
+        console.file.write("".join(chunks))
+        console.file.flush()
+        return
+    _render_rich(console, diagnostics, source_line, show_source)
+
+
+def _render_rich(console: Console, diagnostics: Sequence[Diagnostic], source_line: Callable[..., str | None],
+                 show_source: bool) -> None:
     for d in diagnostics:
         header = Text()
         header.append(d.path, style="bold")
@@ -41,6 +63,29 @@ def render_diagnostics(console: Console, diagnostics: Sequence[Diagnostic],
         caret.append(padding + "^" * max(1, width), style="bold red")
         console.print(caret, soft_wrap=True)
         console.print()
+
+
+_CONTROL = re.compile(r"[\x00-\x1f\x7f]")
+
+
+def _plain(d: Diagnostic, source_line: Callable[..., str | None], show_source: bool) -> str | None:
+    """One finding as ``render_diagnostics`` prints it without colours (None: it holds a tab or
+    another control character, which rich expands or strips)."""
+    header = d.path + (f":cell {d.cell}" if d.cell is not None else "") + f":{d.line}:{d.column}: {d.code} {d.message}"
+    if d.fix is not None:
+        header += " [*]" if d.fix.applicability is Applicability.SAFE else " [unsafe fix]"
+    line = None
+    if show_source:
+        line = source_line(d.path, d.line) if d.cell is None else source_line(d.path, d.line, d.cell)
+    if line is None:
+        return header + "\n"
+    text = line.rstrip("\r\n")
+    if _CONTROL.search(text) or _CONTROL.search(header):
+        return None
+    gutter = f"{d.line} | "
+    width = (d.end_column - d.column) if d.end_line == d.line else max(1, len(text) - d.column + 1)
+    caret = " " * (len(gutter) - 2) + "| " + " " * (d.column - 1) + "^" * max(1, width)
+    return f"{header}\n{gutter}{text}\n{caret}\n\n"
 
 
 def render_summary(console: Console, diagnostics: Sequence[Diagnostic], *, errors: int, files: int,
