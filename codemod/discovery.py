@@ -98,7 +98,7 @@ def discover(paths: list[str], settings: Settings, *, force_exclude: bool = Fals
     ignores = _Ignores()
     files: list[Path] = []
     missing: list[str] = []
-    seen: dict[Path, int] = {}  # real path -> index in files
+    seen: dict[str, int] = {}  # real path -> index in files
 
     def excluded(path: Path, is_dir: bool, base: Path = root) -> bool:
         suffix = "/" if is_dir else ""
@@ -112,16 +112,17 @@ def discover(paths: list[str], settings: Settings, *, force_exclude: bool = Fals
     # stays inside the named paths (`fix` writes through links, never outside what it was given).
     roots = [Path(given).resolve() for given in paths if Path(given).exists()]
 
-    def add(path: Path, named: bool = False, real: Path | None = None) -> None:
+    def add(path: Path, named: bool = False, real: str | None = None) -> None:
         """``real``: the file's real path when the walk knows it (no link on the way), which
         also means it lies inside a named directory."""
         if real is None:
             try:
-                real = path.resolve()
+                resolved = path.resolve()
             except (OSError, RuntimeError):  # a link loop
                 return
-            if not named and not any(real == r or r in real.parents for r in roots):
+            if not named and not any(resolved == r or r in resolved.parents for r in roots):
                 return
+            real = str(resolved)
         if real not in seen:  # a file reached through several links is looked at once
             seen[real] = len(files)
             files.append(path)
@@ -157,13 +158,13 @@ def discover(paths: list[str], settings: Settings, *, force_exclude: bool = Fals
             relative = "" if relative == "." else relative
         except ValueError:
             relative = None  # outside the base: entries are judged by their names
-        _walk(path, absolute, absolute.resolve(), relative, chain, git_root is not None, ignores,
+        _walk(path, absolute, str(absolute.resolve()), relative, chain, git_root is not None, ignores,
               exclude.match_file, add)
-    files.sort()
+    files.sort(key=lambda f: f.parts)
     return Discovered(files, missing)
 
 
-def _walk(shown: Path, absolute: Path, real: Path, relative: str | None, chain: list[Path], use_git: bool,
+def _walk(shown: Path, absolute: Path, real: str, relative: str | None, chain: list[Path], use_git: bool,
           ignores: _Ignores, excluded: Callable[[str], bool], add) -> None:
     """Walk ``absolute``: ``real`` is its real path (directory links are never entered, so the
     real path of what lies below follows without asking the file system), ``relative`` its path
@@ -188,7 +189,7 @@ def _walk(shown: Path, absolute: Path, real: Path, relative: str | None, chain: 
             if entry.is_symlink():
                 continue  # never leave the tree through a directory link
             entry_abs = absolute / name
-            _walk(shown / name, entry_abs, real / name, None if relative is None else entry_relative,
+            _walk(shown / name, entry_abs, os.path.join(real, name), None if relative is None else entry_relative,
                   chain + [entry_abs], use_git, ignores, excluded, add)
         elif is_file and name.endswith(PYTHON_SUFFIXES):
-            add(shown / name, real=None if entry.is_symlink() else real / name)
+            add(shown / name, real=None if entry.is_symlink() else os.path.join(real, name))
