@@ -11,7 +11,6 @@ import hashlib
 import os
 import pickle
 import tempfile
-from dataclasses import dataclass
 from pathlib import Path
 
 from codemod.diagnostics import FileResult
@@ -25,12 +24,9 @@ def digest(data: bytes) -> bytes:
     return hashlib.blake2b(data, digest_size=16).digest()
 
 
-@dataclass
-class Entry:
-    size: int
-    mtime_ns: int
-    digest: bytes
-    result: FileResult
+# An entry: (size, mtime_ns, content digest, result); the result is None for a file without findings
+# or errors (most files), which keeps the pickle small and quick to load.
+Entry = tuple[int, int, bytes, "FileResult | None"]
 
 
 class ResultCache:
@@ -49,22 +45,27 @@ class ResultCache:
         except Exception:  # a corrupt or foreign cache is only a slower run
             self.entries = {}
 
+    @staticmethod
+    def _result(key: str, entry: Entry) -> FileResult:
+        return entry[3] if entry[3] is not None else FileResult(key)
+
     def lookup_stat(self, key: str, stat: os.stat_result) -> FileResult | None:
         entry = self.entries.get(key)
-        if entry is not None and entry.size == stat.st_size and entry.mtime_ns == stat.st_mtime_ns:
-            return entry.result
+        if entry is not None and entry[0] == stat.st_size and entry[1] == stat.st_mtime_ns:
+            return self._result(key, entry)
         return None
 
     def lookup_digest(self, key: str, stat: os.stat_result, content_digest: bytes) -> FileResult | None:
         entry = self.entries.get(key)
-        if entry is not None and entry.digest == content_digest:
-            entry.size, entry.mtime_ns = stat.st_size, stat.st_mtime_ns
+        if entry is not None and entry[2] == content_digest:
+            self.entries[key] = (stat.st_size, stat.st_mtime_ns, entry[2], entry[3])
             self.dirty = True
-            return entry.result
+            return self._result(key, entry)
         return None
 
     def store(self, key: str, stat: os.stat_result, content_digest: bytes, result: FileResult) -> None:
-        self.entries[key] = Entry(stat.st_size, stat.st_mtime_ns, content_digest, result)
+        empty = not result.diagnostics and result.error is None
+        self.entries[key] = (stat.st_size, stat.st_mtime_ns, content_digest, None if empty else result)
         self.dirty = True
 
     def _prune(self) -> None:

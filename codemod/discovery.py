@@ -180,6 +180,8 @@ def _walk(shown: Path, absolute: Path, real: str, relative: str | None, chain: l
             is_file = entry.is_file()
         except OSError:
             continue
+        if not is_dir and not (is_file and name.endswith(PYTHON_SUFFIXES)):
+            continue  # nothing to check: no need to ask the patterns
         entry_relative = name if not relative else f"{relative}/{name}"
         if excluded(entry_relative + "/" if is_dir else entry_relative):
             continue

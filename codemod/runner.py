@@ -173,9 +173,12 @@ def run(
     outcome = RunResult(files=len(files))
     pending: list[tuple[int, str, os.stat_result | None, bytes | None, bytes, bool]] = []
     slots: list[FileResult | None] = []
+    cwd = os.getcwd()
     for path in files:
         shown = display_path(path)
-        key = os.path.abspath(path)  # discovery already merged the names of one file
+        # The cache key: the absolute path (discovery already merged the names of one file). A
+        # relative path from discovery is normal (no `.`, no `..`): joined to the working directory.
+        key = os.path.join(cwd, shown) if not path.is_absolute() and ".." not in path.parts else os.path.abspath(path)
         try:
             stat = path.stat()
         except OSError as error:
