@@ -67,3 +67,13 @@ def test_triggers_admit_every_invalid_example():
     dropped = [f"{rule.CODE}-invalid-{i}" for rule, i, example in INVALID
                if not Gate.of([rule]).needs_parse(example.code.encode())]
     assert dropped == []
+
+
+def test_the_cached_visitor_table_is_what_libcst_would_compute():
+    """Rule.get_visitors answers from a per-class table; libcst's own answer must be the same."""
+    import libcst as cst
+
+    for rule in all_rules():
+        instance = rule.__new__(rule)
+        assert set(rule.get_visitors(instance)) == set(cst.BatchableCSTVisitor.get_visitors(instance)), rule.CODE
+        assert rule.get_visitors(instance), rule.CODE
