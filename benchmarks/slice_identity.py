@@ -25,7 +25,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from codemod.prefilter import Gate  # noqa: E402
 from codemod.runner import execute, lint_file, rules_for  # noqa: E402
-from codemod.slices import kept_fraction, parse_python, relevant_source  # noqa: E402
+from codemod.slices import kept_fraction, nonblank_lines, parse_python, relevant_source  # noqa: E402
 from rules import all_rules  # noqa: E402
 
 
@@ -45,7 +45,7 @@ def _both(job: tuple[str, tuple[str, ...]]) -> dict:
         text = relevant_source(parsed.text, parsed.tree, Gate.of(rules))
         was_sliced = text is not None
         fraction = kept_fraction(parsed.text, text)
-        lines = sum(1 for line in parsed.text.splitlines() if line.strip())
+        lines = nonblank_lines(parsed.text)
 
     def as_json(result):
         return {"diagnostics": [d.to_json() | {"state": d.state.value} for d in result.diagnostics],

@@ -176,7 +176,8 @@ def dotted(node: ast.expr) -> tuple[str, list[str]] | None:
     return None
 
 
-def _prefixes(name: str) -> Iterable[str]:
+def prefixes(name: str) -> Iterable[str]:
+    """``a``, ``a.b``, ``a.b.c`` for ``a.b.c``."""
     parts = name.split(".")
     return (".".join(parts[:i]) for i in range(1, len(parts) + 1))
 
@@ -199,7 +200,7 @@ def scan_names(tree: ast.AST) -> tuple[dict[str, set[str]], set[str]]:
     bindings, chains = _bindings_and_chains(tree, found)
     for root, attrs in chains:
         for base in bindings.get(root, ()):
-            found.update(_prefixes(".".join([base, *attrs])))
+            found.update(prefixes(".".join([base, *attrs])))
     return bindings, found
 
 
@@ -217,7 +218,7 @@ def _bindings_and_chains(tree: ast.AST, found: set[str]) -> tuple[dict[str, set[
     for node in ast.walk(tree):
         if isinstance(node, ast.Import):
             for alias in node.names:
-                found.update(_prefixes(alias.name))
+                found.update(prefixes(alias.name))
                 if alias.asname:
                     bind(alias.asname, alias.name)
                 else:
@@ -226,13 +227,13 @@ def _bindings_and_chains(tree: ast.AST, found: set[str]) -> tuple[dict[str, set[
         elif isinstance(node, ast.ImportFrom):
             module = "." * node.level + (node.module or "")
             if node.module:
-                found.update(_prefixes(module))  # `from removed.module import *` is itself reported
+                found.update(prefixes(module))  # `from removed.module import *` is itself reported
             for alias in node.names:
                 if alias.name == "*":
                     star_modules.append(module)
                     continue
                 qualified = f"{module}.{alias.name}" if module and not module.endswith(".") else module + alias.name
-                found.update(_prefixes(qualified))
+                found.update(prefixes(qualified))
                 bind(alias.asname or alias.name, qualified)
         elif isinstance(node, ast.Attribute):
             if not isinstance(node.value, (ast.Attribute, ast.Name)):

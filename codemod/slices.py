@@ -28,15 +28,14 @@ import re
 import sys
 import tokenize
 import warnings
-from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from functools import cached_property
+from itertools import chain
 
-from codemod.prefilter import Gate, dotted, scan_names
+from codemod.prefilter import Gate, dotted, prefixes, scan_names
 
 # Below this many lines a file is analysed whole: slicing would save little.
 MIN_LINES = 60
-CLOSURE = True
 
 # Whatever `ast` accepts, libcst 1.9 parses too up to Python 3.12's grammar, so a file `ast` accepts
 # cannot hold a syntax error that only the blanked units would show. Later grammars (3.14's template
@@ -71,6 +70,7 @@ def parse_python(data: bytes) -> Parsed | None:
         return None
     return Parsed(text, tree)
 
+
 _MAIN = re.compile(r"__name__|__main__")
 
 
@@ -94,37 +94,6 @@ def _span(node: ast.stmt) -> tuple[int, int]:
     return first, node.end_lineno or node.lineno
 
 
-_SCOPES = (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef, ast.Lambda, ast.ListComp, ast.SetComp,
-           ast.DictComp, ast.GeneratorExp)
-
-
-def _scope_bindings(node: ast.AST, declared_global: set[str] | None = None) -> Iterator[str]:
-    """Names ``node`` binds in the scope it runs in (not those of the functions, classes, lambdas and
-    comprehensions inside it, apart from their own names); names it declares ``global`` are also
-    added to ``declared_global``."""
-    stack = [node]
-    while stack:
-        current = stack.pop()
-        if isinstance(current, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
-            yield current.name  # a class's members are units of their own
-            continue
-        if isinstance(current, _SCOPES):
-            continue
-        if isinstance(current, ast.Name) and not isinstance(current.ctx, ast.Load):
-            yield current.id
-        elif isinstance(current, ast.alias):
-            yield (current.asname or current.name).split(".")[0]
-        elif isinstance(current, (ast.Global, ast.Nonlocal)):
-            if declared_global is not None and isinstance(current, ast.Global):
-                declared_global.update(current.names)
-            yield from current.names
-        elif isinstance(current, ast.ExceptHandler) and current.name:
-            yield current.name
-        elif isinstance(current, (ast.MatchAs, ast.MatchStar)) and current.name:
-            yield current.name
-        stack.extend(ast.iter_child_nodes(current))
-
-
 def _scan(unit: _Unit) -> None:
     """What a unit reads, binds and which attribute chains it holds. A module-level statement binds
     module names; a class member binds an attribute of the class (``self.step``); an attribute
@@ -132,8 +101,8 @@ def _scan(unit: _Unit) -> None:
     but not bound by a function around them (those are local variables, not module names), and
     every attribute name read."""
     node = unit.node
-    unit.binds.update(_scope_bindings(node))
     if isinstance(node, ast.ClassDef):  # its header; the members are units of their own
+        unit.binds.add(node.name)
         for part in (*node.decorator_list, *node.bases, *node.keywords):
             _free_reads(part, unit)
     else:
@@ -145,17 +114,26 @@ _COMPREHENSIONS = (ast.ListComp, ast.SetComp, ast.DictComp, ast.GeneratorExp)
 
 
 def _free_reads(node: ast.AST, unit: _Unit) -> None:
-    """Collect the unit's free reads (``loads``: names no function around them binds, and attribute
-    names), those outside any function body (``head_loads``: decorators, defaults, a statement's own
-    expressions), its attribute chains and what its import statements name. One walk: each function,
-    lambda and comprehension is a scope with the names it binds and reads; a read is free when no
-    enclosing scope binds it (a class body binds nothing here: reads stay free, the safe side)."""
+    """Collect what the unit binds in its own scope (``binds``, with attribute names stored anywhere),
+    its free reads (``loads``: names no function around them binds, and attribute names), those
+    outside any function body (``head_loads``: decorators, defaults, a statement's own expressions),
+    its attribute chains and what its import statements name. One walk: each function, lambda and
+    comprehension is a scope with the names it binds and reads; a read is free when no enclosing
+    scope binds it (a class body binds nothing here: reads stay free, the safe side)."""
     parents: list[int] = [-1]
     binds: list[set[str]] = [set()]
     declared: list[set[str]] = [set()]
     reads: list[set[str]] = [set()]
     classes: set[int] = set()
     stack: list[tuple[ast.AST, int]] = [(node, 0)]
+
+    def new_scope(parent: int, bound: set[str]) -> int:
+        parents.append(parent)
+        binds.append(bound)
+        declared.append(set())
+        reads.append(set())
+        return len(parents) - 1
+
     while stack:
         current, scope = stack.pop()
         if isinstance(current, ast.Name):
@@ -190,46 +168,36 @@ def _free_reads(node: ast.AST, unit: _Unit) -> None:
                                       *([current.returns] if getattr(current, "returns", None) is not None else []),
                                       *getattr(current, "type_params", ())]
             stack.extend((child, scope) for child in outside)
-            inner = len(parents)
-            parents.append(scope)
-            binds.append({a.arg for a in every if a is not None})
-            declared.append(set())
-            reads.append(set())
+            inner = new_scope(scope, {a.arg for a in every if a is not None})
             body = current.body if isinstance(current.body, list) else [current.body]
             stack.extend((child, inner) for child in body)
             continue
         if isinstance(current, ast.ClassDef) and current is not node:
             binds[scope].add(current.name)
             stack.extend((child, scope) for child in (*current.decorator_list, *current.bases, *current.keywords))
-            inner = len(parents)  # a class body: what it binds is no variable of the functions inside
-            parents.append(scope)
-            binds.append(set())
-            declared.append(set())
-            reads.append(set())
+            inner = new_scope(scope, set())  # a class body: what it binds is no variable of the functions inside
             classes.add(inner)
             stack.extend((child, inner) for child in current.body)
             continue
         if isinstance(current, _COMPREHENSIONS):
-            inner = len(parents)
-            parents.append(scope)
-            binds.append(set())
-            declared.append(set())
-            reads.append(set())
+            inner = new_scope(scope, set())
             stack.extend((child, inner) for child in ast.iter_child_nodes(current))
             continue
-        if isinstance(current, ast.Global):
-            declared[scope].update(current.names)
+        if isinstance(current, (ast.Global, ast.Nonlocal)):
+            if isinstance(current, ast.Global):
+                declared[scope].update(current.names)
+            if scope == 0:
+                binds[0].update(current.names)
         elif isinstance(current, ast.alias):
             binds[scope].add((current.asname or current.name).split(".")[0])
-        elif isinstance(current, ast.ExceptHandler) and current.name:
-            binds[scope].add(current.name)
-        elif isinstance(current, (ast.MatchAs, ast.MatchStar)) and current.name:
+        elif isinstance(current, (ast.ExceptHandler, ast.MatchAs, ast.MatchStar)) and current.name:
             binds[scope].add(current.name)
         elif isinstance(current, ast.Import):
             unit.imported.extend(alias.name for alias in current.names)
         elif isinstance(current, ast.ImportFrom) and current.module and not current.level:
             unit.imported.extend(f"{current.module}.{alias.name}" for alias in current.names)
         stack.extend((child, scope) for child in ast.iter_child_nodes(current))
+    unit.binds |= binds[0]
     unit.loads |= reads[0]
     unit.head_loads |= reads[0]
     for scope in range(1, len(parents)):
@@ -262,6 +230,8 @@ def relevant_source(text: str, tree: ast.Module, gate: Gate,
                     bindings: dict[str, set[str]] | None = None) -> str | None:
     """``text`` with the units no rule can need blanked; None when nothing would be blanked (or the
     module is too small to bother)."""
+    if gate.triggers is None:
+        return None  # some rule looks at every statement
     lines = _LINE.findall(text)  # Python's line breaks only (not form feeds and the like)
     if len(lines) < MIN_LINES:
         return None
@@ -271,28 +241,16 @@ def relevant_source(text: str, tree: ast.Module, gate: Gate,
     names = gate.names | gate.context
     if bindings is None:
         bindings = scan_names(tree)[0]
-    triggers = None if gate.triggers is None else tuple(t.decode() for t in gate.triggers)
-    if triggers is None:
-        return None  # some rule looks at every statement
+    triggers = tuple(t.decode() for t in gate.triggers)
 
     def refers(unit: _Unit) -> bool:
-        for full in unit.imported:
-            parts = full.split(".")
-            if any(".".join(parts[:i]) in names for i in range(1, len(parts) + 1)):
-                return True
-        for root, attrs in unit.chains:
-            for base in bindings.get(root, ()):
-                parts = [*base.split("."), *attrs]
-                if any(".".join(parts[:i]) in names for i in range(1, len(parts) + 1)):
-                    return True
-        return False
+        resolved = (".".join([base, *attrs]) for root, attrs in unit.chains for base in bindings.get(root, ()))
+        return any(prefix in names for full in chain(unit.imported, resolved) for prefix in prefixes(full))
 
     kept: list[bool] = []
     for unit in units:
         node = unit.node
-        if unit.member_of is None and isinstance(node, (ast.Import, ast.ImportFrom)):
-            keep = True
-        elif isinstance(node, (ast.Import, ast.ImportFrom)):
+        if isinstance(node, (ast.Import, ast.ImportFrom)):
             keep = True
         else:
             last = unit.last
@@ -310,27 +268,26 @@ def relevant_source(text: str, tree: ast.Module, gate: Gate,
     # `z = prep(x)`, then `prep`); a definition pulled in this way passes on only what it reads
     # outside function bodies (decorators, defaults, assigned values), not the helpers its body
     # calls. Imports are kept anyway and carry no data flow.
-    if CLOSURE:
-        forward = [i for i, keep in enumerate(kept) if keep]
-        bound: set[str] = set()
-        while forward:
-            for i in forward:
-                if not isinstance(units[i].node, (ast.Import, ast.ImportFrom)):
-                    bound |= units[i].binds
-            forward = [i for i, unit in enumerate(units) if not kept[i] and not unit.loads.isdisjoint(bound)]
-            for i in forward:
-                kept[i] = True
-        read: set[str] = set()
-        backward = [i for i, keep in enumerate(kept) if keep]
-        first = True
-        while backward:
-            for i in backward:
-                if not isinstance(units[i].node, (ast.Import, ast.ImportFrom)):
-                    read |= units[i].loads if first else units[i].head_loads
-            first = False
-            backward = [i for i, unit in enumerate(units) if not kept[i] and not unit.binds.isdisjoint(read)]
-            for i in backward:
-                kept[i] = True
+    forward = [i for i, keep in enumerate(kept) if keep]
+    bound: set[str] = set()
+    while forward:
+        for i in forward:
+            if not isinstance(units[i].node, (ast.Import, ast.ImportFrom)):
+                bound |= units[i].binds
+        forward = [i for i, unit in enumerate(units) if not kept[i] and not unit.loads.isdisjoint(bound)]
+        for i in forward:
+            kept[i] = True
+    read: set[str] = set()
+    backward = [i for i, keep in enumerate(kept) if keep]
+    first = True
+    while backward:
+        for i in backward:
+            if not isinstance(units[i].node, (ast.Import, ast.ImportFrom)):
+                read |= units[i].loads if first else units[i].head_loads
+        first = False
+        backward = [i for i, unit in enumerate(units) if not kept[i] and not unit.binds.isdisjoint(read)]
+        for i in backward:
+            kept[i] = True
     # A kept member keeps its class (header and all), a class kept as a whole keeps its members.
     for i, unit in enumerate(units):
         if unit.member_of is not None and kept[i]:
@@ -379,11 +336,15 @@ def _blank(lines: list[str], units: list[_Unit], kept: list[bool]) -> str | None
     return "".join(out)
 
 
+def nonblank_lines(text: str) -> int:
+    return sum(1 for line in _LINE.findall(text) if line.strip())
+
+
 def kept_fraction(text: str, sliced: str | None) -> float:
+    """The share of the module's non-blank lines that its slice keeps."""
     if sliced is None:
         return 1.0
-    total = sum(1 for line in _LINE.findall(text) if line.strip())
-    left = sum(1 for line in _LINE.findall(sliced) if line.strip())
-    return left / total if total else 1.0
+    total = nonblank_lines(text)
+    return nonblank_lines(sliced) / total if total else 1.0
 
 
