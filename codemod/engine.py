@@ -4,13 +4,12 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from functools import lru_cache
 
 import libcst as cst
 from libcst.metadata import CodeRange, MetadataWrapper, PositionProvider
 
 from codemod.diagnostics import Applicability, Diagnostic, FileError, FileResult, FixInfo, State
-from codemod.prefilter import Gate
+from codemod.prefilter import gate_of
 from codemod.slices import AST_WITHIN_LIBCST, Parsed, parse_python, relevant_source
 from codemod.stack import on_deep_stack
 from codemod.suppression import Suppressions, is_guarded
@@ -182,7 +181,7 @@ def _sliced_module(data: bytes | str, path: str, rules: Sequence[type[Rule]],
         parsed = parse_python(data)
         if parsed is None:
             return None  # libcst reports why
-    sliced = relevant_source(parsed.text, parsed.tree, _gate_of(tuple(rules)), parsed.names[0])
+    sliced = relevant_source(parsed.text, parsed.tree, gate_of(tuple(rules)), parsed.names[0])
     if sliced is None:
         return None
     if not AST_WITHIN_LIBCST and isinstance(parse(data, path), FileError):
@@ -192,10 +191,6 @@ def _sliced_module(data: bytes | str, path: str, rules: Sequence[type[Rule]],
         return None  # the whole file's parse reports it, where it is
     return module, parsed.text
 
-
-@lru_cache(maxsize=16)
-def _gate_of(rules: tuple[type[Rule], ...]) -> Gate:
-    return Gate.of(rules)
 
 
 @on_deep_stack

@@ -26,7 +26,7 @@ from pathlib import Path
 from codemod.config import Settings
 from codemod.diagnostics import Diagnostic, FileError, FileResult, State
 from codemod.engine import Finding, analyse, parse
-from codemod.prefilter import Gate
+from codemod.prefilter import gate_of
 from codemod.fixer import MAX_ROUNDS as MAX_FIX_ROUNDS
 from codemod.fixer import FixOutcome, _python_rejects, apply, applicable, choose
 from codemod.notebooks import Notebook, NotebookError, is_notebook, load, notebook_diff
@@ -189,7 +189,7 @@ def review_file(data: bytes, shown: str, rules: Sequence[type[Rule]], settings: 
     except NotebookError as error:
         outcome.error = error.error
         return result
-    problems = unit.notebook.cell_errors(Gate.of(rules)) if unit.notebook is not None else []
+    problems = unit.notebook.cell_errors(gate_of(tuple(rules))) if unit.notebook is not None else []
     if unit.notebook is not None and not unit.notebook.included:
         outcome.remaining = problems
         return result
@@ -314,7 +314,7 @@ def review(files: Sequence[Path], settings: Settings, rules: Sequence[type[Rule]
     (updated here, saved by the caller): the project's recorded skips; the entries of each reviewed
     file become the sites that stay skipped in it (stale ones are dropped)."""
     result = Review()
-    gate = Gate.of(rules)
+    gate = gate_of(tuple(rules))
     options = rule_options(settings)
     codes = [rule.CODE for rule in rules]
     if skips is not None:

@@ -486,7 +486,7 @@ def lint_notebook(data: bytes, path: str, rules: Sequence[type[Rule]], options: 
     """Check one notebook's contents. Never raises: failures become the result's ``error``.
     ``options`` as for a module (`idiomatic`: which fix PM101 offers)."""
     from codemod.engine import lint_module
-    from codemod.prefilter import Gate
+    from codemod.prefilter import gate_of
 
     result = FileResult(path, parsed=True)
     try:
@@ -496,7 +496,7 @@ def lint_notebook(data: bytes, path: str, rules: Sequence[type[Rule]], options: 
         if notebook.included:
             locate = notebook.locator(python)
             found = [notebook.place(d, locate) for d in lint_module(notebook.tree, path, rules, options)]
-        result.diagnostics = sorted(found + notebook.cell_errors(Gate.of(rules)), key=Diagnostic.sort_key)
+        result.diagnostics = sorted(found + notebook.cell_errors(gate_of(tuple(rules))), key=Diagnostic.sort_key)
     except NotebookError as error:
         result.error = error.error
     except RecursionError:
@@ -511,13 +511,13 @@ def fix_notebook(data: bytes, path: str, rules: Sequence[type[Rule]], *, unsafe:
     """Fix one notebook's contents (a ``FixOutcome`` whose bytes are the whole notebook); ``options``
     as for a module (the idiomatic rewrite, with ``unsafe``)."""
     from codemod.fixer import FixOutcome, fix_bytes
-    from codemod.prefilter import Gate
+    from codemod.prefilter import gate_of
 
     outcome = FixOutcome(path, data)
     try:
         notebook = load(data, path)
         python = notebook.settle()
-        broken = notebook.cell_errors(Gate.of(rules))
+        broken = notebook.cell_errors(gate_of(tuple(rules)))
         if not notebook.included:
             outcome.remaining = broken
             return outcome

@@ -24,6 +24,7 @@ import re
 import warnings
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
+from functools import lru_cache
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
@@ -44,7 +45,9 @@ class NameText:
     imported under another name (``import a.b as x``, ``from a import b as x``) and some ``.c``.
     A star import is tested apart. The regular expressions start with a literal: fast to search."""
 
-    parts: tuple[bytes, ...]  # every component, the rarest first
+    # Every component, the rarest first (the last one; `jax` is in every file of a JAX project):
+    # `all` stops at the first component a file lacks.
+    parts: tuple[bytes, ...]
     strong: tuple[re.Pattern[bytes], ...]
     alias: re.Pattern[bytes] | None
     attribute: re.Pattern[bytes] | None
@@ -102,11 +105,9 @@ class Gate:
                 unconditional = True
             triggers.update(t.encode() for t in rule.TRIGGERS)
             names.update(rule_names)
-        # Rarest component first (the last one; `jax` is in every file of a JAX project): `all`
-        # stops at the first component a file lacks.
-        spellings = {tuple(dict.fromkeys(part.encode() for part in reversed(name.split(".")))) for name in names}
-        return cls(None if unconditional else tuple(sorted(triggers)), frozenset(names), tuple(sorted(spellings)),
-                   frozenset(context), tuple(NameText.of(name) for name in sorted(names)))
+        texts = tuple(NameText.of(name) for name in sorted(names))
+        return cls(None if unconditional else tuple(sorted(triggers)), frozenset(names),
+                   tuple(sorted({text.parts for text in texts})), frozenset(context), texts)
 
     def needs_parse(self, data: bytes, notebook: bool = False) -> bool:
         """Whether any rule could fire on a file with these contents (True when unsure)."""
@@ -151,6 +152,12 @@ class Gate:
         except (SyntaxError, ValueError, RecursionError, MemoryError):
             return True  # libcst decides (and reports what does not parse)
         return not self.names.isdisjoint(referenced_names(tree))
+
+
+@lru_cache(maxsize=16)
+def gate_of(rules: tuple[type[Rule], ...]) -> Gate:
+    """``Gate.of(rules)``, made once per set of rules."""
+    return Gate.of(rules)
 
 
 def _notebook_code(data: bytes) -> bytes | None:

@@ -108,11 +108,10 @@ def fix_file(data: bytes, shown: str, rules: Sequence[type[Rule]], *, unsafe: bo
     return fix_bytes(data, shown, rules, unsafe=unsafe, options=options)
 
 
-@lru_cache(maxsize=8)
 def _gate_for(codes: tuple[str, ...]) -> Gate:
-    from codemod.prefilter import Gate
+    from codemod.prefilter import gate_of  # loaded with the first file to read
 
-    return Gate.of(rules_for(codes))
+    return gate_of(rules_for(codes))
 
 
 def _lint_job(job: tuple[bytes, str, tuple[str, ...], RuleOptions, bool]) -> FileResult:
