@@ -22,6 +22,7 @@ from codemod.diagnostics import Applicability, Diagnostic, FileError, State
 from codemod.engine import Analysis, Finding, analyse, one_line, parse, recursion_error
 from codemod.stack import on_deep_stack
 from rules.base import Edit, Rule, RuleOptions
+from rules.semantic import indent_unit
 
 MAX_ROUNDS = 8
 
@@ -104,7 +105,7 @@ class _Replace(cst.CSTTransformer):
 
 
 def _clean_indent(module: cst.Module) -> cst.Module:
-    clean = "".join(c for c in module.default_indent if c in " \t") or "    "
+    clean = indent_unit(module)
     return module if clean == module.default_indent else module.with_changes(default_indent=clean)
 
 

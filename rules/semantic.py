@@ -243,6 +243,12 @@ def _dotted(node: cst.BaseExpression | None) -> str | None:
     return None
 
 
+def indent_unit(module: cst.Module) -> str:
+    """One level of ``module``'s indentation, for generated code: libcst infers it from the first
+    indented line, form feeds included (legal there, but not in a unit of indentation)."""
+    return "".join(c for c in module.default_indent if c in " \t") or "    "
+
+
 class SemanticModel:
     """Facts about one module's use of pmap, jit and the pmap-era helpers."""
 
@@ -1117,10 +1123,8 @@ class SemanticModel:
     # ------------------------------------------------------------ module-wide
     @property
     def indent(self) -> str:
-        """One level of the module's indentation, for generated code: libcst infers it from the
-        first indented line, form feeds included (legal there, but not in a unit of indentation)."""
-        unit = "".join(c for c in self.module.default_indent if c in " \t")
-        return unit or "    "
+        """One level of the module's indentation, for generated code (``indent_unit``)."""
+        return indent_unit(self.module)
 
     @property
     def is_script(self) -> bool:
