@@ -52,6 +52,7 @@ def test_odd_lines_tabs_wide_characters_cells_and_markup_like_text():
         Diagnostic("PM404", "removed", "m", "c.py", 3, 1, 5, 2, FixInfo(Applicability.UNSAFE, "u")),
         Diagnostic("PM000", "syntax-error", "m", "d.py", 9, 1, 9, 1),  # no such line
         Diagnostic("PM101", "pmap-call", "m", "e.py", 4, 10, 4, 18),  # control characters
+        Diagnostic("PM000", "syntax-error", "bad \x0b byte", "f.py", 9, 1, 9, 1),  # in a header without a line
     ]
 
     def source_line(path, line, cell=None):

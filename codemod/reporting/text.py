@@ -5,6 +5,7 @@ from __future__ import annotations
 import re
 from collections import Counter
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 
 from rich.console import Console
 from rich.text import Text
@@ -15,77 +16,86 @@ from codemod.diagnostics import Applicability, Diagnostic
 def render_diagnostics(console: Console, diagnostics: Sequence[Diagnostic],
                        source_line: Callable[..., str | None], *, show_source: bool = True) -> None:
     """``source_line(path, line)``, or ``source_line(path, line, cell)`` for a notebook finding."""
+    layouts = (_layout(d, source_line, show_source) for d in diagnostics)
     if console.color_system is None and not console.record:
         # No colours (a pipe, a file, NO_COLOR): the same characters rich would print, written at
-        # once; rich's per-line rendering costs more than the whole rest of a warm run. A line
-        # holding a tab goes through rich, which expands tabs by the cell width of what precedes.
+        # once; rich's per-line rendering costs more than the whole rest of a warm run. A finding
+        # holding a tab or another control character goes through rich, which expands or strips it.
         chunks: list[str] = []
-        for d in diagnostics:
-            plain = _plain(d, source_line, show_source)
+        for layout in layouts:
+            plain = _plain(layout)
             if plain is None:
                 console.file.write("".join(chunks))
                 chunks.clear()
-                _render_rich(console, [d], source_line, show_source)
+                _print(console, layout)
             else:
                 chunks.append(plain)
         console.file.write("".join(chunks))
         console.file.flush()
         return
-    _render_rich(console, diagnostics, source_line, show_source)
+    for layout in layouts:
+        _print(console, layout)
 
 
-def _render_rich(console: Console, diagnostics: Sequence[Diagnostic], source_line: Callable[..., str | None],
-                 show_source: bool) -> None:
-    for d in diagnostics:
-        header = Text()
-        header.append(d.path, style="bold")
-        if d.cell is not None:
-            header.append(f":cell {d.cell}", style="cyan")
-        header.append(f":{d.line}:{d.column}: ", style="cyan")
-        header.append(d.code, style="bold red")
-        header.append(" ")
-        header.append(d.message)
-        if d.fix is not None:
-            header.append(" [*]" if d.fix.applicability is Applicability.SAFE else " [unsafe fix]", style="dim")
-        console.print(header, soft_wrap=True)
-        line = None
-        if show_source:
-            line = source_line(d.path, d.line) if d.cell is None else source_line(d.path, d.line, d.cell)
-        if line is None:
-            continue
-        text = line.rstrip("\r\n")
-        gutter = f"{d.line} | "
-        console.print(Text(gutter, style="blue") + Text(text), soft_wrap=True, highlight=False)
-        width = (d.end_column - d.column) if d.end_line == d.line else max(1, len(text) - d.column + 1)
-        caret = Text(" " * (len(gutter) - 2) + "| ", style="blue")
-        # Keep tabs in the padding so that the caret lines up however the terminal renders them.
-        padding = "".join("\t" if ch == "\t" else " " for ch in text[: d.column - 1])
-        caret.append(padding + "^" * max(1, width), style="bold red")
-        console.print(caret, soft_wrap=True)
-        console.print()
+@dataclass(frozen=True)
+class _Layout:
+    """One finding as printed: the header's (text, style) pieces and, with the source line, the
+    gutter, the line and the caret line's blue prefix and red marks."""
+
+    header: tuple[tuple[str, str | None], ...]
+    source: tuple[str, str, str, str] | None
+
+
+def _layout(d: Diagnostic, source_line: Callable[..., str | None], show_source: bool) -> _Layout:
+    header = [(d.path, "bold")]
+    if d.cell is not None:
+        header.append((f":cell {d.cell}", "cyan"))
+    header += [(f":{d.line}:{d.column}: ", "cyan"), (d.code, "bold red"), (" ", None), (d.message, None)]
+    if d.fix is not None:
+        header.append((" [*]" if d.fix.applicability is Applicability.SAFE else " [unsafe fix]", "dim"))
+    line = None
+    if show_source:
+        line = source_line(d.path, d.line) if d.cell is None else source_line(d.path, d.line, d.cell)
+    if line is None:
+        return _Layout(tuple(header), None)
+    text = line.rstrip("\r\n")
+    gutter = f"{d.line} | "
+    width = (d.end_column - d.column) if d.end_line == d.line else max(1, len(text) - d.column + 1)
+    # Keep tabs in the padding so that the caret lines up however the terminal renders them.
+    padding = "".join("\t" if ch == "\t" else " " for ch in text[: d.column - 1])
+    return _Layout(tuple(header), (gutter, text, " " * (len(gutter) - 2) + "| ", padding + "^" * max(1, width)))
+
+
+def _print(console: Console, layout: _Layout) -> None:
+    header = Text()
+    for piece, style in layout.header:
+        header.append(piece, style=style)
+    console.print(header, soft_wrap=True)
+    if layout.source is None:
+        return
+    gutter, text, prefix, marks = layout.source
+    console.print(Text(gutter, style="blue") + Text(text), soft_wrap=True, highlight=False)
+    caret = Text(prefix, style="blue")
+    caret.append(marks, style="bold red")
+    console.print(caret, soft_wrap=True)
+    console.print()
 
 
 _CONTROL = re.compile(r"[\x00-\x1f\x7f]")
 
 
-def _plain(d: Diagnostic, source_line: Callable[..., str | None], show_source: bool) -> str | None:
-    """One finding as ``render_diagnostics`` prints it without colours (None: it holds a tab or
-    another control character, which rich expands or strips)."""
-    header = d.path + (f":cell {d.cell}" if d.cell is not None else "") + f":{d.line}:{d.column}: {d.code} {d.message}"
-    if d.fix is not None:
-        header += " [*]" if d.fix.applicability is Applicability.SAFE else " [unsafe fix]"
-    line = None
-    if show_source:
-        line = source_line(d.path, d.line) if d.cell is None else source_line(d.path, d.line, d.cell)
-    if line is None:
-        return header + "\n"
-    text = line.rstrip("\r\n")
-    if _CONTROL.search(text) or _CONTROL.search(header):
+def _plain(layout: _Layout) -> str | None:
+    """``_print``'s characters without colours (None: a tab or another control character, which
+    rich expands or strips)."""
+    header = "".join(piece for piece, _ in layout.header)
+    if _CONTROL.search(header):
         return None
-    gutter = f"{d.line} | "
-    width = (d.end_column - d.column) if d.end_line == d.line else max(1, len(text) - d.column + 1)
-    caret = " " * (len(gutter) - 2) + "| " + " " * (d.column - 1) + "^" * max(1, width)
-    return f"{header}\n{gutter}{text}\n{caret}\n\n"
+    if layout.source is None:
+        return header + "\n"
+    gutter, text, prefix, marks = layout.source
+    if _CONTROL.search(text) or _CONTROL.search(marks):
+        return None
+    return f"{header}\n{gutter}{text}\n{prefix}{marks}\n\n"
 
 
 def render_summary(console: Console, diagnostics: Sequence[Diagnostic], *, errors: int, files: int,
