@@ -201,6 +201,7 @@ def _free_reads(node: ast.AST, unit: _Unit) -> None:
     unit.loads |= reads[0]
     unit.head_loads |= reads[0]
     for scope in range(1, len(parents)):
+        unit.binds |= binds[scope] & declared[scope]  # `global step` then `step = ...`: a module name
         for name in reads[scope]:
             enclosing = scope
             while enclosing > 0:

@@ -166,6 +166,25 @@ def test_closure_keeps_definitions_and_uses_of_what_pmap_touches():
     ast.parse(sliced)
 
 
+def test_a_module_name_bound_through_global_keeps_its_readers():
+    text = (
+        "import jax\n"
+        "\n"
+        "def build(g):\n"
+        "    global step\n"
+        "    step = jax.pmap(g)\n"
+        "\n"
+        "def unrelated():\n"
+        "    return 1\n"
+        "\n"
+        "def run(x):\n"
+        "    return step(x)[0]\n"
+    ) + "\n" * 60
+    sliced = _sliced(text)
+    assert sliced is not None
+    assert "def run(x):" in sliced and "def unrelated():" not in sliced
+
+
 def test_class_with_no_member_left_gets_a_pass():
     text = (
         "import jax\n"
