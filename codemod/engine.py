@@ -8,6 +8,7 @@ from dataclasses import dataclass
 import libcst as cst
 from libcst.metadata import CodeRange, MetadataWrapper, PositionProvider
 
+from codemod import fastwalk
 from codemod.diagnostics import Applicability, Diagnostic, FileError, FileResult, FixInfo, State
 from codemod.prefilter import gate_of
 from codemod.slices import AST_WITHIN_LIBCST, Parsed, parse_python, relevant_source
@@ -15,6 +16,8 @@ from codemod.stack import on_deep_stack
 from codemod.suppression import Suppressions, is_guarded
 from rules.base import FixSpec, Rule, RuleContext, RuleOptions
 from rules.semantic import SemanticModel
+
+fastwalk.install()  # libcst's read-only walks without copying the tree (same callbacks)
 
 
 def one_line(message: str) -> str:

@@ -1,0 +1,345 @@
+"""A faster traversal for libcst's read-only visitors, with the same callbacks in the same order.
+
+libcst walks a tree for a ``CSTVisitor`` the way it walks it for a transformer: every node's
+``_visit_and_replace_children`` builds (and validates) a new copy of the node from its visited
+children, and the visitor's result is thrown away. Checking a file walks its tree several times
+(the scope and expression-context providers, the semantic index, the rules, local walks), so these
+copies were about a third of the analysis. ``install()`` makes ``CSTNode.visit`` walk read-only
+visitors without copying; transformers keep libcst's own walk.
+
+What a node's walk does is read from libcst's own source, once per node class: its
+``_visit_and_replace_children`` is a single ``return Node(field=visit_required(self, "field",
+self.field, visitor), ...)`` (or ``return self`` for a leaf), which gives the children's fields in
+the order libcst visits them. A class whose method has any other shape (or whose source cannot be
+read) is walked by libcst's own method, whose children come back here. The visitor sees exactly
+libcst's sequence of ``on_visit`` / ``on_visit_attribute`` / ``on_leave_attribute`` / ``on_leave``
+calls, except calls that provably do nothing:
+
+- attribute callbacks, unless the visitor overrides them or has a ``visit_<Node>_<field>`` or
+  ``leave_<Node>_<field>`` method for the node's class (libcst's defaults only look those up);
+- whole subtrees of trivia (whitespace, comments, punctuation, operators and other nodes whose
+  children can only be trivia, found from the node classes' field types) for visitors that use
+  libcst's default dispatch (a plain ``CSTVisitor`` or a batch of rules) and have no method for any
+  class such a subtree can hold.
+
+``PMAP_MIGRATE_LIBCST_WALK=1`` in the environment keeps libcst's walk (for comparisons).
+"""
+
+from __future__ import annotations
+
+import ast
+import contextlib
+import inspect
+import os
+import re
+import sys
+import textwrap
+import typing
+import weakref
+
+import libcst as cst
+from libcst import CSTVisitor, MaybeSentinel
+from libcst._batched_visitor import _BatchedCSTVisitor
+from libcst._nodes.base import CSTNode
+
+# libcst's helpers in _visit_and_replace_children, and whether each visits a sequence of children.
+_HELPERS = {"visit_required": False, "visit_optional": False, "visit_sentinel": False,
+            "visit_sequence": True, "visit_iterable": True,
+            "visit_body_sequence": True, "visit_body_iterable": True}
+
+# How a field's value is walked: one child (None and MaybeSentinel hold none), a sequence of
+# children, a child or a sequence (by the value's type), or -- with no attribute callbacks when the
+# value is None -- one child or a sequence.
+ONE, MANY, ONE_OR_MANY, ONE_UNLESS_NONE, MANY_UNLESS_NONE = range(5)
+_Plan = tuple[tuple[str, int, type | None], ...]  # field, how, ONE_OR_MANY's node class
+_plans: dict[type, _Plan | None] = {}
+
+
+def _helper_field(call: ast.expr, locals_: dict[str, str]) -> tuple[str, bool] | None:
+    """``visit_x(self, "field", self.field, visitor)`` (or ``field`` for a local ``field =
+    self.field``) → ("field", whether it visits a sequence)."""
+    if not (isinstance(call, ast.Call) and isinstance(call.func, ast.Name) and call.func.id in _HELPERS
+            and len(call.args) == 4 and not call.keywords):
+        return None
+    owner, name, value, visitor = call.args
+    if not (isinstance(owner, ast.Name) and owner.id == "self" and isinstance(name, ast.Constant)
+            and isinstance(visitor, ast.Name) and visitor.id == "visitor"):
+        return None
+    if isinstance(value, ast.Attribute) and isinstance(value.value, ast.Name) and value.value.id == "self":
+        read = value.attr
+    elif isinstance(value, ast.Name):
+        read = locals_.get(value.id)
+    else:
+        return None
+    return (name.value, _HELPERS[call.func.id]) if read == name.value else None
+
+
+def _field_walk(value: ast.expr, locals_: dict[str, str], module) -> tuple[str, int, type | None] | None:
+    field = _helper_field(value, locals_)
+    if field is not None:
+        return field[0], MANY if field[1] else ONE, None
+    if not isinstance(value, ast.IfExp):
+        return None
+    body, orelse = _helper_field(value.body, locals_), _helper_field(value.orelse, locals_)
+    test = value.test
+    # `one(f) if isinstance(f, Node) else many(f)`
+    if (body is not None and orelse is not None and body[0] == orelse[0] and not body[1] and orelse[1]
+            and isinstance(test, ast.Call) and isinstance(test.func, ast.Name) and test.func.id == "isinstance"
+            and len(test.args) == 2 and isinstance(test.args[0], ast.Name)
+            and locals_.get(test.args[0].id) == body[0] and isinstance(test.args[1], ast.Name)):
+        node_class = getattr(module, test.args[1].id, None)
+        if isinstance(node_class, type) and issubclass(node_class, CSTNode):
+            return body[0], ONE_OR_MANY, node_class
+    # `visit(f) if f is not None else None`
+    if (body is not None and isinstance(value.orelse, ast.Constant) and value.orelse.value is None
+            and isinstance(test, ast.Compare) and len(test.ops) == 1 and isinstance(test.ops[0], ast.IsNot)
+            and isinstance(test.left, ast.Name) and locals_.get(test.left.id) == body[0]
+            and isinstance(test.comparators[0], ast.Constant) and test.comparators[0].value is None):
+        return body[0], MANY_UNLESS_NONE if body[1] else ONE_UNLESS_NONE, None
+    return None
+
+
+def plan_of(cls: type) -> _Plan | None:
+    """The fields (in visiting order) whose children libcst visits for a node of ``cls``, and how;
+    None when its ``_visit_and_replace_children`` is not of the simple shapes read here."""
+    try:
+        return _plans[cls]
+    except KeyError:
+        pass
+    plan: _Plan | None = None
+    try:
+        source = textwrap.dedent(inspect.getsource(cls._visit_and_replace_children))
+        function = ast.parse(source).body[0]
+    except (OSError, TypeError, SyntaxError, IndexError):
+        function = None
+    if isinstance(function, ast.FunctionDef):
+        body = function.body
+        if body and isinstance(body[0], ast.Expr) and isinstance(body[0].value, ast.Constant):
+            body = body[1:]  # a docstring
+        locals_: dict[str, str] = {}  # `name = self.field` before the return
+        while (body and isinstance(body[0], ast.Assign) and len(body[0].targets) == 1
+               and isinstance(body[0].targets[0], ast.Name) and isinstance(body[0].value, ast.Attribute)
+               and isinstance(body[0].value.value, ast.Name) and body[0].value.value.id == "self"):
+            locals_[body[0].targets[0].id] = body[0].value.attr
+            body = body[1:]
+        value = body[0].value if len(body) == 1 and isinstance(body[0], ast.Return) else None
+        if isinstance(value, ast.Name) and value.id == "self":
+            plan = ()
+        elif isinstance(value, ast.Call) and not value.args:
+            fields = []
+            for keyword in value.keywords:
+                field = _field_walk(keyword.value, locals_, sys.modules.get(cls.__module__))
+                if field is not None:
+                    fields.append(field)
+                elif any(isinstance(n, ast.Name) and (n.id == "visitor" or n.id in locals_)
+                         for n in ast.walk(keyword.value)):
+                    break  # the visitor (or a field read before) used some other way
+            else:
+                plan = tuple(fields)
+    _plans[cls] = plan
+    return plan
+
+
+def _concrete_nodes() -> list[type]:
+    seen: list[type] = []
+    stack = [CSTNode]
+    while stack:
+        for sub in stack.pop().__subclasses__():
+            if sub not in seen:
+                seen.append(sub)
+                stack.append(sub)
+    return [c for c in seen if not inspect.isabstract(c)]
+
+
+def _flat(hint) -> list:
+    if typing.get_origin(hint) is None:
+        return [hint]
+    return [leaf for arg in typing.get_args(hint) for leaf in _flat(arg)]
+
+
+_trivia: dict[type, frozenset[type]] | None = None
+
+
+def trivia() -> dict[type, frozenset[type]]:
+    """Node classes whose subtrees hold only trivia, each with every class its subtree can hold
+    (itself included): the whitespace and comment leaves, and by their fields' declared types every
+    class whose children can only be such classes (punctuation, operators, names, numbers, ...)."""
+    global _trivia
+    if _trivia is not None:
+        return _trivia
+    concrete = _concrete_nodes()
+    hints = {}
+    for cls in concrete:
+        try:
+            hints[cls] = typing.get_type_hints(cls)
+        except Exception:  # a hint that does not resolve: the class is not trivia
+            pass
+    found: dict[type, frozenset[type]] = {
+        cls: frozenset({cls}) for cls in (cst.SimpleWhitespace, cst.Newline, cst.Comment)
+        if plan_of(cls) == ()}
+    changed = True
+    while changed:
+        changed = False
+        for cls in concrete:
+            plan = plan_of(cls)
+            if cls in found or plan is None or cls not in hints:
+                continue
+            holds: set[type] = {cls}
+            for name, _, _ in plan:
+                for hint in _flat(hints[cls].get(name)):
+                    if hint is type(None) or hint is MaybeSentinel:
+                        continue
+                    kinds = [c for c in concrete if isinstance(hint, type) and issubclass(c, hint)]
+                    if not kinds or any(c not in found for c in kinds):
+                        break
+                    for kind in kinds:
+                        holds |= found[kind]
+                else:
+                    continue
+                break
+            else:
+                found[cls] = frozenset(holds)
+                changed = True
+    _trivia = found
+    return found
+
+
+_ATTRIBUTE_METHOD = re.compile(r"(?:visit|leave)_([A-Za-z0-9]+)_\w+$")
+_NODE_METHOD = re.compile(r"(?:visit|leave)_([A-Za-z0-9]+)$")
+
+
+def _real(function) -> bool:
+    return callable(function) and not getattr(function, "_is_no_op", False)
+
+
+class _Dispatch:
+    """How to call one visitor class (or one batch of rules) for each node class."""
+
+    def __init__(self, names: set[str], attribute_classes: set[str], default_nodes: bool) -> None:
+        # names: node class names with a visit_/leave_ method; attribute_classes: node class names
+        # with an attribute method; default_nodes: on_visit/on_leave are libcst's dispatch.
+        self.attribute_classes = attribute_classes
+        self.skip: set[type] = set()
+        if default_nodes:
+            for cls, holds in trivia().items():
+                if not any(c.__name__ in names or c.__name__ in attribute_classes for c in holds):
+                    self.skip.add(cls)
+
+
+_dispatch_by_class: dict[type, _Dispatch | None] = {}
+# The batch being walked (its children may come back through libcst's walk of a node).
+_batched: weakref.WeakKeyDictionary[CSTVisitor, _Dispatch] = weakref.WeakKeyDictionary()
+
+
+def _methods(names) -> tuple[set[str], set[str]]:
+    nodes, attributes = set(), set()
+    for name in names:
+        match = _ATTRIBUTE_METHOD.match(name)
+        if match:
+            attributes.add(match.group(1))
+            continue
+        match = _NODE_METHOD.match(name)
+        if match:
+            nodes.add(match.group(1))
+    return nodes, attributes
+
+
+def _dispatch(visitor: CSTVisitor) -> _Dispatch | None:
+    """None: call every attribute callback and skip nothing (the visitor overrides the callbacks)."""
+    cls = type(visitor)
+    if cls is _BatchedCSTVisitor:
+        if (cls.on_visit_attribute is not _BatchedCSTVisitor.on_visit_attribute
+                or cls.on_leave_attribute is not _BatchedCSTVisitor.on_leave_attribute):
+            return None
+        dispatch = _batched.get(visitor)
+        if dispatch is None:
+            nodes, attributes = _methods(visitor.visitor_methods)
+            default = visitor.before_visit is None and visitor.after_leave is None
+            dispatch = _batched[visitor] = _Dispatch(nodes, attributes, default)
+        return dispatch
+    if any(_NODE_METHOD.match(n) or _ATTRIBUTE_METHOD.match(n) for n in vars(visitor)):
+        return None  # methods set on the instance: leave it to libcst's defaults, call everything
+    try:
+        return _dispatch_by_class[cls]
+    except KeyError:
+        pass
+    dispatch = None
+    if (cls.on_visit_attribute is CSTVisitor.on_visit_attribute
+            and cls.on_leave_attribute is CSTVisitor.on_leave_attribute):
+        real = [n for n in dir(cls) if n.startswith(("visit_", "leave_")) and _real(getattr(cls, n, None))]
+        nodes, attributes = _methods(real)
+        default = cls.on_visit is CSTVisitor.on_visit and cls.on_leave is CSTVisitor.on_leave
+        dispatch = _Dispatch(nodes, attributes, default)
+    _dispatch_by_class[cls] = dispatch
+    return dispatch
+
+
+def walk(node: CSTNode, visitor: CSTVisitor) -> None:
+    """Visit ``node``'s subtree with the read-only ``visitor`` as libcst would (see the module)."""
+    dispatch = _dispatch(visitor)
+    on_visit, on_leave = visitor.on_visit, visitor.on_leave
+    visit_attribute, leave_attribute = visitor.on_visit_attribute, visitor.on_leave_attribute
+    skip = dispatch.skip if dispatch is not None else ()
+    attributes = dispatch.attribute_classes if dispatch is not None else None
+    plans = _plans
+
+    def walk_node(node: CSTNode) -> None:
+        cls = node.__class__
+        if cls in skip:
+            return
+        if on_visit(node):
+            try:
+                plan = plans[cls]
+            except KeyError:
+                plan = plan_of(cls)
+            if plan is None:
+                node._visit_and_replace_children(visitor)  # libcst's walk; children come back here
+            else:
+                callbacks = attributes is None or cls.__name__ in attributes
+                for name, how, node_class in plan:
+                    value = getattr(node, name)
+                    if how >= ONE_UNLESS_NONE:
+                        if value is None:
+                            continue
+                        how = MANY if how == MANY_UNLESS_NONE else ONE
+                    elif how == ONE_OR_MANY:
+                        how = ONE if isinstance(value, node_class) else MANY
+                    if callbacks:
+                        visit_attribute(node, name)
+                    if how == MANY:
+                        for child in value:
+                            walk_node(child)
+                    elif value is not None and value.__class__ is not MaybeSentinel:
+                        walk_node(value)
+                    if callbacks:
+                        leave_attribute(node, name)
+        on_leave(node)
+
+    walk_node(node)
+
+
+_libcst_visit = CSTNode.visit
+
+
+def _visit(self, visitor):
+    if isinstance(visitor, CSTVisitor):
+        walk(self, visitor)
+        return self
+    return _libcst_visit(self, visitor)
+
+
+def install() -> None:
+    """Walk read-only visitors with ``walk`` from now on (idempotent; see the module)."""
+    if os.environ.get("PMAP_MIGRATE_LIBCST_WALK") != "1":
+        CSTNode.visit = _visit
+
+
+@contextlib.contextmanager
+def libcst_walk():
+    """Within the block, every visitor is walked by libcst's own ``visit`` (tests, comparisons)."""
+    previous = CSTNode.visit
+    CSTNode.visit = _libcst_visit
+    try:
+        yield
+    finally:
+        CSTNode.visit = previous

@@ -1,0 +1,202 @@
+"""codemod/fastwalk.py walks libcst's read-only visitors without copying the tree: every visitor must
+see the callbacks libcst's own walk gives it, in the same order (all of them for a visitor that
+overrides the generic callbacks; every method call for one that uses libcst's dispatch), and the
+engine's findings and fixes must not change.
+"""
+
+from __future__ import annotations
+
+import sys
+import typing
+from pathlib import Path
+
+import libcst as cst
+import pytest
+
+from codemod import fastwalk
+from codemod.engine import lint_bytes
+from codemod.fixer import fix_bytes
+from rules import all_rules
+
+ROOT = Path(__file__).resolve().parents[1]
+RULES = all_rules()
+FILES = sorted(p for d in ("fixtures/lint", "fixtures/fix", "fixtures/programs", "fixtures/programs_api",
+                           "fixtures/programs_idiomatic", "fixtures/programs_multiprocess", "fixtures/programs_flax",
+                           "fixtures/example", "codemod", "rules", "runtime_shim")
+               for p in (ROOT / d).glob("*.py"))
+EXAMPLES = [ex.code for rule in RULES for ex in (*rule.VALID, *rule.INVALID)]
+
+# Syntax the fixtures may lack: every shape of _visit_and_replace_children the walk reads.
+SYNTAX = [
+    "from . import *\nfrom .. a import (b as c, d,)\nimport x.y as z\n",
+    "f'{a!r:>{width}} {b=} {c:{d}.{e}}' f\"{x}\" 'plain'\n",
+    "match p:\n    case [1, *rest] | {'k': v, **kw} if v: pass\n    case Point(x=0, y=_) as pt: pass\n"
+    "    case None | True | -1 | 1+2j: pass\n",
+    "async def f(a, /, b: int = 1, *args, c, d=2, **kw) -> 'T':\n    async with a as b, c:\n"
+    "        async for x in y: await z\n    yield from w\n    return (yield)\n",
+    "@dec(1)\n@other . attr\nclass C(B, metaclass=M):\n    x: int = 1; y = lambda a, *b, **c: a\n"
+    "    def m(self): global g; nonlocal_ = [i for i in r if i for j in i]; return {k: v for k, v in d}\n",
+    "try:\n    pass\nexcept (A, B) as e:\n    raise C from e\nelse:\n    del a[1:2, ::3], b.c\nfinally:\n"
+    "    assert x, 'm'\nwhile a if b else c: break\nelse: continue\nwith (open(a) as f, open(b)): x @= y ** -z\n",
+    "x = not a and b or c in d is not e < f <= g\ny = {*a, 1}, (*b,), [~c], {**d}\nprint(*a, sep='', **k)\n"
+    "z = a[...] ; q = 1_000.5e-3 # comment\n\\\n# trailing\n",
+]
+if sys.version_info >= (3, 12):
+    SYNTAX.append("type A[T: int, *Ts, **P] = list[T]\ndef f[T = int](x: T) -> T: ...\n")
+
+
+class _Recorder(cst.CSTVisitor):
+    """Overrides every generic callback: it must get all of them."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.calls: list[tuple] = []
+
+    def on_visit(self, node):
+        self.calls.append(("visit", node))
+        return not isinstance(node, cst.Lambda)  # pruning below a node is respected
+
+    def on_leave(self, node):
+        self.calls.append(("leave", node))
+
+    def on_visit_attribute(self, node, attribute):
+        self.calls.append(("visit_attribute", node, attribute))
+
+    def on_leave_attribute(self, node, attribute):
+        self.calls.append(("leave_attribute", node, attribute))
+
+
+class _Dispatched(cst.CSTVisitor):
+    """Uses libcst's dispatch: trivia without methods here may be skipped, nothing else."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.calls: list[tuple] = []
+
+    def visit_Name(self, node):
+        self.calls.append(("Name", node))
+
+    def visit_Comma(self, node):
+        self.calls.append(("Comma", node))
+
+    def leave_Call(self, node):
+        self.calls.append(("/Call", node))
+
+    def visit_Call_func(self, node):
+        self.calls.append(("Call.func", node))
+
+    def leave_Arg_keyword(self, node):
+        self.calls.append(("/Arg.keyword", node))
+
+    def visit_FunctionDef(self, node):
+        self.calls.append(("FunctionDef", node))
+        return False
+
+    def visit_Comment(self, node):
+        self.calls.append(("Comment", node))
+
+
+class _Batched(cst.BatchableCSTVisitor):
+    def __init__(self, calls: list) -> None:
+        super().__init__()
+        self.calls = calls
+
+    def visit_SimpleWhitespace(self, node):
+        self.calls.append(("ws", node))
+
+    def visit_Attribute(self, node):
+        self.calls.append(("Attribute", node))
+
+    def leave_ImportFrom_names(self, node):
+        self.calls.append(("/ImportFrom.names", node))
+
+
+def _both(module: cst.Module, make):
+    with fastwalk.libcst_walk():
+        reference = make()
+        module.visit(reference)
+    fast = make()
+    assert module.visit(fast) is module
+    return reference.calls, fast.calls
+
+
+def _sources() -> list[tuple[str, str]]:
+    return ([(p.name, p.read_text()) for p in FILES] + [(f"example {i}", c) for i, c in enumerate(EXAMPLES)]
+            + [(f"syntax {i}", c) for i, c in enumerate(SYNTAX)])
+
+
+def _parsed():
+    for name, text in _sources():
+        try:
+            yield name, cst.parse_module(text)
+        except cst.ParserSyntaxError:
+            continue
+
+
+def test_walk_is_installed_by_the_engine():
+    assert cst.CSTNode.visit is fastwalk._visit
+
+
+def test_a_visitor_overriding_the_callbacks_gets_every_one_in_order():
+    checked = 0
+    for name, module in _parsed():
+        reference, fast = _both(module, _Recorder)
+        assert [c[0] for c in fast] == [c[0] for c in reference], name
+        assert all(a[1:] == b[1:] and a[1] is b[1] for a, b in zip(fast, reference)), name
+        checked += 1
+    assert checked > 100
+
+
+def test_a_dispatching_visitor_gets_every_method_call_in_order():
+    total = 0
+    for name, module in _parsed():
+        reference, fast = _both(module, _Dispatched)
+        assert len(fast) == len(reference), name
+        assert all(a[0] == b[0] and a[1] is b[1] for a, b in zip(fast, reference)), name
+        total += len(reference)
+    assert total > 1000
+
+
+def test_a_batch_gets_every_method_call_in_order():
+    total = 0
+    for name, module in _parsed():
+        reference, fast = [], []
+        with fastwalk.libcst_walk():
+            cst.visit_batched(module, [_Batched(reference)])
+        cst.visit_batched(module, [_Batched(fast)])
+        assert [(c[0], id(c[1])) for c in fast] == [(c[0], id(c[1])) for c in reference], name
+        total += len(reference)
+    assert total > 1000
+
+
+def test_every_node_class_is_read_but_the_few_walked_by_libcst():
+    classes = fastwalk._concrete_nodes()
+    fallback = {c.__name__ for c in classes if fastwalk.plan_of(c) is None}
+    assert fallback <= {"TypeParam"}, fallback
+    assert fastwalk.plan_of(cst.ImportFrom)[6] == ("names", fastwalk.ONE_OR_MANY, cst.ImportStar)
+    assert ("format_spec", fastwalk.MANY_UNLESS_NONE, None) in fastwalk.plan_of(cst.FormattedStringExpression)
+
+
+def test_trivia_hold_only_trivia():
+    trivia = fastwalk.trivia()
+    assert {cst.SimpleWhitespace, cst.Comma, cst.EmptyLine, cst.Name, cst.Integer} <= set(trivia)
+    assert not {cst.Call, cst.Attribute, cst.FunctionDef, cst.Arg, cst.Subscript} & set(trivia)
+    for cls, holds in trivia.items():
+        assert cls in holds and holds <= set(trivia)
+        for name, _, _ in fastwalk.plan_of(cls):
+            hint = typing.get_type_hints(cls)[name]
+            for leaf in fastwalk._flat(hint):
+                if isinstance(leaf, type) and issubclass(leaf, cst.CSTNode):
+                    assert any(issubclass(h, leaf) for h in holds), (cls, name)
+
+
+@pytest.mark.parametrize("path", [p for p in FILES if "fixtures" in p.parts], ids=lambda p: f"{p.parent.name}/{p.name}")
+def test_findings_and_fixes_are_those_of_libcst_walk(path):
+    data = path.read_bytes()
+    with fastwalk.libcst_walk():
+        lint_reference = lint_bytes(data, path.name, RULES, whole=True)
+        fix_reference = fix_bytes(data, path.name, RULES, unsafe=True)
+    lint = lint_bytes(data, path.name, RULES, whole=True)
+    fixed = fix_bytes(data, path.name, RULES, unsafe=True)
+    assert lint.diagnostics == lint_reference.diagnostics and lint.error == lint_reference.error
+    assert fixed == fix_reference
