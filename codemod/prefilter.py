@@ -35,6 +35,9 @@ if TYPE_CHECKING:
 _GAP = rb"(?:\s|\\|#[^\n]*\n)*"  # a comment runs to its line's end: one way to match, no backtracking blow-up
 _BLANKS = rb"[\s\\]"
 _STAR = re.compile(rb"import" + _BLANKS + rb"*\*")
+# A run of ASCII word characters: every identifier in Python source is one, or (with letters
+# beyond ASCII) holds the ASCII runs that are the only way a name's component can be spelled in it.
+_WORD = re.compile(rb"\w+")
 
 
 @dataclass(frozen=True)
@@ -45,8 +48,7 @@ class NameText:
     imported under another name (``import a.b as x``, ``from a import b as x``) and some ``.c``.
     A star import is tested apart. The regular expressions start with a literal: fast to search."""
 
-    # Every component, the rarest first (the last one; `jax` is in every file of a JAX project):
-    # `all` stops at the first component a file lacks.
+    # Every component (once), the last one first.
     parts: tuple[bytes, ...]
     strong: tuple[re.Pattern[bytes], ...]
     alias: re.Pattern[bytes] | None
@@ -70,9 +72,6 @@ class NameText:
         attribute = re.compile(rb"\." + _GAP + last + rb"\b")
         return cls(parts, (chain, imported), alias, attribute)
 
-    def spelled(self, data: bytes) -> bool:
-        return all(part in data for part in self.parts)
-
     def shown(self, data: bytes) -> bool:
         if any(pattern.search(data) for pattern in self.strong):
             return True
@@ -91,6 +90,7 @@ class Gate:
     # Names whose uses matter module-wide (kept when a module is sliced, codemod/slices.py).
     context: frozenset[str] = frozenset()
     texts: tuple[NameText, ...] = ()
+    words: frozenset[bytes] = frozenset()  # the components of every name
 
     @classmethod
     def of(cls, rules: Sequence[type[Rule]]) -> "Gate":
@@ -107,7 +107,8 @@ class Gate:
             names.update(rule_names)
         texts = tuple(NameText.of(name) for name in sorted(names))
         return cls(None if unconditional else tuple(sorted(triggers)), frozenset(names),
-                   tuple(sorted({text.parts for text in texts})), frozenset(context), texts)
+                   tuple(sorted({text.parts for text in texts})), frozenset(context), texts,
+                   frozenset(part for text in texts for part in text.parts))
 
     def needs_parse(self, data: bytes, notebook: bool = False) -> bool:
         """Whether any rule could fire on a file with these contents (True when unsure)."""
@@ -123,10 +124,15 @@ class Gate:
         return self.text_match(data) or any(parts[0] in data for parts in self.spellings)
 
     def spells_names(self, data: bytes) -> bool:
-        """Some name is spelled in the bytes as a reference to it would be (the test before any
-        parse): all its components occur, and the text shows it in one of the forms of ``NameText``
-        or holds a star import."""
-        spelled = [text for text in self.texts if text.spelled(data)]
+        """Some name is spelled in Python source as a reference to it would be (the test before any
+        parse): each of its components is a word of the source (a reference resolves through
+        imports and attributes, which spell every component as an identifier), and the text shows
+        it in one of the forms of ``NameText`` or holds a star import. One pass lists the words
+        (searching the bytes once per component cost three times as much)."""
+        words = self.words.intersection(_WORD.findall(data))
+        if not words:
+            return False
+        spelled = [text for text in self.texts if words.issuperset(text.parts)]
         if not spelled:
             return False
         return _STAR.search(data) is not None or any(text.shown(data) for text in spelled)
@@ -137,9 +143,12 @@ class Gate:
     def refers_to_names(self, data: bytes, notebook: bool = False) -> bool:
         """The `ast` half: the file refers to one of the names (True when it does not parse).
         A notebook's code is its code cells (a notebook's JSON may well parse as Python)."""
-        if not self.names or not any(all(part in data for part in parts) for parts in self.spellings):
+        if not self.names:
             return False
         if notebook:
+            # The JSON escapes the code (`"\\njax.tree_map"`): its words are not the code's.
+            if not any(all(part in data for part in parts) for parts in self.spellings):
+                return False
             data = _notebook_code(data)
             if data is None:
                 return True

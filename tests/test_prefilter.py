@@ -70,6 +70,8 @@ REFERRING = [
     "from jax.experimental import maps\n",
     "import jax.experimental.maps\n",
     "from jax.experimental.maps import Mesh\n",
+    "import jax as jé\njé.tree_map(f, x)\n",  # letters beyond ASCII next to a component
+    "import jax\nφ=jax.tree_map(f, x)\n",
     "from jax.lib.xla_bridge import *\n",
     "from flax import jax_utils\nstate = jax_utils.replicate(state)\n",
     "import flax.jax_utils as fu\nstate = fu.replicate(state)\n",
@@ -93,6 +95,9 @@ NOT_REFERRING = [
     "# jax.tree_map is gone\nimport jax\nx = 'jax.tree_map'\n",
     "from mylib import replicate\nimport jax\nreplicate(jax.numpy.ones(3))\n",
     "import jax\nfrom jax.sharding import Mesh\nmaps = {}\nmaps['a'] = 1\n",
+    # every component occurs, but only inside longer identifiers: no reference can resolve to it
+    "import myjax as J\nJ.tree_mapper(f, x)\nmyjax.tree_map_fn = 1\n",
+    "import jaxlib\njaxlib.tree_maps(f)\n",
 ]
 
 
@@ -128,6 +133,15 @@ def test_every_way_to_spell_a_reference_is_admitted(code):
 
 def test_a_file_the_parser_rejects_is_left_to_libcst():
     assert GATE.needs_parse(b"import jax\njax.tree_map(f, x\n")
+
+
+def test_a_notebook_whose_json_glues_an_escape_to_the_code_is_admitted():
+    # "(\\ntree_map" in the JSON: as bytes `tree_map` is no word of its own, in the code it is.
+    cell = {"cell_type": "code", "metadata": {}, "execution_count": None, "outputs": [],
+            "source": "from jax import (\ntree_map,\n)\n"}
+    notebook = json.dumps({"cells": [cell], "metadata": {}, "nbformat": 4, "nbformat_minor": 5}).encode()
+    assert b"(\\ntree_map" in notebook and b" tree_map" not in notebook
+    assert GATE.needs_parse(notebook, notebook=True)
 
 
 def test_a_notebook_is_judged_by_its_code_cells():
