@@ -6,9 +6,10 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 import libcst as cst
-from libcst.metadata import CodeRange, MetadataWrapper, PositionProvider
+from libcst.metadata import CodeRange, MetadataWrapper
 
 from codemod import fastwalk
+from codemod.positions import positions as node_positions
 from codemod.diagnostics import Applicability, Diagnostic, FileError, FileResult, FixInfo, State
 from codemod.prefilter import gate_of
 from codemod.slices import AST_WITHIN_LIBCST, Parsed, parse_python, relevant_source
@@ -116,7 +117,7 @@ def analyse(module: cst.Module, path: str, rules: Sequence[type[Rule]],
     wrapper.visit_batched([rule(context) for rule in rules])
     if not context.reports:
         return Analysis(module, [], {})
-    positions = wrapper.resolve(PositionProvider)
+    positions = node_positions(module)
     suppressions = Suppressions(module.code if source is None else source)
     findings: list[Finding] = []
     seen: set[tuple[str, int]] = set()

@@ -6,9 +6,7 @@ engine's findings and fixes must not change.
 
 from __future__ import annotations
 
-import sys
 import typing
-from pathlib import Path
 
 import libcst as cst
 import pytest
@@ -17,32 +15,9 @@ from codemod import fastwalk
 from codemod.engine import lint_bytes
 from codemod.fixer import fix_bytes
 from rules import all_rules
+from tests.support.samples import FILES, parsed_samples as _parsed
 
-ROOT = Path(__file__).resolve().parents[1]
 RULES = all_rules()
-FILES = sorted(p for d in ("fixtures/lint", "fixtures/fix", "fixtures/programs", "fixtures/programs_api",
-                           "fixtures/programs_idiomatic", "fixtures/programs_multiprocess", "fixtures/programs_flax",
-                           "fixtures/example", "codemod", "rules", "runtime_shim")
-               for p in (ROOT / d).glob("*.py"))
-EXAMPLES = [ex.code for rule in RULES for ex in (*rule.VALID, *rule.INVALID)]
-
-# Syntax the fixtures may lack: every shape of _visit_and_replace_children the walk reads.
-SYNTAX = [
-    "from . import *\nfrom .. a import (b as c, d,)\nimport x.y as z\n",
-    "f'{a!r:>{width}} {b=} {c:{d}.{e}}' f\"{x}\" 'plain'\n",
-    "match p:\n    case [1, *rest] | {'k': v, **kw} if v: pass\n    case Point(x=0, y=_) as pt: pass\n"
-    "    case None | True | -1 | 1+2j: pass\n",
-    "async def f(a, /, b: int = 1, *args, c, d=2, **kw) -> 'T':\n    async with a as b, c:\n"
-    "        async for x in y: await z\n    yield from w\n    return (yield)\n",
-    "@dec(1)\n@other . attr\nclass C(B, metaclass=M):\n    x: int = 1; y = lambda a, *b, **c: a\n"
-    "    def m(self): global g; nonlocal_ = [i for i in r if i for j in i]; return {k: v for k, v in d}\n",
-    "try:\n    pass\nexcept (A, B) as e:\n    raise C from e\nelse:\n    del a[1:2, ::3], b.c\nfinally:\n"
-    "    assert x, 'm'\nwhile a if b else c: break\nelse: continue\nwith (open(a) as f, open(b)): x @= y ** -z\n",
-    "x = not a and b or c in d is not e < f <= g\ny = {*a, 1}, (*b,), [~c], {**d}\nprint(*a, sep='', **k)\n"
-    "z = a[...] ; q = 1_000.5e-3 # comment\n\\\n# trailing\n",
-]
-if sys.version_info >= (3, 12):
-    SYNTAX.append("type A[T: int, *Ts, **P] = list[T]\ndef f[T = int](x: T) -> T: ...\n")
 
 
 class _Recorder(cst.CSTVisitor):
@@ -118,19 +93,6 @@ def _both(module: cst.Module, make):
     fast = make()
     assert module.visit(fast) is module
     return reference.calls, fast.calls
-
-
-def _sources() -> list[tuple[str, str]]:
-    return ([(p.name, p.read_text()) for p in FILES] + [(f"example {i}", c) for i, c in enumerate(EXAMPLES)]
-            + [(f"syntax {i}", c) for i, c in enumerate(SYNTAX)])
-
-
-def _parsed():
-    for name, text in _sources():
-        try:
-            yield name, cst.parse_module(text)
-        except cst.ParserSyntaxError:
-            continue
 
 
 def test_walk_is_installed_by_the_engine():
