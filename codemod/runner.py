@@ -4,10 +4,8 @@ from __future__ import annotations
 
 import contextlib
 import hashlib
-import multiprocessing
 import os
 from collections.abc import Callable, Sequence
-from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass, field, replace
 from functools import lru_cache
 from pathlib import Path
@@ -234,6 +232,9 @@ def execute(function, work: list, jobs: int | None, progress: Callable[[int], No
     Results come back in order, as they are consumed."""
     jobs = jobs or default_jobs()
     if jobs > 1 and len(work) >= PARALLEL_THRESHOLD:
+        import multiprocessing  # not loaded by a run the cache answers
+        from concurrent.futures import ProcessPoolExecutor
+
         context = multiprocessing.get_context("fork") if "fork" in multiprocessing.get_all_start_methods() else None
         pool = ProcessPoolExecutor(max_workers=jobs, mp_context=context, initializer=_worker_ignores_interrupts)
         size = max(1, len(work) // (jobs * 8))

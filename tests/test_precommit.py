@@ -201,8 +201,7 @@ def test_under_pre_commit_the_work_is_serial(tmp_path, monkeypatch):
         def __init__(self, *args, **kwargs):
             raise AssertionError("a process pool was started under pre-commit")
 
-    monkeypatch.setattr(runner, "ProcessPoolExecutor", NoPool)
-    monkeypatch.setattr(concurrent.futures, "ProcessPoolExecutor", NoPool)
+    monkeypatch.setattr(concurrent.futures, "ProcessPoolExecutor", NoPool)  # what the runner imports
     monkeypatch.setenv("PRE_COMMIT", "1")
     assert runner.default_jobs() == 1
     for command in ("check", "fix"):
