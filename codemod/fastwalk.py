@@ -22,6 +22,10 @@ calls, except calls that provably do nothing:
   libcst's default dispatch (a plain ``CSTVisitor`` or a batch of rules) and have no method for any
   class such a subtree can hold.
 
+One exception by design: whitespace and comment leaves are not shown to libcst's scope analysis
+(whose metadata then has no scope for them; nothing asks) nor to visitors that opt out of them
+(``WALK_PAST_WHITESPACE``, the semantic model's index), though they override ``on_visit``.
+
 ``PMAP_MIGRATE_LIBCST_WALK=1`` in the environment keeps libcst's walk (for comparisons).
 """
 
@@ -41,6 +45,7 @@ import libcst as cst
 from libcst import CSTVisitor, MaybeSentinel
 from libcst._batched_visitor import _BatchedCSTVisitor
 from libcst._nodes.base import CSTNode
+from libcst.metadata.scope_provider import ScopeVisitor
 
 # libcst's helpers in _visit_and_replace_children, and whether each visits a sequence of children.
 _HELPERS = {"visit_required": False, "visit_optional": False, "visit_sentinel": False,
@@ -212,14 +217,26 @@ def _real(function) -> bool:
     return callable(function) and not getattr(function, "_is_no_op", False)
 
 
+# Whitespace and comment leaves: no children, no scope, nothing any analysis here asks about.
+WHITESPACE_LEAVES = frozenset({cst.SimpleWhitespace, cst.Newline, cst.Comment})
+
+
+def _past_whitespace(cls: type) -> bool:
+    """Visitors that override the node callbacks but are not to be called for whitespace leaves:
+    libcst's scope analysis (it would record the scope of every blank, which nothing asks), and
+    visitor classes that say so with ``WALK_PAST_WHITESPACE = True``."""
+    return cls is ScopeVisitor or getattr(cls, "WALK_PAST_WHITESPACE", False) is True
+
+
 class _Dispatch:
     """How to call one visitor class (or one batch of rules) for each node class."""
 
-    def __init__(self, names: set[str], attribute_classes: set[str], default_nodes: bool) -> None:
+    def __init__(self, names: set[str], attribute_classes: set[str], default_nodes: bool,
+                 past_whitespace: bool = False) -> None:
         # names: node class names with a visit_/leave_ method; attribute_classes: node class names
         # with an attribute method; default_nodes: on_visit/on_leave are libcst's dispatch.
         self.attribute_classes = attribute_classes
-        self.skip: set[type] = set()
+        self.skip: set[type] = set(WHITESPACE_LEAVES) if past_whitespace else set()
         if default_nodes:
             for cls, holds in trivia().items():
                 if not any(c.__name__ in names or c.__name__ in attribute_classes for c in holds):
@@ -269,7 +286,7 @@ def _dispatch(visitor: CSTVisitor) -> _Dispatch | None:
         real = [n for n in dir(cls) if n.startswith(("visit_", "leave_")) and _real(getattr(cls, n, None))]
         nodes, attributes = _methods(real)
         default = cls.on_visit is CSTVisitor.on_visit and cls.on_leave is CSTVisitor.on_leave
-        dispatch = _Dispatch(nodes, attributes, default)
+        dispatch = _Dispatch(nodes, attributes, default, _past_whitespace(cls))
     _dispatch_by_class[cls] = dispatch
     return dispatch
 
@@ -315,7 +332,10 @@ def walk(node: CSTNode, visitor: CSTVisitor) -> None:
                         leave_attribute(node, name)
         on_leave(node)
 
-    walk_node(node)
+    try:
+        walk_node(node)
+    finally:
+        walk_node = None  # the closure refers to itself: left to the collector, each walk would leak a cycle
 
 
 _libcst_visit = CSTNode.visit

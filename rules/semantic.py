@@ -112,6 +112,8 @@ class TransformSite:
 class _Indexer(cst.CSTVisitor):
     """Collects the nodes the model reasons about, in one traversal."""
 
+    WALK_PAST_WHITESPACE = True  # codemod/fastwalk.py: blanks and comments have no parent recorded
+
     def __init__(self) -> None:
         self.calls: list[cst.Call] = []
         self.decorators: list[cst.Decorator] = []

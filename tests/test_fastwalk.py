@@ -41,6 +41,23 @@ class _Recorder(cst.CSTVisitor):
         self.calls.append(("leave_attribute", node, attribute))
 
 
+class _PastWhitespace(cst.CSTVisitor):
+    """Overrides the node callbacks (not the attribute ones) and opts out of whitespace leaves."""
+
+    WALK_PAST_WHITESPACE = True
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.calls: list[tuple] = []
+
+    def on_visit(self, node):
+        self.calls.append(("visit", node))
+        return True
+
+    def on_leave(self, node):
+        self.calls.append(("leave", node))
+
+
 class _Dispatched(cst.CSTVisitor):
     """Uses libcst's dispatch: trivia without methods here may be skipped, nothing else."""
 
@@ -107,6 +124,47 @@ def test_a_visitor_overriding_the_callbacks_gets_every_one_in_order():
         assert all(a[1:] == b[1:] and a[1] is b[1] for a, b in zip(fast, reference)), name
         checked += 1
     assert checked > 100
+
+
+def test_a_visitor_walking_past_whitespace_gets_every_other_callback_in_order():
+    skipped = 0
+    for name, module in _parsed():
+        reference, fast = _both(module, _PastWhitespace)
+        expected = [c for c in reference if type(c[1]) not in fastwalk.WHITESPACE_LEAVES]
+        assert [(c[0], id(c[1]), c[2:]) for c in fast] == [(c[0], id(c[1]), c[2:]) for c in expected], name
+        skipped += len(reference) - len(expected)
+    assert skipped > 10_000
+
+
+def test_the_scope_analysis_sees_all_but_whitespace_leaves():
+    from libcst.metadata import MetadataWrapper, ScopeProvider
+
+    for name, module in list(_parsed())[:60]:
+        with fastwalk.libcst_walk():
+            reference = MetadataWrapper(module, unsafe_skip_copy=True).resolve(ScopeProvider)
+        scopes = MetadataWrapper(module, unsafe_skip_copy=True).resolve(ScopeProvider)
+        tree = _nodes(module)  # (the analysis also parses string annotations into nodes of its own)
+        assert {n for n in reference if n in tree and type(n) not in fastwalk.WHITESPACE_LEAVES} \
+            == {n for n in scopes if n in tree}, name
+        for node, scope in scopes.items():
+            if node not in tree:
+                continue
+            old = reference[node]
+            assert type(scope) is type(old) and getattr(scope, "node", None) is getattr(old, "node", None), name
+            assert _summary(scope) == _summary(old), name
+
+
+def _nodes(module: cst.Module) -> set[cst.CSTNode]:
+    found, stack = set(), [module]
+    while stack:
+        node = stack.pop()
+        found.add(node)
+        stack.extend(node.children)
+    return found
+
+
+def _summary(scope):
+    return sorted((a.name, type(a.node).__name__, len(a.references)) for a in scope.assignments)
 
 
 def test_a_dispatching_visitor_gets_every_method_call_in_order():
