@@ -15,6 +15,10 @@ process of the run (`wait4`'s ``ru_maxrss``, which covers the worker processes).
 only the files that mention `pmap`: if the two times are close, `fix` scales with the pmap files,
 not with the size of the tree.
 
+The tools run as installed: without ``PYTHONDONTWRITEBYTECODE`` (which some environments set), so
+that the runs that fill the caches also leave pmap-migrate's compiled bytecode, as `pip install`
+does; otherwise every run of an editable install would compile its modules again.
+
 Needs `ruff` (pip install ruff) and pmap-migrate on PATH (or --ruff / --pmap-migrate).
 """
 
@@ -35,10 +39,13 @@ from pathlib import Path
 SUFFIXES = (".py", ".pyi", ".ipynb")
 
 
+ENVIRONMENT = {name: value for name, value in os.environ.items() if name != "PYTHONDONTWRITEBYTECODE"}
+
+
 def timed(argv: list[str], cwd: Path) -> tuple[float, int, int]:
     """(wall seconds, peak RSS in MiB of the largest process, exit code)."""
     start = time.perf_counter()
-    process = subprocess.Popen(argv, cwd=cwd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    process = subprocess.Popen(argv, cwd=cwd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=ENVIRONMENT)
     _, status, usage = os.wait4(process.pid, 0)
     elapsed = time.perf_counter() - start
     process.returncode = os.waitstatus_to_exitcode(status)
