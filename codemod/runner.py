@@ -47,13 +47,17 @@ class RunResult:
         return [r.error for r in self.results if r.error is not None]
 
 
-def display_path(path: Path) -> str:
+def display_path(path: Path | str) -> str:
     """Paths as the user would type them: relative to the working directory when below it."""
-    if not path.is_absolute() and ".." not in path.parts:
-        text = str(path)  # already relative and normal (what discovery yields for `check .`)
-    else:
-        text = os.path.relpath(path) if not path.is_absolute() or _below_cwd(path) else str(path)
+    text = os.fspath(path)
+    if not _relative_and_normal(text):
+        text = os.path.relpath(text) if not os.path.isabs(text) or _below_cwd(Path(text)) else text
     return text.replace(os.sep, "/")
+
+
+def _relative_and_normal(text: str) -> bool:
+    """A relative path without `..` (what discovery yields for `check .`: no `.` parts either)."""
+    return not os.path.isabs(text) and ".." not in text.split(os.sep)
 
 
 def _below_cwd(path: Path) -> bool:
@@ -172,12 +176,13 @@ def run(
     slots: list[FileResult | None] = []
     cwd = os.getcwd()
     for path in files:
-        shown = display_path(path)
+        text = os.fspath(path)
+        shown = display_path(text)
         # The cache key: the absolute path (discovery already merged the names of one file). A
         # relative path from discovery is normal (no `.`, no `..`): joined to the working directory.
-        key = os.path.join(cwd, shown) if not path.is_absolute() and ".." not in path.parts else os.path.abspath(path)
+        key = os.path.join(cwd, text) if _relative_and_normal(text) else os.path.abspath(text)
         try:
-            stat = path.stat()
+            stat = os.stat(text)
         except OSError as error:
             slots.append(FileResult(shown, error=FileError(shown, "PM001", f"cannot read file: {error.strerror or error}")))
             continue
@@ -188,7 +193,8 @@ def run(
                 slots.append(_relabel(hit, shown))
                 continue
         try:
-            data = path.read_bytes()
+            with open(text, "rb") as handle:
+                data = handle.read()
         except OSError as error:
             slots.append(FileResult(shown, error=FileError(shown, "PM001", f"cannot read file: {error.strerror or error}")))
             continue
