@@ -107,9 +107,11 @@ class Analysis:
 
 
 def analyse(module: cst.Module, path: str, rules: Sequence[type[Rule]],
-            options: RuleOptions | None = None, source: str | None = None) -> Analysis:
+            options: RuleOptions | None = None, source: str | None = None, *,
+            all_positions: bool = True) -> Analysis:
     """Every finding of ``rules`` on ``module``, with suppression and guard states set. ``source``:
-    the file's text when ``module`` is a slice of it (its `noqa` comments count)."""
+    the file's text when ``module`` is a slice of it (its `noqa` comments count). The analysis has
+    every node's position unless ``all_positions`` is false (then only the reported nodes')."""
     if not rules:
         return Analysis(module, [], {})
     wrapper = MetadataWrapper(module, unsafe_skip_copy=True)
@@ -117,7 +119,7 @@ def analyse(module: cst.Module, path: str, rules: Sequence[type[Rule]],
     wrapper.visit_batched([rule(context) for rule in rules])
     if not context.reports:
         return Analysis(module, [], {})
-    positions = node_positions(module)
+    positions = node_positions(module, None if all_positions else [report.node for _, report in context.reports])
     suppressions = Suppressions(module.code if source is None else source)
     findings: list[Finding] = []
     seen: set[tuple[str, int]] = set()
@@ -172,7 +174,7 @@ def recursion_error(path: str, module: cst.Module | FileError | None) -> FileErr
 
 def lint_module(module: cst.Module, path: str, rules: Sequence[type[Rule]],
                 options: RuleOptions | None = None, source: str | None = None) -> list[Diagnostic]:
-    return [f.diagnostic for f in analyse(module, path, rules, options, source).findings]
+    return [f.diagnostic for f in analyse(module, path, rules, options, source, all_positions=False).findings]
 
 
 def _sliced_module(data: bytes | str, path: str, rules: Sequence[type[Rule]],

@@ -13,7 +13,7 @@ builds a ``CodeRange`` only for the nodes asked about. The result is libcst's, n
 from __future__ import annotations
 
 import re
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterable, Iterator, Mapping
 
 import libcst as cst
 from libcst.metadata import CodePosition, CodeRange
@@ -27,12 +27,13 @@ _Point = tuple[int, int]
 class _State(CodegenState):
     """libcst's code generation state, tracking where each node's code starts and ends."""
 
-    def __init__(self, module: cst.Module) -> None:
+    def __init__(self, module: cst.Module, needed: set[cst.CSTNode] | None) -> None:
         super().__init__(default_indent=module.default_indent, default_newline=module.default_newline)
         self.line = 1  # one-based
         self.column = 0  # zero-based
         self.starts: list[_Point] = []
         self.ranges: dict[cst.CSTNode, tuple[_Point, _Point]] = {}
+        self.needed = needed  # None: every node
 
     def _advance(self, token: str) -> None:
         if "\n" in token or "\r" in token:
@@ -58,6 +59,11 @@ class _State(CodegenState):
         start = self.starts.pop()
         if node not in self.ranges:  # a syntactic range, recorded within, stands
             self.ranges[node] = (start, (self.line, self.column))
+        needed = self.needed
+        if needed is not None and node in needed:  # its range is final: nothing later changes it
+            needed.discard(node)
+            if not needed:
+                raise _Done
 
     def record_syntactic_position(self, node: cst.CSTNode, *, start_node: cst.CSTNode | None = None,
                                   end_node: cst.CSTNode | None = None) -> "_Syntactic":
@@ -76,7 +82,9 @@ class _Syntactic:
     def __enter__(self) -> None:
         self.start = (self.state.line, self.state.column)
 
-    def __exit__(self, *exc) -> bool:
+    def __exit__(self, kind, error, trace) -> bool:
+        if kind is not None:
+            return False  # stopped early (or failed): a range ending here would be wrong
         state = self.state
         start = state.ranges[self.start_node][0] if self.start_node is not None else self.start
         end = state.ranges[self.end_node][1] if self.end_node is not None else (state.line, state.column)
@@ -104,8 +112,18 @@ class Positions(Mapping[cst.CSTNode, CodeRange]):
         return node in self._ranges
 
 
-def positions(module: cst.Module) -> Positions:
-    """What ``MetadataWrapper(module).resolve(PositionProvider)`` gives, for every node of ``module``."""
-    state = _State(module)
-    module._codegen(state)
+class _Done(Exception):
+    """Every node asked about has its range."""
+
+
+def positions(module: cst.Module, needed: Iterable[cst.CSTNode] | None = None) -> Positions:
+    """What ``MetadataWrapper(module).resolve(PositionProvider)`` gives, for every node of
+    ``module``; with ``needed``, for those nodes (and whatever precedes the last of them: code
+    generation stops there)."""
+    state = _State(module, None if needed is None else set(needed))
+    if state.needed is None or state.needed:
+        try:
+            module._codegen(state)
+        except _Done:
+            pass
     return Positions(state.ranges)

@@ -28,3 +28,21 @@ def test_a_module_without_a_trailing_newline_and_an_empty_one():
         module = cst.parse_module(code)
         reference = MetadataWrapper(module, unsafe_skip_copy=True).resolve(PositionProvider)
         assert dict(positions(module)) == dict(reference), repr(code)
+
+
+def test_positions_of_some_nodes_stop_after_the_last_of_them():
+    checked = 0
+    for name, module in list(parsed_samples())[::5]:
+        reference = MetadataWrapper(module, unsafe_skip_copy=True).resolve(PositionProvider)
+        nodes = list(reference)
+        needed = nodes[::7][:5]
+        ours = positions(module, needed)
+        for node in needed:
+            assert ours[node] == reference[node], (name, type(node).__name__)
+        checked += len(needed)
+        if len(nodes) > 50 and needed and all(reference[n].end.line < reference[module].end.line for n in needed):
+            assert len(ours) < len(reference), name  # it did stop early
+    assert checked > 200
+    module = cst.parse_module("x = 1\n")
+    assert len(positions(module, [cst.Name("elsewhere")])) == len(positions(module))  # never found: to the end
+    assert len(positions(module, [])) == 0
