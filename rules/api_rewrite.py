@@ -266,7 +266,7 @@ def _replace_small(model: SemanticModel, small: cst.BaseSmallStatement,
     line = _line_of(model, small)
     if line is not None and len(line.body) == 1:
         if not new:
-            return _delete_line(model, line)
+            return delete_line(model, line)
         lines = [line.with_changes(body=[new[0]])]
         lines += [cst.SimpleStatementLine(body=[statement]) for statement in new[1:]]
         return (Edit(line, cst.FlattenSentinel(lines) if len(lines) > 1 else lines[0]),)
@@ -275,16 +275,23 @@ def _replace_small(model: SemanticModel, small: cst.BaseSmallStatement,
     return (Edit(small, cst.FlattenSentinel(new) if len(new) > 1 else new[0]),)
 
 
-def _delete_line(model: SemanticModel, line: cst.SimpleStatementLine) -> tuple[Edit, ...]:
-    """Delete ``line``; the blank lines before it go to the next statement (when it has none), so
-    that deleting the first import after a docstring keeps the blank line between them."""
+def delete_line(model: SemanticModel, line: cst.SimpleStatementLine) -> tuple[Edit, ...]:
+    """Delete ``line``, keeping the comments on the lines before it: they go to the next statement,
+    with the blank lines around them. Without comments, the blank lines before it go to the next
+    statement when it has none, so that deleting the first import after a docstring keeps the blank
+    line between them. A last statement with comments before it becomes `pass` under them."""
     block = model.parent(line)
     body = list(getattr(block, "body", ()))
-    blank = [empty for empty in line.leading_lines if empty.comment is None]
+    leading = list(line.leading_lines)
     index = next((i for i, statement in enumerate(body) if statement is line), None)
-    if blank and index is not None and index + 1 < len(body) and not body[index + 1].leading_lines:
-        after = body[index + 1]
-        return Edit(line, cst.RemovalSentinel.REMOVE), Edit(after, after.with_changes(leading_lines=blank))
+    after = body[index + 1] if index is not None and index + 1 < len(body) else None
+    if any(empty.comment is not None for empty in leading):
+        if after is None or not hasattr(after, "leading_lines"):
+            return (Edit(line, line.with_changes(body=[cst.Pass()])),)
+        return (Edit(line, cst.RemovalSentinel.REMOVE),
+                Edit(after, after.with_changes(leading_lines=[*leading, *after.leading_lines])))
+    if leading and after is not None and not after.leading_lines:
+        return Edit(line, cst.RemovalSentinel.REMOVE), Edit(after, after.with_changes(leading_lines=leading))
     return (Edit(line, cst.RemovalSentinel.REMOVE),)
 
 

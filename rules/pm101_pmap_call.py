@@ -3,6 +3,7 @@ from __future__ import annotations
 import libcst as cst
 
 from rules import tables
+from rules.api_rewrite import delete_line
 from rules.base import FixSpec, Invalid, Rule, Valid
 from rules.idiomatic_rewrite import idiomatic_fix
 from rules.pmap_rewrite import Rewriter, rewriter_for
@@ -195,5 +196,5 @@ class PmapCall(Rule):
                 return None
             return self.rewriter.shim_reference(
                 reference, f"keep the public alias `{target.value}` working for importers through `runtime_shim.pmap`")
-        return FixSpec("safe", f"remove the unused alias `{target.value}`", replacement=cst.RemovalSentinel.REMOVE,
-                       target=line, remove_imports=self.rewriter.pmap_imports(value))
+        return FixSpec("safe", f"remove the unused alias `{target.value}`", edits=delete_line(self.model, line),
+                       remove_imports=self.rewriter.pmap_imports(value))

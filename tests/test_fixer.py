@@ -142,3 +142,17 @@ def test_write_atomic_keeps_mode_and_leaves_no_temporary(tmp_path):
     assert path.read_bytes() == b"new\n"
     assert stat.S_IMODE(path.stat().st_mode) == 0o755
     assert [p.name for p in tmp_path.iterdir()] == ["script.py"]
+
+
+def test_removing_a_statement_keeps_the_comments_above_it():
+    # found by tests/test_properties.py: the unused pmap alias went with the comment before it
+    from rules import all_rules
+
+    source = (b"import jax\n\ndef outer():\n    # note: jax.pmap is legacy\n    mapper = jax.pmap\n"
+              b"    step = mapper(lambda x: x + 3)\n    return step\n")
+    fixed = fix_bytes(source, "m.py", all_rules(), unsafe=True)
+    assert fixed.error is None and fixed.changed
+    assert b"    # note: jax.pmap is legacy\n" in fixed.fixed and b"mapper" not in fixed.fixed
+    last = b"import jax\n\ndef outer():\n    x = 1\n    # the alias\n    mapper = jax.pmap\n"
+    fixed = fix_bytes(last, "m.py", all_rules(), unsafe=True)
+    assert fixed.fixed.endswith(b"    x = 1\n    # the alias\n    pass\n"), fixed.fixed
