@@ -52,14 +52,14 @@ class _Ignores:
     """.gitignore files, read lazily per directory, applied relative to the directory holding them."""
 
     def __init__(self) -> None:
-        self._specs: dict[Path, _Matcher | None] = {}
+        self._specs: dict[str, _Matcher | None] = {}
 
-    def spec_for(self, directory: Path) -> _Matcher | None:
+    def spec_for(self, directory: str) -> _Matcher | None:
         if directory not in self._specs:
             spec = None
-            gitignore = directory / ".gitignore"
             try:
-                lines = gitignore.read_text(encoding="utf-8", errors="replace").splitlines()
+                with open(os.path.join(directory, ".gitignore"), encoding="utf-8", errors="replace") as handle:
+                    lines = handle.read().splitlines()
             except OSError:
                 lines = None
             if lines:
@@ -67,18 +67,28 @@ class _Ignores:
             self._specs[directory] = spec
         return self._specs[directory]
 
-    def ignored(self, path: Path, is_dir: bool, chain: list[Path]) -> bool:
-        """``chain``: directories from the git root down to ``path``'s parent."""
-        verdict = False
-        for directory in chain:
-            spec = self.spec_for(directory)
-            if spec is None:
-                continue
-            relative = path.relative_to(directory).as_posix() + ("/" if is_dir else "")
-            result = spec.check_file(relative)
-            if result is not None:
-                verdict = result
-        return verdict
+
+# The .gitignore files that apply below a directory, from the git root down: each one's matcher
+# with the directory's path relative to the one holding it ("" for that directory itself).
+_Chain = list[tuple[_Matcher, str]]
+
+
+def _chain_below(chain: _Chain, name: str, spec: _Matcher | None) -> _Chain:
+    """The chain of a directory's subdirectory ``name`` (whose own .gitignore is ``spec``)."""
+    below = [(matcher, f"{prefix}/{name}" if prefix else name) for matcher, prefix in chain]
+    return below + [(spec, "")] if spec is not None else below
+
+
+def _ignored(chain: _Chain, name: str, is_dir: bool) -> bool:
+    """Whether the entry ``name`` of a directory with this chain is git-ignored (the deepest
+    .gitignore that has a say decides, a negation re-including what one above excluded)."""
+    verdict = False
+    suffix = "/" if is_dir else ""
+    for matcher, prefix in chain:
+        result = matcher.check_file(f"{prefix}/{name}{suffix}" if prefix else name + suffix)
+        if result is not None:
+            verdict = result
+    return verdict
 
 
 def _git_root(path: Path) -> Path | None:
@@ -148,11 +158,16 @@ def discover(paths: list[str], settings: Settings, *, force_exclude: bool = Fals
         else:
             base = root
         git_root = _git_root(absolute) if settings.respect_gitignore else None
-        chain: list[Path] = []
+        chain: _Chain = []
         if git_root is not None:
-            chain = [git_root, *[p for p in reversed(absolute.parents) if git_root in p.parents]]
+            directories = [git_root, *[p for p in reversed(absolute.parents) if git_root in p.parents]]
             if absolute != git_root:
-                chain.append(absolute)
+                directories.append(absolute)
+            for directory in directories:
+                spec = ignores.spec_for(str(directory))
+                if spec is not None:
+                    below = absolute.relative_to(directory).as_posix()
+                    chain.append((spec, "" if below == "." else below))
         try:
             relative = absolute.relative_to(base).as_posix()
             relative = "" if relative == "." else relative
@@ -164,7 +179,7 @@ def discover(paths: list[str], settings: Settings, *, force_exclude: bool = Fals
     return Discovered(files, missing)
 
 
-def _walk(shown: Path, absolute: Path, real: str, relative: str | None, chain: list[Path], use_git: bool,
+def _walk(shown: Path, absolute: Path, real: str, relative: str | None, chain: _Chain, use_git: bool,
           ignores: _Ignores, excluded: Callable[[str], bool], add) -> None:
     """Walk ``absolute``: ``real`` is its real path (directory links are never entered, so the
     real path of what lies below follows without asking the file system), ``relative`` its path
@@ -185,13 +200,14 @@ def _walk(shown: Path, absolute: Path, real: str, relative: str | None, chain: l
         entry_relative = name if not relative else f"{relative}/{name}"
         if excluded(entry_relative + "/" if is_dir else entry_relative):
             continue
-        if use_git and ignores.ignored(absolute / name, is_dir, chain):
+        if chain and _ignored(chain, name, is_dir):
             continue
         if is_dir:
             if entry.is_symlink():
                 continue  # never leave the tree through a directory link
             entry_abs = absolute / name
+            below = _chain_below(chain, name, ignores.spec_for(str(entry_abs)) if use_git else None)
             _walk(shown / name, entry_abs, os.path.join(real, name), None if relative is None else entry_relative,
-                  chain + [entry_abs], use_git, ignores, excluded, add)
+                  below, use_git, ignores, excluded, add)
         elif is_file and name.endswith(PYTHON_SUFFIXES):
             add(shown / name, real=None if entry.is_symlink() else os.path.join(real, name))
