@@ -1,6 +1,6 @@
 """`pmap-migrate check` against `ruff check --select NPY201` on the same tree: cold, warm, and `fix`.
 
-    python benchmarks/bench_check_speed.py DIR [DIR ...] [--rounds 3] [--fix] [--json FILE]
+    python benchmarks/bench_check_speed.py DIR [DIR ...] [--rounds 3] [--fix] [--git] [--json FILE]
 
 The directories are copied once into a scratch tree (so caches and `fix` write nothing where the
 code came from). Each round runs, in alternating order so that drift in the machine's speed hits
@@ -14,6 +14,9 @@ process of the run (`wait4`'s ``ru_maxrss``, which covers the worker processes).
 `pmap-migrate fix --unsafe-fixes` runs once on a fresh copy of the whole tree and once on a tree of
 only the files that mention `pmap`: if the two times are close, `fix` scales with the pmap files,
 not with the size of the tree.
+
+With ``--git`` the scratch tree is a git repository with a typical Python ``.gitignore`` at its
+root, as a user's checkout is: both tools then read and apply it on every run.
 
 The tools run as installed: without ``PYTHONDONTWRITEBYTECODE`` (which some environments set), so
 that the runs that fill the caches also leave pmap-migrate's compiled bytecode, as `pip install`
@@ -37,6 +40,7 @@ import time
 from pathlib import Path
 
 SUFFIXES = (".py", ".pyi", ".ipynb")
+GITIGNORE = "__pycache__/\n*.py[cod]\n*.egg-info/\nbuild/\ndist/\n.venv/\n.ipynb_checkpoints/\n/docs/_build/\n*.so\n"
 
 
 ENVIRONMENT = {name: value for name, value in os.environ.items() if name != "PYTHONDONTWRITEBYTECODE"}
@@ -97,6 +101,7 @@ def main() -> int:
     parser.add_argument("--fix", action="store_true", help="also time `fix --unsafe-fixes` (one run each)")
     parser.add_argument("--ruff", default=shutil.which("ruff") or "ruff")
     parser.add_argument("--pmap-migrate", dest="tool", default=shutil.which("pmap-migrate") or "pmap-migrate")
+    parser.add_argument("--git", action="store_true", help="make the tree a git repository with a .gitignore")
     parser.add_argument("--json", type=Path, help="write the figures as JSON")
     args = parser.parse_args()
 
@@ -105,6 +110,9 @@ def main() -> int:
         tree = scratch / "tree"
         files, lines = copy_tree(args.dirs, tree)
         pmap_files = sum(1 for p in tree.rglob("*") if p.is_file() and b"pmap" in p.read_bytes())
+        if args.git:
+            subprocess.run(["git", "init", "-q"], cwd=tree, check=True)
+            (tree / ".gitignore").write_text(GITIGNORE)
         print(f"tree: {files} files, {lines} lines, {pmap_files} mention pmap; {machine()}")
         print(f"{version([args.tool])}; {version([args.ruff])}", flush=True)
 
@@ -134,7 +142,7 @@ def main() -> int:
 
         figures: dict = {
             "files": files, "lines": lines, "pmap_files": pmap_files, "machine": machine(), "rounds": args.rounds,
-            **{f"{name}_s": round(median(name), 3) for name in runs},
+            "git": args.git, **{f"{name}_s": round(median(name), 3) for name in runs},
             **{f"{name}_peak_mib": max(r for _, r in runs[name]) for name in runs},
         }
         figures["cold_ratio"] = round(figures["ours_cold_s"] / figures["ruff_cold_s"], 2)
