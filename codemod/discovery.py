@@ -73,10 +73,9 @@ class _Ignores:
 _Chain = list[tuple[_Matcher, str]]
 
 
-def _chain_below(chain: _Chain, name: str, spec: _Matcher | None) -> _Chain:
-    """The chain of a directory's subdirectory ``name`` (whose own .gitignore is ``spec``)."""
-    below = [(matcher, f"{prefix}/{name}" if prefix else name) for matcher, prefix in chain]
-    return below + [(spec, "")] if spec is not None else below
+def _chain_below(chain: _Chain, name: str) -> _Chain:
+    """The chain of a directory's subdirectory ``name`` (before its own .gitignore joins it)."""
+    return [(matcher, f"{prefix}/{name}" if prefix else name) for matcher, prefix in chain]
 
 
 def _ignored(chain: _Chain, name: str, is_dir: bool) -> bool:
@@ -160,10 +159,9 @@ def discover(paths: list[str], settings: Settings, *, force_exclude: bool = Fals
         git_root = _git_root(absolute) if settings.respect_gitignore else None
         chain: _Chain = []
         if git_root is not None:
+            # Those above the walked directory; its own, and those below, the walk finds in its listings.
             directories = [git_root, *[p for p in reversed(absolute.parents) if git_root in p.parents]]
-            if absolute != git_root:
-                directories.append(absolute)
-            for directory in directories:
+            for directory in directories if absolute != git_root else []:
                 spec = ignores.spec_for(str(directory))
                 if spec is not None:
                     below = absolute.relative_to(directory).as_posix()
@@ -188,6 +186,10 @@ def _walk(shown: Path, absolute: Path, real: str, relative: str | None, chain: _
         entries = sorted(os.scandir(absolute), key=lambda e: e.name)
     except OSError:
         return
+    if use_git and any(entry.name == ".gitignore" for entry in entries):
+        spec = ignores.spec_for(str(absolute))
+        if spec is not None:
+            chain = [*chain, (spec, "")]
     for entry in entries:
         name = entry.name
         try:
@@ -206,8 +208,7 @@ def _walk(shown: Path, absolute: Path, real: str, relative: str | None, chain: _
             if entry.is_symlink():
                 continue  # never leave the tree through a directory link
             entry_abs = absolute / name
-            below = _chain_below(chain, name, ignores.spec_for(str(entry_abs)) if use_git else None)
             _walk(shown / name, entry_abs, os.path.join(real, name), None if relative is None else entry_relative,
-                  below, use_git, ignores, excluded, add)
+                  _chain_below(chain, name), use_git, ignores, excluded, add)
         elif is_file and name.endswith(PYTHON_SUFFIXES):
             add(shown / name, real=None if entry.is_symlink() else os.path.join(real, name))
