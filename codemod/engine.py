@@ -9,8 +9,8 @@ import libcst as cst
 from libcst.metadata import CodeRange, MetadataWrapper
 
 from codemod import fastwalk
-from codemod.positions import positions as node_positions
 from codemod.diagnostics import Applicability, Diagnostic, FileError, FileResult, FixInfo, State
+from codemod.positions import positions as node_positions
 from codemod.prefilter import gate_of
 from codemod.slices import AST_WITHIN_LIBCST, Parsed, parse_python, relevant_source
 from codemod.stack import on_deep_stack
