@@ -20,8 +20,8 @@ from tests.support.samples import FILES, parsed_samples as _parsed
 RULES = all_rules()
 
 
-class _Recorder(cst.CSTVisitor):
-    """Overrides every generic callback: it must get all of them."""
+class _NodeCalls(cst.CSTVisitor):
+    """Overrides the node callbacks, recording them."""
 
     def __init__(self) -> None:
         super().__init__()
@@ -34,6 +34,10 @@ class _Recorder(cst.CSTVisitor):
     def on_leave(self, node):
         self.calls.append(("leave", node))
 
+
+class _Recorder(_NodeCalls):
+    """Overrides every generic callback: it must get all of them."""
+
     def on_visit_attribute(self, node, attribute):
         self.calls.append(("visit_attribute", node, attribute))
 
@@ -41,21 +45,10 @@ class _Recorder(cst.CSTVisitor):
         self.calls.append(("leave_attribute", node, attribute))
 
 
-class _PastWhitespace(cst.CSTVisitor):
+class _PastWhitespace(_NodeCalls):
     """Overrides the node callbacks (not the attribute ones) and opts out of whitespace leaves."""
 
     WALK_PAST_WHITESPACE = True
-
-    def __init__(self) -> None:
-        super().__init__()
-        self.calls: list[tuple] = []
-
-    def on_visit(self, node):
-        self.calls.append(("visit", node))
-        return True
-
-    def on_leave(self, node):
-        self.calls.append(("leave", node))
 
 
 class _Dispatched(cst.CSTVisitor):
