@@ -210,5 +210,5 @@ def _walk(shown: Path, absolute: Path, real: str, relative: str | None, chain: _
             entry_abs = absolute / name
             _walk(shown / name, entry_abs, os.path.join(real, name), None if relative is None else entry_relative,
                   _chain_below(chain, name), use_git, ignores, excluded, add)
-        elif is_file and name.endswith(PYTHON_SUFFIXES):
+        else:  # a Python file or notebook (anything else was passed over above)
             add(shown / name, real=None if entry.is_symlink() else os.path.join(real, name))
