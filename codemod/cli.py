@@ -312,20 +312,11 @@ def unified_diff(outcome) -> str:
 
     if is_notebook(outcome.path):
         return notebook_diff(outcome.path, outcome.original, outcome.fixed)
-    before = _decode(outcome.original).splitlines(keepends=True)
-    after = _decode(outcome.fixed).splitlines(keepends=True)
+    from codemod.sourcetext import decode
+
+    before = decode(outcome.original).splitlines(keepends=True)
+    after = decode(outcome.fixed).splitlines(keepends=True)
     return "".join(difflib.unified_diff(before, after, f"a/{outcome.path}", f"b/{outcome.path}"))
-
-
-def _decode(data: bytes) -> str:
-    import io
-    import tokenize
-
-    try:
-        encoding, _ = tokenize.detect_encoding(io.BytesIO(data).readline)
-        return data.decode(encoding)
-    except (SyntaxError, LookupError, UnicodeDecodeError):
-        return data.decode("utf-8", errors="replace")
 
 
 def _show_fixes(applied) -> None:

@@ -90,6 +90,9 @@ class FileResult:
     diagnostics: list[Diagnostic] = field(default_factory=list)
     error: FileError | None = None
     parsed: bool = False  # False when the text prefilter ruled the file out
+    # The source lines of its findings by (cell or 0, line) (codemod/sourcetext.py), when the run
+    # keeps them: the text output shows them without reading the file again.
+    source_lines: dict[tuple[int, int], str] | None = None
 
     @property
     def active(self) -> list[Diagnostic]:

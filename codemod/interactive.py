@@ -15,9 +15,7 @@ the caller to record. ``honour_skips`` makes plain `fix` leave those sites alone
 from __future__ import annotations
 
 import difflib
-import io
 import re
-import tokenize
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from enum import Enum
@@ -32,6 +30,7 @@ from codemod.fixer import FixOutcome, _python_rejects, apply, applicable, choose
 from codemod.notebooks import Notebook, NotebookError, is_notebook, load, notebook_diff
 from codemod.runner import apply_per_file_ignores, display_path, rule_options
 from codemod.skips import SiteKey, Skip, SkipStore, site_keys, today
+from codemod.sourcetext import decode
 from rules.base import Rule, RuleOptions
 
 # Each round applies or refuses at least one fix; the bound only stops a rule that keeps
@@ -111,17 +110,9 @@ class _Unit:
     def diff(self, before: bytes, after: bytes) -> str:
         if self.notebook is not None:
             return notebook_diff(self.shown, before, after)
-        return "".join(difflib.unified_diff(_text(before).splitlines(keepends=True),
-                                            _text(after).splitlines(keepends=True),
+        return "".join(difflib.unified_diff(decode(before).splitlines(keepends=True),
+                                            decode(after).splitlines(keepends=True),
                                             f"a/{self.shown}", f"b/{self.shown}"))
-
-
-def _text(data: bytes) -> str:
-    try:
-        encoding, _ = tokenize.detect_encoding(io.BytesIO(data).readline)
-        return data.decode(encoding)
-    except (SyntaxError, LookupError, UnicodeDecodeError):
-        return data.decode("utf-8", errors="replace")
 
 
 def _keys(analysis, findings: Sequence[Finding]) -> list[tuple]:

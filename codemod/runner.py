@@ -117,7 +117,22 @@ def _gate_for(codes: tuple[str, ...]) -> Gate:
 
 
 def _lint_job(job: tuple[bytes, str, tuple[str, ...], RuleOptions, bool]) -> FileResult:
-    data, shown, codes, options, text_matched = job
+    result = _checked(*job)
+    if result.diagnostics or result.error is not None:
+        with_source_lines(result, job[0])
+    return result
+
+
+def with_source_lines(result: FileResult, data: bytes) -> FileResult:
+    """``result`` holding the source lines of its findings (kept in the cache with it)."""
+    from codemod.sourcetext import finding_lines
+
+    shown = [*result.diagnostics, *([result.error.as_diagnostic()] if result.error is not None else [])]
+    result.source_lines = finding_lines(data, _is_notebook(result.path), shown)
+    return result
+
+
+def _checked(data: bytes, shown: str, codes: tuple[str, ...], options: RuleOptions, text_matched: bool) -> FileResult:
     gate = _gate_for(codes)
     if _is_notebook(shown):
         if not text_matched and not gate.refers_to_names(data, notebook=True):
@@ -356,6 +371,7 @@ def _relabel(result: FileResult, shown: str) -> FileResult:
         [replace(d, path=shown) for d in result.diagnostics],
         replace(result.error, path=shown) if result.error else None,
         result.parsed,
+        result.source_lines,
     )
 
 

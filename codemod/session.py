@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import sys
-import tokenize
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -12,7 +11,8 @@ from typing import TYPE_CHECKING
 from codemod.config import ConfigError, Settings, load_settings, with_overrides
 from codemod.diagnostics import Diagnostic, FileResult, State
 from codemod.discovery import discover
-from codemod.runner import RunResult, apply_per_file_ignores, lint_file, rule_options, rules_for, run
+from codemod.runner import (RunResult, apply_per_file_ignores, lint_file, rule_options, rules_for, run,
+                            with_source_lines)
 from rules import select_codes, unknown_selectors
 
 if TYPE_CHECKING:
@@ -44,9 +44,10 @@ class Session:
     settings: Settings
     codes: tuple[str, ...]  # the selected rules; their classes (and libcst) load only when needed
     force_exclude: bool = False
-    _lines: dict = field(default_factory=dict)
-    _stdin_text: dict[str, str] = field(default_factory=dict)
-    _cells: dict[str, dict[int, str]] = field(default_factory=dict)  # notebooks: cell sources by path
+    # The source lines of the findings of this session's run, by path (FileResult.source_lines),
+    # and the lines of files read for findings that came without them.
+    _source_lines: dict[str, dict[tuple[int, int], str]] = field(default_factory=dict)
+    _read: dict[str, dict[int | None, list[str]]] = field(default_factory=dict)
 
     @classmethod
     def create(cls, paths, *, select=(), ignore=(), extend_exclude=(), force_exclude=False, config_file=None,
@@ -101,7 +102,7 @@ class Session:
 
     def _run(self, files, *, use_cache, jobs, progress) -> RunResult:
         if not progress or not sys.stderr.isatty():
-            return run(files, self.settings, self.codes, jobs=jobs, use_cache=use_cache)
+            return self._keep_source_lines(run(files, self.settings, self.codes, jobs=jobs, use_cache=use_cache))
         from rich.progress import Progress
 
         with Progress(transient=True) as bar:
@@ -110,49 +111,55 @@ class Session:
             def on_total(total: int) -> None:
                 bar.update(task, total=total, visible=total >= PROGRESS_THRESHOLD)
 
-            return run(files, self.settings, self.codes, jobs=jobs, use_cache=use_cache,
-                       progress=lambda n: bar.advance(task, n), on_total=on_total)
+            return self._keep_source_lines(run(files, self.settings, self.codes, jobs=jobs, use_cache=use_cache,
+                                               progress=lambda n: bar.advance(task, n), on_total=on_total))
 
     def _check_stdin(self, stdin_filename: str | None) -> RunResult:
         data = sys.stdin.buffer.read()
         shown = stdin_filename or STDIN
         result: FileResult = lint_file(data, shown, self.rules, rule_options(self.settings))
-        result = apply_per_file_ignores(result, self.settings)
-        from codemod.notebooks import cell_sources, is_notebook
+        result = apply_per_file_ignores(with_source_lines(result, data), self.settings)
+        return self._keep_source_lines(RunResult([result], files=1, parsed=1))
 
-        if is_notebook(shown):
-            self._cells[shown] = cell_sources(data)
-        try:
-            self._stdin_text[shown] = data.decode("utf-8-sig")
-        except UnicodeDecodeError:
-            pass
-        return RunResult([result], files=1, parsed=1)
+    def _keep_source_lines(self, outcome: RunResult) -> RunResult:
+        for result in outcome.results:
+            if result.source_lines is not None:
+                self._source_lines[result.path] = result.source_lines
+        return outcome
 
     def source_line(self, path: str, line: int, cell: int | None = None) -> str | None:
-        if cell is not None:  # a notebook: the line within its cell
-            if path not in self._cells:
-                from codemod.notebooks import cell_sources
-
-                try:
-                    self._cells[path] = cell_sources(Path(path).read_bytes())
-                except OSError:
-                    self._cells[path] = {}
-            lines = self._cells[path].get(cell, "").splitlines()
-            return lines[line - 1] if 1 <= line <= len(lines) else None
-        if path in self._stdin_text:
-            lines = self._stdin_text[path].splitlines()
-            return lines[line - 1] if 1 <= line <= len(lines) else None
-        return read_source_line(path, line, self._lines)
+        """Line ``line`` of the file (of its cell ``cell`` in a notebook): kept with the results of
+        this session's run, else read from the file (after `fix`, the file as written)."""
+        known = self._source_lines.get(path)
+        if known is not None and (cell or 0, line) in known:
+            return known[(cell or 0, line)]
+        if path not in self._read:
+            self._read[path] = read_lines(path)
+        lines = self._read[path].get(cell)
+        return lines[line - 1] if lines is not None and 1 <= line <= len(lines) else None
 
 
-def read_source_line(path: str, line: int, cache: dict[str, list[str] | None]) -> str | None:
+def read_lines(path: str) -> dict[int | None, list[str]]:
+    """The lines of a file (key None), or of a notebook's cells by number; {} if unreadable."""
+    from codemod.notebooks import is_notebook
+    from codemod.sourcetext import lines_by_cell
+
+    try:
+        with open(path, "rb") as handle:
+            data = handle.read()
+    except OSError:
+        return {}
+    located = lines_by_cell(data, is_notebook(path))
+    if None not in located:  # a notebook's own lines, for a finding that is not in a cell
+        from codemod.sourcetext import NEWLINE, decode
+
+        located[None] = NEWLINE.split(decode(data))
+    return located
+
+
+def read_source_line(path: str, line: int, cache: dict[str, dict[int | None, list[str]]]) -> str | None:
+    """Line ``line`` of the file ``path`` (not of a notebook's cell); ``cache`` keeps what was read."""
     if path not in cache:
-        try:
-            with tokenize.open(path) as handle:  # honours BOMs and coding cookies
-                cache[path] = handle.read().splitlines()
-        except (OSError, SyntaxError, UnicodeDecodeError):
-            cache[path] = None
-    lines = cache[path]
-    if lines is None or not 1 <= line <= len(lines):
-        return None
-    return lines[line - 1]
+        cache[path] = read_lines(path)
+    lines = cache[path].get(None)
+    return lines[line - 1] if lines is not None and 1 <= line <= len(lines) else None

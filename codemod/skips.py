@@ -28,7 +28,6 @@ import hashlib
 import io
 import json
 import os
-import re
 import tempfile
 import tokenize
 from collections import Counter
@@ -38,10 +37,10 @@ from pathlib import Path
 
 from codemod.config import ConfigError
 from codemod.diagnostics import Diagnostic
+from codemod.sourcetext import lines_by_cell
 
 SKIPS_FILE = ".pmap-migrate-skips.json"
 VERSION = 1
-_NEWLINE = re.compile(r"\r\n|\r|\n")  # the line breaks of Python's tokenizer (not str.splitlines')
 _SOURCE_CHARS = 160
 
 
@@ -68,23 +67,6 @@ def today() -> str:
 
 def _collapse(text: str) -> str:
     return " ".join(text.split())
-
-
-def _decode(data: bytes) -> str:
-    try:
-        encoding, _ = tokenize.detect_encoding(io.BytesIO(data).readline)
-        return data.decode(encoding)
-    except (SyntaxError, LookupError, UnicodeDecodeError):
-        return data.decode("utf-8", errors="replace")
-
-
-def _lines_of(data: bytes, path: str) -> dict[int | None, list[str]]:
-    """The lines findings are located in: the file's, or (notebooks) each cell's, by cell number."""
-    from codemod.notebooks import cell_sources, is_notebook
-
-    if is_notebook(path):
-        return {cell: _NEWLINE.split(text) for cell, text in cell_sources(data).items()}
-    return {None: _NEWLINE.split(_decode(data))}
 
 
 def _without_comments(lines: list[str]) -> list[str]:
@@ -122,7 +104,9 @@ def site_keys(diagnostics: Sequence[Diagnostic], data: bytes, path: str) -> list
     """``(key, source)`` of each of ``diagnostics`` — every finding of one file, located as the user
     sees the file (``data``: its bytes) — in their order. Occurrences count over the findings given,
     so the caller passes all of them (every state), as the linter reports them."""
-    views = _lines_of(data, path)
+    from codemod.notebooks import is_notebook
+
+    views = lines_by_cell(data, is_notebook(path))
     prints = [_fingerprint(d, views.get(d.cell, [])) for d in diagnostics]
     seen: Counter = Counter()
     occurrences = [0] * len(diagnostics)

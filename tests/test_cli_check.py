@@ -56,6 +56,43 @@ def test_text_output_shows_source_and_caret(project):
     assert "Found 1 legacy pattern in 1 file." in out
 
 
+def test_source_line_is_the_line_python_numbers(project):
+    # Form feeds and vertical tabs are not line breaks to Python (str.splitlines would split there).
+    path = project / "odd.py"
+    path.write_bytes(b"import jax\n\x0c\n# a\x0bb \x1c c\r\nf = jax.pmap(lambda x: x)\n")
+    out = invoke("odd.py").output.splitlines()
+    assert out[0].startswith("odd.py:4:5: PM101 ")
+    assert out[1] == "4 | f = jax.pmap(lambda x: x)"
+    result = invoke("-", "--stdin-filename", "odd.py", input=path.read_bytes())
+    assert result.output.splitlines()[1] == "4 | f = jax.pmap(lambda x: x)"
+
+
+def test_source_line_of_a_latin1_file_and_a_syntax_error(project):
+    (project / "legacy.py").write_bytes(b"# -*- coding: latin-1 -*-\nimport jax\ns = '\xe9'; f = jax.pmap(g)\n")
+    write(project, "broken.py", "import jax\ndef f(:\n    jax.pmap(f)\n")
+    out = invoke("legacy.py", "broken.py").output
+    assert "3 | s = '\u00e9'; f = jax.pmap(g)" in out
+    assert re.search(r"^broken.py:3:1: PM000 .*\n3 \|     jax.pmap\(f\)$", out, re.M), out
+
+
+def test_a_warm_run_shows_source_lines_without_reading_files(project, monkeypatch):
+    import codemod.session
+
+    write(project, "legacy.py", LEGACY)
+    cells = [{"cell_type": "code", "metadata": {}, "outputs": [], "execution_count": None,
+              "source": ["import jax\n", "g = jax.pmap(lambda x: x)\n"]}]
+    write(project, "nb.ipynb", json.dumps({"cells": cells, "metadata": {}, "nbformat": 4, "nbformat_minor": 5}))
+    runner = CliRunner()
+    first = runner.invoke(main, ["check", "."]).output
+    assert "3 | step = jax.pmap(lambda x: x * 2)" in first and "2 | g = jax.pmap(lambda x: x)" in first
+
+    def no_reading(path):
+        raise AssertionError(f"{path} read again")
+
+    monkeypatch.setattr(codemod.session, "read_lines", no_reading)
+    assert runner.invoke(main, ["check", "."], catch_exceptions=False).output == first
+
+
 def test_quiet_prints_findings_only(project):
     write(project, "legacy.py", LEGACY)
     out = invoke("legacy.py", "-q", "--output-format", "concise").output

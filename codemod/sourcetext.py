@@ -1,0 +1,49 @@
+"""A file's text as Python reads it, and its lines as findings number them."""
+
+from __future__ import annotations
+
+import io
+import re
+import tokenize
+from collections.abc import Iterable
+
+from codemod.diagnostics import Diagnostic
+
+NEWLINE = re.compile(r"\r\n|\r|\n")  # the line breaks of Python's tokenizer (not str.splitlines')
+
+
+def decode(data: bytes) -> str:
+    """``data`` decoded as Python decodes source (BOM, coding cookie); undecodable bytes replaced."""
+    try:
+        encoding, _ = tokenize.detect_encoding(io.BytesIO(data).readline)
+        return data.decode(encoding)
+    except (SyntaxError, LookupError, UnicodeDecodeError):
+        return data.decode("utf-8", errors="replace")
+
+
+def lines_by_cell(data: bytes, notebook: bool) -> dict[int | None, list[str]]:
+    """The lines findings are located in: the file's (key None), or a notebook's cells' by number."""
+    if notebook:
+        from codemod.notebooks import cell_sources
+
+        return {cell: NEWLINE.split(text) for cell, text in cell_sources(data).items()}
+    return {None: NEWLINE.split(decode(data))}
+
+
+# The source lines of a file's findings, keyed by (cell or 0, line): what the text output shows
+# under each finding, kept with the result so that a run the cache answers reads no file.
+SourceLines = dict[tuple[int, int], str]
+
+
+def finding_lines(data: bytes, notebook: bool, diagnostics: Iterable[Diagnostic]) -> SourceLines:
+    """A notebook's findings are located in its cells; one without a cell (a file that cannot be
+    read as a notebook) in the file itself."""
+    located = lines_by_cell(data, notebook) if notebook else {}
+    found: SourceLines = {}
+    for d in diagnostics:
+        if d.cell is None and None not in located:
+            located[None] = NEWLINE.split(decode(data))
+        lines = located.get(d.cell)
+        if lines is not None and 1 <= d.line <= len(lines):
+            found[(d.cell or 0, d.line)] = lines[d.line - 1]
+    return found
