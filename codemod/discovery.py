@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import os
 import re
-from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -17,24 +16,32 @@ PYTHON_SUFFIXES = (".py", ".ipynb")  # notebooks are checked through their code 
 
 @dataclass(frozen=True)
 class Discovered:
-    files: list[Path]
+    files: list[str]  # as `pathlib` spells them: relative to the working directory when given so
     missing: list[str]  # paths given on the command line that do not exist
 
 
 class _Matcher:
     """``spec.match_file`` as one regular expression when the patterns allow (no negations):
-    one search per path instead of one per pattern, the cost of walking a large tree."""
+    one search per path instead of one per pattern, the cost of walking a large tree.
+
+    The walk asks about an entry only when no directory above it matched (it prunes those), so a
+    pattern without a slash inside (``.venv``, ``*.egg-info``, ``build/``) can only match the
+    entry's own name: those are tested on the name, and the answer is kept per name (`__init__.py`,
+    `tests/`, ... recur all over a tree)."""
 
     def __init__(self, spec: pathspec.PathSpec) -> None:
         self.spec = spec
-        self.regex = None
+        self.regex = self.names = self.paths = None
+        self._by_name: dict[str, bool] = {}
         patterns = [p for p in spec.patterns if p.include is not None]
         if all(p.include and getattr(p, "regex", None) is not None for p in patterns):
-            joined = "|".join(f"(?:{re.sub(r'[(][?]P<[^>]*>', '(?:', p.regex.pattern)})" for p in patterns)
+            regexes = [re.sub(r"[(][?]P<[^>]*>", "(?:", p.regex.pattern) for p in patterns]
             try:
-                self.regex = re.compile(joined or "(?!)")
+                self.regex = _any_of(regexes)
+                self.names = _any_of([r for r in regexes if _name_only(r)])
+                self.paths = _any_of([r for r in regexes if not _name_only(r)]) if not all(map(_name_only, regexes)) else None
             except re.error:
-                self.regex = None
+                self.regex = self.names = self.paths = None
 
     def match_file(self, relative: str) -> bool:
         if self.regex is not None:
@@ -46,6 +53,38 @@ class _Matcher:
         if self.regex is not None:
             return True if self.regex.search(relative) is not None else None
         return self.spec.check_file(relative).include
+
+    def match_entry(self, relative: str, name: str) -> bool | None:
+        """``check_file(relative)`` for an entry of the walk (a directory's with its ``/``) whose
+        directories are matched by no pattern of this matcher; ``name``: its last part."""
+        if self.names is None:
+            return self.check_file(relative)
+        verdict = self._by_name.get(name)
+        if verdict is None:
+            verdict = self._by_name[name] = self.names.search(name) is not None
+        if verdict or (self.paths is not None and self.paths.search(relative) is not None):
+            return True
+        return None
+
+
+_BY_NAME_PREFIX = "^(?:.+/)?"  # pathspec's start of a pattern that matches at any depth
+_DIRECTORY_END = re.compile(r"(?:\(\?:\(\?:/\)\|\$\)|\(\?:/\))$")  # `(?:(?:/)|$)` or `(?:/)`
+
+
+def _name_only(regex: str) -> bool:
+    """Whether the pattern's regex matches a path only through one part of it (and what lies
+    below): a match at any depth of a body without ``/`` and without a wildcard that crosses one."""
+    if not regex.startswith(_BY_NAME_PREFIX):
+        return False
+    body = _DIRECTORY_END.sub("", regex[len(_BY_NAME_PREFIX):])
+    if body == regex[len(_BY_NAME_PREFIX):]:
+        return False
+    body = re.sub(r"\\.", "", body.replace("[^/]", ""))  # escaped characters, and "any but /"
+    return not any(c in body for c in "/.()|^$")
+
+
+def _any_of(regexes: list[str]) -> re.Pattern:
+    return re.compile("|".join(f"(?:{r})" for r in regexes) or "(?!)")
 
 
 class _Ignores:
@@ -82,9 +121,13 @@ def _ignored(chain: _Chain, name: str, is_dir: bool) -> bool:
     """Whether the entry ``name`` of a directory with this chain is git-ignored (the deepest
     .gitignore that has a say decides, a negation re-including what one above excluded)."""
     verdict = False
-    suffix = "/" if is_dir else ""
+    entry = name + "/" if is_dir else name
+    # Without negations, no directory above the entry matched (the walk would not be here), so
+    # each matcher may judge patterns without a slash by the entry's name.
+    by_name = all(matcher.names is not None for matcher, _ in chain)
     for matcher, prefix in chain:
-        result = matcher.check_file(f"{prefix}/{name}{suffix}" if prefix else name + suffix)
+        relative = f"{prefix}/{entry}" if prefix else entry
+        result = matcher.match_entry(relative, entry) if by_name else matcher.check_file(relative)
         if result is not None:
             verdict = result
     return verdict
@@ -105,7 +148,7 @@ def discover(paths: list[str], settings: Settings, *, force_exclude: bool = Fals
     # `exclude` adds to the defaults rather than replacing them: nobody wants .venv linted.
     exclude = _Matcher(pathspec.GitIgnoreSpec.from_lines([*DEFAULT_EXCLUDE, *settings.exclude, *settings.extend_exclude]))
     ignores = _Ignores()
-    files: list[Path] = []
+    files: list[str] = []
     missing: list[str] = []
     seen: dict[str, int] = {}  # real path -> index in files
 
@@ -121,12 +164,12 @@ def discover(paths: list[str], settings: Settings, *, force_exclude: bool = Fals
     # stays inside the named paths (`fix` writes through links, never outside what it was given).
     roots = [Path(given).resolve() for given in paths if Path(given).exists()]
 
-    def add(path: Path, named: bool = False, real: str | None = None) -> None:
+    def add(path: str, named: bool = False, real: str | None = None) -> None:
         """``real``: the file's real path when the walk knows it (no link on the way), which
         also means it lies inside a named directory."""
         if real is None:
             try:
-                resolved = path.resolve()
+                resolved = Path(path).resolve()
             except (OSError, RuntimeError):  # a link loop
                 return
             if not named and not any(resolved == r or r in resolved.parents for r in roots):
@@ -135,7 +178,7 @@ def discover(paths: list[str], settings: Settings, *, force_exclude: bool = Fals
         if real not in seen:  # a file reached through several links is looked at once
             seen[real] = len(files)
             files.append(path)
-        elif files[seen[real]].is_symlink() and not path.is_symlink():
+        elif os.path.islink(files[seen[real]]) and not os.path.islink(path):
             files[seen[real]] = path  # ... and shown under its own name rather than a link's
 
     for given in paths:
@@ -146,7 +189,7 @@ def discover(paths: list[str], settings: Settings, *, force_exclude: bool = Fals
             continue
         if absolute.is_file():
             if not (force_exclude and excluded(absolute, False)):
-                add(path, named=True)
+                add(str(path), named=True)
             continue
         if excluded(absolute, True):
             if force_exclude:
@@ -171,25 +214,35 @@ def discover(paths: list[str], settings: Settings, *, force_exclude: bool = Fals
             relative = "" if relative == "." else relative
         except ValueError:
             relative = None  # outside the base: entries are judged by their names
-        _walk(path, absolute, str(absolute.resolve()), relative, chain, git_root is not None, ignores,
-              exclude.match_file, add)
-    files.sort(key=lambda f: f.parts)
+        _walk(str(path), str(absolute), str(absolute.resolve()), relative, chain, git_root is not None, ignores,
+              exclude, add)
+    files.sort(key=_parts)
     return Discovered(files, missing)
 
 
-def _walk(shown: Path, absolute: Path, real: str, relative: str | None, chain: _Chain, use_git: bool,
-          ignores: _Ignores, excluded: Callable[[str], bool], add) -> None:
-    """Walk ``absolute``: ``real`` is its real path (directory links are never entered, so the
-    real path of what lies below follows without asking the file system), ``relative`` its path
-    relative to the base of the exclude patterns (None: outside it, entries judged by name)."""
+def _parts(path: str) -> list[str]:
+    """What `Path.parts` holds (the order of a sorted listing): the root of an absolute path first."""
+    parts = path.split(os.sep)
+    if not parts[0]:
+        parts[0] = os.sep
+    return parts
+
+
+def _walk(shown: str, absolute: str, real: str, relative: str | None, chain: _Chain, use_git: bool,
+          ignores: _Ignores, exclude: _Matcher, add) -> None:
+    """Walk ``absolute`` (shown as ``shown``, a normal path as `pathlib` spells it): ``real`` is its
+    real path (directory links are never entered, so the real path of what lies below follows
+    without asking the file system), ``relative`` its path relative to the base of the exclude
+    patterns (None: outside it, entries judged by name)."""
     try:
         entries = sorted(os.scandir(absolute), key=lambda e: e.name)
     except OSError:
         return
     if use_git and any(entry.name == ".gitignore" for entry in entries):
-        spec = ignores.spec_for(str(absolute))
+        spec = ignores.spec_for(absolute)
         if spec is not None:
             chain = [*chain, (spec, "")]
+    below = "" if shown == "." else shown if shown.endswith(os.sep) else shown + os.sep
     for entry in entries:
         name = entry.name
         try:
@@ -200,15 +253,18 @@ def _walk(shown: Path, absolute: Path, real: str, relative: str | None, chain: _
         if not is_dir and not (is_file and name.endswith(PYTHON_SUFFIXES)):
             continue  # nothing to check: no need to ask the patterns
         entry_relative = name if not relative else f"{relative}/{name}"
-        if excluded(entry_relative + "/" if is_dir else entry_relative):
+        if is_dir:
+            if exclude.match_entry(entry_relative + "/", name + "/"):
+                continue
+        elif exclude.match_entry(entry_relative, name):
             continue
         if chain and _ignored(chain, name, is_dir):
             continue
         if is_dir:
             if entry.is_symlink():
                 continue  # never leave the tree through a directory link
-            entry_abs = absolute / name
-            _walk(shown / name, entry_abs, os.path.join(real, name), None if relative is None else entry_relative,
-                  _chain_below(chain, name), use_git, ignores, excluded, add)
+            _walk(below + name, os.path.join(absolute, name), os.path.join(real, name),
+                  None if relative is None else entry_relative, _chain_below(chain, name), use_git, ignores,
+                  exclude, add)
         else:  # a Python file or notebook (anything else was passed over above)
-            add(shown / name, real=None if entry.is_symlink() else os.path.join(real, name))
+            add(below + name, real=None if entry.is_symlink() else os.path.join(real, name))

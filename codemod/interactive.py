@@ -298,7 +298,7 @@ def _still_skipped(kept: Mapping[tuple, tuple[str, str]], final_keys: Sequence[t
     return [Skip(sites[index][0], sites[index][1], *decision) for index, decision in chosen]
 
 
-def review(files: Sequence[Path], settings: Settings, rules: Sequence[type[Rule]], *, unsafe: bool,
+def review(files: Sequence[str | Path], settings: Settings, rules: Sequence[type[Rule]], *, unsafe: bool,
            decide: Callable[[Proposal], Decision | Answer], skips: SkipStore | None = None,
            review_skipped: bool = False) -> Review:
     """Review every file in turn; after a quit the remaining files are left as they are. ``skips``
@@ -313,7 +313,8 @@ def review(files: Sequence[Path], settings: Settings, rules: Sequence[type[Rule]
     for path in files:
         shown = display_path(path)
         try:
-            data = path.read_bytes()
+            with open(path, "rb") as handle:
+                data = handle.read()
         except OSError as error:
             failure = FileError(shown, "PM001", f"cannot read file: {error.strerror or error}")
             result.outcomes.append((None, FixOutcome(shown, b"", error=failure)))

@@ -170,7 +170,7 @@ def default_jobs() -> int:
 
 
 def run(
-    files: Sequence[Path],
+    files: Sequence[str | Path],
     settings: Settings,
     rules: Sequence[type[Rule]] | Sequence[str],
     *,
@@ -321,7 +321,7 @@ def _fix_job(job: tuple[bytes, str, tuple[str, ...], bool, RuleOptions, bool]):
     return fix_file(data, shown, rules_for(codes), unsafe=unsafe, options=options)
 
 
-def run_fix(files: Sequence[Path], settings: Settings, rules: Sequence[type[Rule]], *, unsafe: bool,
+def run_fix(files: Sequence[str | Path], settings: Settings, rules: Sequence[type[Rule]], *, unsafe: bool,
             jobs: int | None = None, progress: Callable[[int], None] | None = None,
             on_total: Callable[[int], None] | None = None) -> list:
     """``(path, FixOutcome)`` for every file that could need a fix or could not be read (path None);
@@ -333,11 +333,12 @@ def run_fix(files: Sequence[Path], settings: Settings, rules: Sequence[type[Rule
     outcomes: list = []
     options = rule_options(settings)
     work: list[tuple[bytes, str, tuple[str, ...], bool, RuleOptions]] = []
-    paths: list[Path] = []
+    paths: list[str | Path] = []
     for path in files:
         shown = display_path(path)
         try:
-            data = path.read_bytes()
+            with open(path, "rb") as handle:
+                data = handle.read()
         except OSError as error:
             failure = FileError(shown, "PM001", f"cannot read file: {error.strerror or error}")
             outcomes.append((None, FixOutcome(shown, b"", error=failure)))

@@ -74,7 +74,7 @@ class Session:
             return CheckOutcome(self._check_stdin(stdin_filename))
         return CheckOutcome(self._run(self.files(), use_cache=use_cache, jobs=jobs, progress=progress))
 
-    def files(self) -> list[Path]:
+    def files(self) -> list[str]:
         """The files this invocation looks at (an error for a named path that does not exist)."""
         if STDIN in self.paths:
             raise ConfigError("this command does not read stdin; name the files")

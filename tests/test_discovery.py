@@ -42,6 +42,33 @@ def _git_visible(repo) -> set[str]:
 def test_the_files_found_are_those_git_does_not_ignore(repo, start):
     visible = _git_visible(repo)
     assert "sub/deep/local.py" in visible and "pkg/inner/m_pb2.py" in visible and "gen/keep.py" not in visible
-    found = {p.as_posix() for p in Session.create([start]).files()}
+    found = set(Session.create([start]).files())
     prefix = "" if start == "." else start + "/"
     assert found == {p for p in visible if p.startswith(prefix)}
+
+
+EXCLUDE_FILES = ["a.py", "gen_a.py", "src/gen_b.py", "src/build/x.py", "src/builder.py", "x/docs/_build/y.py",
+                 "docs/_build/z.py", "lib/vendor/v.py", "vendor/top.py", "pkg/m.egg-info/n.py", "pkg/tests/t.py",
+                 "pkg/tests_x.py", "nb/n.ipynb", "deep/a/b/c/tmp/d.py", "deep/tmpfile.py", "w/x#y.py", "s p/a b.py"]
+EXCLUDES = ["gen_*", "/docs/_build/", "lib/vendor", "tests/", "*.ipynb", "deep/**/tmp", "x#y.py", "a b.py"]
+
+
+@pytest.mark.parametrize("start", [".", "src", "pkg", "deep/a"])
+def test_excluded_files_are_those_the_patterns_match_by_full_path(tmp_path, monkeypatch, start):
+    """Patterns without a slash are judged by an entry's name (and remembered per name): the same
+    files as matching every file's whole path against every pattern, the defaults included."""
+    import pathspec
+
+    from codemod.config import DEFAULT_EXCLUDE
+
+    for name in EXCLUDE_FILES:
+        (tmp_path / name).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / name).write_text("x = 1\n")
+    (tmp_path / "pyproject.toml").write_text(f"[tool.pmap-migrate]\nextend-exclude = {EXCLUDES!r}\n")
+    monkeypatch.chdir(tmp_path)
+    spec = pathspec.GitIgnoreSpec.from_lines([*DEFAULT_EXCLUDE, *EXCLUDES])
+    every = [p.relative_to(tmp_path).as_posix() for p in tmp_path.rglob("*") if p.suffix in (".py", ".ipynb")]
+    expected = sorted(p for p in every if not spec.match_file(p) and (start == "." or p.startswith(start + "/")))
+    if start == ".":
+        assert "src/builder.py" in expected and "vendor/top.py" in expected and "src/build/x.py" not in expected
+    assert Session.create([start]).files() == expected

@@ -269,14 +269,16 @@ def test_an_unreadable_file_is_reported_and_the_run_goes_on(project, monkeypatch
     secret = write(project, "secret.py", LEGACY)
     other = write(project, "other.py", LEGACY)
     if IS_ROOT:  # root reads anything: make this one file fail to read
-        real = Path.read_bytes
+        import builtins
 
-        def read_bytes(self):
-            if self.name == "secret.py":
-                raise PermissionError(13, "Permission denied", str(self))
-            return real(self)
+        import codemod.runner
 
-        monkeypatch.setattr(Path, "read_bytes", read_bytes)
+        def fussy_open(file, *args, **kwargs):
+            if os.path.basename(file) == "secret.py":
+                raise PermissionError(13, "Permission denied", str(file))
+            return builtins.open(file, *args, **kwargs)
+
+        monkeypatch.setattr(codemod.runner, "open", fussy_open, raising=False)
     else:
         os.chmod(secret, 0)
     try:
