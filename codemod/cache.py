@@ -10,7 +10,6 @@ from __future__ import annotations
 import hashlib
 import os
 import pickle
-import tempfile
 from pathlib import Path
 
 from codemod.diagnostics import FileResult
@@ -78,6 +77,8 @@ class ResultCache:
     def save(self) -> None:
         if not self.dirty:
             return
+        import tempfile  # only a run that stores something needs it
+
         try:
             self.directory.mkdir(parents=True, exist_ok=True)
             gitignore = self.directory / ".gitignore"

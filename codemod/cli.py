@@ -345,7 +345,7 @@ def _emit(session, diagnostics, *, output_format, statistics, quiet, files, erro
         return
     from codemod.reporting import text
 
-    console = _console()
+    console = text.plain_output(sys.stdout) or _console()
     if statistics:
         text.render_statistics(console, diagnostics)
     else:

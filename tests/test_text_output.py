@@ -4,8 +4,12 @@ per-line rendering: it must be the very characters rich prints."""
 from __future__ import annotations
 
 import io
+import os
+import subprocess
+import sys
 from pathlib import Path
 
+import pytest
 from rich.console import Console
 
 from codemod.diagnostics import Applicability, Diagnostic, FixInfo
@@ -59,3 +63,71 @@ def test_odd_lines_tabs_wide_characters_cells_and_markup_like_text():
         return lines.get(line) if line != 9 else None
 
     assert _render(diagnostics, source_line, through_rich=False) == _render(diagnostics, source_line, through_rich=True)
+
+
+def test_plain_writer_prints_what_rich_prints():
+    """A `Plain` writer (no rich import) against rich's own output: findings, summaries, statistics."""
+    from codemod.reporting.text import Plain, render_statistics, render_summary
+
+    cache: dict = {}
+    diagnostics = []
+    for path in sorted((ROOT / "fixtures" / "lint").glob("*.py"))[:20]:
+        diagnostics += lint_bytes(path.read_bytes(), str(path), all_rules()).diagnostics
+    odd = Diagnostic("PM101", "pmap-call", "a\ttab", "t.py", 1, 1, 1, 2)  # through rich, inside the plain writer
+    assert len(diagnostics) > 10
+
+    def source_line(path, line, cell=None):
+        return read_source_line(path, line, cache) if path != "t.py" else "\tx"
+
+    def both(render) -> tuple[str, str]:
+        fast, slow = io.StringIO(), io.StringIO()
+        render(Plain(fast))
+        render(Console(file=slow, color_system=None, highlight=False, soft_wrap=True, record=True, width=80))
+        return fast.getvalue(), slow.getvalue()
+
+    cases = [
+        lambda out: render_diagnostics(out, [*diagnostics, odd], source_line),
+        lambda out: render_summary(out, diagnostics, errors=2, files=9),
+        lambda out: render_summary(out, diagnostics[:1], errors=0, files=1, fix_hint=False),
+        lambda out: render_summary(out, [], errors=1, files=3),
+        lambda out: render_summary(out, [], errors=0, files=1),
+        lambda out: render_statistics(out, diagnostics),
+    ]
+    for render in cases:
+        fast, slow = both(render)
+        assert fast == slow and fast
+
+
+class _Terminal(io.StringIO):
+    def isatty(self) -> bool:
+        return True
+
+
+@pytest.mark.parametrize("environment", [{}, {"FORCE_COLOR": ""}, {"FORCE_COLOR": "1"}, {"TTY_COMPATIBLE": "0"},
+                                         {"TTY_COMPATIBLE": "1"}, {"NO_COLOR": "1"}, {"TERM": "dumb"}])
+@pytest.mark.parametrize("stream", [io.StringIO, _Terminal])
+def test_plain_output_only_where_rich_would_print_no_colours(monkeypatch, environment, stream):
+    from codemod.reporting.text import plain_output
+
+    for name in ("FORCE_COLOR", "TTY_COMPATIBLE", "NO_COLOR", "TERM"):
+        monkeypatch.delenv(name, raising=False)
+    for name, value in environment.items():
+        monkeypatch.setenv(name, value)
+    file = stream()
+    if plain_output(file) is not None:
+        assert Console(file=file).color_system is None
+    if stream is io.StringIO and not environment:
+        assert plain_output(file) is not None  # the common case: a pipe or a file
+
+
+def test_check_into_a_pipe_does_not_import_rich(tmp_path):
+    (tmp_path / "legacy.py").write_text("import jax\n\nstep = jax.pmap(lambda x: x * 2)\n")
+    program = ("import sys\nfrom codemod.cli import main\nsys.argv = ['pmap-migrate', 'check', '.']\n"
+               "try:\n    main()\nexcept SystemExit:\n    pass\nsys.stderr.write(str(sorted(m for m in sys.modules if m.split('.')[0] == 'rich')))\n")
+    environment = {k: v for k, v in os.environ.items() if k not in ("FORCE_COLOR", "TTY_COMPATIBLE")}
+    for _ in range(2):  # cold, then answered by the cache
+        done = subprocess.run([sys.executable, "-c", program], cwd=tmp_path, capture_output=True, text=True,
+                              env=environment)
+        assert "legacy.py:3:8: PM101" in done.stdout and "1 | import jax" not in done.stdout
+        assert "3 | step = jax.pmap(lambda x: x * 2)" in done.stdout
+        assert done.stderr.strip().splitlines()[-1] == "[]"

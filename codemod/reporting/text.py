@@ -2,39 +2,83 @@
 
 from __future__ import annotations
 
+import builtins
+import os
 import re
 from collections import Counter
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-
-from rich.console import Console
-from rich.text import Text
+from typing import TYPE_CHECKING, TextIO
 
 from codemod.diagnostics import Applicability, Diagnostic
 
+if TYPE_CHECKING:  # rich loads only when something is printed through it
+    from rich.console import Console
 
-def render_diagnostics(console: Console, diagnostics: Sequence[Diagnostic],
+
+class Plain:
+    """Output to a stream that rich would print to without colours: the very characters rich would
+    print, written at once (rich's per-line rendering costs more than the whole rest of a warm run,
+    and importing it a good part of what remains). What only rich prints right (a tab or another
+    control character, which it expands or strips) goes through a rich console made when needed."""
+
+    def __init__(self, file: TextIO, console: Console | None = None) -> None:
+        self.file = file
+        self._console = console
+
+    @property
+    def console(self) -> Console:
+        if self._console is None:
+            from rich.console import Console
+
+            self._console = Console(file=self.file, highlight=False, soft_wrap=True)
+        return self._console
+
+
+def plain_output(file: TextIO) -> Plain | None:
+    """A `Plain` writer for ``file`` when rich would certainly print to it without colours: not a
+    terminal, and none of what makes rich treat it as one (``FORCE_COLOR``, ``TTY_COMPATIBLE``) or
+    colour it anyway (Jupyter); None: rich is to decide."""
+    if os.environ.get("FORCE_COLOR") is not None or os.environ.get("TTY_COMPATIBLE", "") not in ("", "0"):
+        return None
+    if hasattr(builtins, "get_ipython"):  # IPython or Jupyter in this process
+        return None
+    try:
+        if file.isatty():
+            return None
+    except (AttributeError, ValueError):
+        return None
+    return Plain(file)
+
+
+def _plain_writer(out: Console | Plain) -> Plain | None:
+    if isinstance(out, Plain):
+        return out
+    if out.color_system is None and not out.record:
+        return Plain(out.file, out)
+    return None
+
+
+def render_diagnostics(out: Console | Plain, diagnostics: Sequence[Diagnostic],
                        source_line: Callable[..., str | None], *, show_source: bool = True) -> None:
     """``source_line(path, line)``, or ``source_line(path, line, cell)`` for a notebook finding."""
     layouts = (_layout(d, source_line, show_source) for d in diagnostics)
-    if console.color_system is None and not console.record:
-        # No colours (a pipe, a file, NO_COLOR): the same characters rich would print, written at
-        # once; rich's per-line rendering costs more than the whole rest of a warm run. A finding
-        # holding a tab or another control character goes through rich, which expands or strips it.
+    plain = _plain_writer(out)
+    if plain is not None:
         chunks: list[str] = []
         for layout in layouts:
-            plain = _plain(layout)
-            if plain is None:
-                console.file.write("".join(chunks))
+            text = _plain(layout)
+            if text is None:
+                plain.file.write("".join(chunks))
                 chunks.clear()
-                _print(console, layout)
+                _print(plain.console, layout)
             else:
-                chunks.append(plain)
-        console.file.write("".join(chunks))
-        console.file.flush()
+                chunks.append(text)
+        plain.file.write("".join(chunks))
+        plain.file.flush()
         return
     for layout in layouts:
-        _print(console, layout)
+        _print(out, layout)
 
 
 @dataclass(frozen=True)
@@ -67,6 +111,8 @@ def _layout(d: Diagnostic, source_line: Callable[..., str | None], show_source: 
 
 
 def _print(console: Console, layout: _Layout) -> None:
+    from rich.text import Text
+
     header = Text()
     for piece, style in layout.header:
         header.append(piece, style=style)
@@ -98,29 +144,40 @@ def _plain(layout: _Layout) -> str | None:
     return f"{header}\n{gutter}{text}\n{prefix}{marks}\n\n"
 
 
-def render_summary(console: Console, diagnostics: Sequence[Diagnostic], *, errors: int, files: int,
+def render_summary(out: Console | Plain, diagnostics: Sequence[Diagnostic], *, errors: int, files: int,
                    fix_hint: bool = True) -> None:
     findings = len(diagnostics)
+    lines: list[tuple[str, str | None]] = []  # (text, style)
     if findings == 0 and errors == 0:
-        console.print(Text(f"All checks passed! ({files} file{'s' if files != 1 else ''} checked)", style="green"))
+        lines.append((f"All checks passed! ({files} file{'s' if files != 1 else ''} checked)", "green"))
+    else:
+        parts = []
+        if findings:
+            n_files = len({d.path for d in diagnostics})
+            parts.append(f"Found {findings} legacy pattern{'s' if findings != 1 else ''} in "
+                         f"{n_files} file{'s' if n_files != 1 else ''}")
+        if errors:
+            parts.append(f"{errors} file{'s' if errors != 1 else ''} could not be checked")
+        lines.append(("; ".join(parts) + ".", "bold"))
+        safe = sum(1 for d in diagnostics if d.fix is not None and d.fix.applicability is Applicability.SAFE)
+        unsafe = sum(1 for d in diagnostics if d.fix is not None and d.fix.applicability is Applicability.UNSAFE)
+        if fix_hint and safe:
+            lines.append((f"[*] {safe} fixable with `pmap-migrate fix`.", None))
+        if fix_hint and unsafe:
+            lines.append((f"{unsafe} more fixable with `pmap-migrate fix --unsafe-fixes`.", None))
+    plain = _plain_writer(out)
+    if plain is not None:  # no control characters in these lines
+        plain.file.write("".join(f"{line}\n" for line, _ in lines))
+        plain.file.flush()
         return
-    parts = []
-    if findings:
-        n_files = len({d.path for d in diagnostics})
-        parts.append(f"Found {findings} legacy pattern{'s' if findings != 1 else ''} in "
-                     f"{n_files} file{'s' if n_files != 1 else ''}")
-    if errors:
-        parts.append(f"{errors} file{'s' if errors != 1 else ''} could not be checked")
-    console.print(Text("; ".join(parts) + ".", style="bold"))
-    safe = sum(1 for d in diagnostics if d.fix is not None and d.fix.applicability is Applicability.SAFE)
-    unsafe = sum(1 for d in diagnostics if d.fix is not None and d.fix.applicability is Applicability.UNSAFE)
-    if fix_hint and safe:
-        console.print(f"[*] {safe} fixable with `pmap-migrate fix`.", markup=False)
-    if fix_hint and unsafe:
-        console.print(f"{unsafe} more fixable with `pmap-migrate fix --unsafe-fixes`.", markup=False)
+    from rich.text import Text
+
+    for line, style in lines:
+        out.print(Text(line, style=style or ""))
 
 
-def render_statistics(console: Console, diagnostics: Sequence[Diagnostic]) -> None:
+def render_statistics(out: Console | Plain, diagnostics: Sequence[Diagnostic]) -> None:
+    console = out.console if isinstance(out, Plain) else out
     counts = Counter((d.code, d.name) for d in diagnostics)
     fixable = {d.code for d in diagnostics if d.fix is not None}
     width = max((len(str(n)) for n in counts.values()), default=1)
