@@ -45,21 +45,22 @@ class ResultCache:
             self.entries = {}
 
     @staticmethod
-    def _result(key: str, entry: Entry) -> FileResult:
-        return entry[3] if entry[3] is not None else FileResult(key)
+    def _result(entry: Entry, shown: str) -> FileResult:
+        return FileResult(shown) if entry[3] is None else entry[3].shown_as(shown)
 
-    def lookup_stat(self, key: str, stat: os.stat_result) -> FileResult | None:
+    def lookup_stat(self, key: str, stat: os.stat_result, shown: str) -> FileResult | None:
+        """The result for the file ``key`` (shown as ``shown``) if its size and mtime are unchanged."""
         entry = self.entries.get(key)
         if entry is not None and entry[0] == stat.st_size and entry[1] == stat.st_mtime_ns:
-            return self._result(key, entry)
+            return self._result(entry, shown)
         return None
 
-    def lookup_digest(self, key: str, stat: os.stat_result, content_digest: bytes) -> FileResult | None:
+    def lookup_digest(self, key: str, stat: os.stat_result, content_digest: bytes, shown: str) -> FileResult | None:
         entry = self.entries.get(key)
         if entry is not None and entry[2] == content_digest:
             self.entries[key] = (stat.st_size, stat.st_mtime_ns, entry[2], entry[3])
             self.dirty = True
-            return self._result(key, entry)
+            return self._result(entry, shown)
         return None
 
     def store(self, key: str, stat: os.stat_result, content_digest: bytes, result: FileResult) -> None:

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from enum import Enum
 
 
@@ -97,3 +97,10 @@ class FileResult:
     @property
     def active(self) -> list[Diagnostic]:
         return [d for d in self.diagnostics if d.state is State.ACTIVE]
+
+    def shown_as(self, path: str) -> FileResult:
+        """This result under another spelling of its path (a cached result, in this run)."""
+        if path == self.path:
+            return self
+        return FileResult(path, [replace(d, path=path) for d in self.diagnostics],
+                          replace(self.error, path=path) if self.error else None, self.parsed, self.source_lines)

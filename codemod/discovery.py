@@ -242,7 +242,8 @@ def _walk(shown: str, absolute: str, real: str, relative: str | None, chain: _Ch
         spec = ignores.spec_for(absolute)
         if spec is not None:
             chain = [*chain, (spec, "")]
-    below = "" if shown == "." else shown if shown.endswith(os.sep) else shown + os.sep
+    below = "" if shown == "." else os.path.join(shown, "")
+    absolute_below, real_below = os.path.join(absolute, ""), os.path.join(real, "")
     for entry in entries:
         name = entry.name
         try:
@@ -263,8 +264,8 @@ def _walk(shown: str, absolute: str, real: str, relative: str | None, chain: _Ch
         if is_dir:
             if entry.is_symlink():
                 continue  # never leave the tree through a directory link
-            _walk(below + name, os.path.join(absolute, name), os.path.join(real, name),
+            _walk(below + name, absolute_below + name, real_below + name,
                   None if relative is None else entry_relative, _chain_below(chain, name), use_git, ignores,
                   exclude, add)
         else:  # a Python file or notebook (anything else was passed over above)
-            add(below + name, real=None if entry.is_symlink() else os.path.join(real, name))
+            add(below + name, real=None if entry.is_symlink() else real_below + name)

@@ -57,7 +57,7 @@ def display_path(path: Path | str) -> str:
 
 def _relative_and_normal(text: str) -> bool:
     """A relative path without `..` (what discovery yields for `check .`: no `.` parts either)."""
-    return not os.path.isabs(text) and ".." not in text.split(os.sep)
+    return not os.path.isabs(text) and (".." not in text or ".." not in text.split(os.sep))
 
 
 def _below_cwd(path: Path) -> bool:
@@ -189,23 +189,25 @@ def run(
     outcome = RunResult(files=len(files))
     pending: list[tuple[int, str, os.stat_result | None, bytes | None, bytes, bool]] = []
     slots: list[FileResult | None] = []
-    cwd = os.getcwd()
+    cwd = os.path.join(os.getcwd(), "")
     for path in files:
         text = os.fspath(path)
-        shown = display_path(text)
         # The cache key: the absolute path (discovery already merged the names of one file). A
         # relative path from discovery is normal (no `.`, no `..`): joined to the working directory.
-        key = os.path.join(cwd, text) if _relative_and_normal(text) else os.path.abspath(text)
+        if _relative_and_normal(text):
+            shown, key = text.replace(os.sep, "/"), cwd + text
+        else:
+            shown, key = display_path(text), os.path.abspath(text)
         try:
             stat = os.stat(text)
         except OSError as error:
             slots.append(FileResult(shown, error=FileError(shown, "PM001", f"cannot read file: {error.strerror or error}")))
             continue
         if cache is not None:
-            hit = cache.lookup_stat(key, stat)
+            hit = cache.lookup_stat(key, stat, shown)
             if hit is not None:
                 outcome.cached += 1
-                slots.append(_relabel(hit, shown))
+                slots.append(hit)
                 continue
         try:
             with open(text, "rb") as handle:
@@ -223,10 +225,10 @@ def run(
             continue
         content_digest = digest(data) if cache is not None else b""
         if cache is not None:
-            hit = cache.lookup_digest(key, stat, content_digest)
+            hit = cache.lookup_digest(key, stat, content_digest, shown)
             if hit is not None:
                 outcome.cached += 1
-                slots.append(_relabel(hit, shown))
+                slots.append(hit)
                 continue
         pending.append((len(slots), key, stat, content_digest, data, text_matched))
         slots.append(None)
@@ -243,7 +245,9 @@ def run(
             cache.store(key, stat, content_digest, result)
     if cache is not None:
         cache.save()
-    outcome.results = [apply_per_file_ignores(r, settings) for r in slots if r is not None]
+    outcome.results = [r for r in slots if r is not None]
+    if settings.per_file_ignores:
+        outcome.results = [apply_per_file_ignores(r, settings) for r in outcome.results]
     return outcome
 
 
@@ -361,19 +365,6 @@ def run_fix(files: Sequence[str | Path], settings: Settings, rules: Sequence[typ
         outcome.remaining = [d for d in remaining.diagnostics if d.state is State.ACTIVE]
         outcomes.append((path, outcome))
     return outcomes
-
-
-def _relabel(result: FileResult, shown: str) -> FileResult:
-    """A cached result under the path spelling of this run."""
-    if result.path == shown:
-        return result
-    return FileResult(
-        shown,
-        [replace(d, path=shown) for d in result.diagnostics],
-        replace(result.error, path=shown) if result.error else None,
-        result.parsed,
-        result.source_lines,
-    )
 
 
 @lru_cache(maxsize=64)

@@ -106,7 +106,8 @@ def _layout(d: Diagnostic, source_line: Callable[..., str | None], show_source: 
     gutter = f"{d.line} | "
     width = (d.end_column - d.column) if d.end_line == d.line else max(1, len(text) - d.column + 1)
     # Keep tabs in the padding so that the caret lines up however the terminal renders them.
-    padding = "".join("\t" if ch == "\t" else " " for ch in text[: d.column - 1])
+    before = text[: d.column - 1]
+    padding = _NOT_TAB.sub(" ", before) if "\t" in before else " " * len(before)
     return _Layout(tuple(header), (gutter, text, " " * (len(gutter) - 2) + "| ", padding + "^" * max(1, width)))
 
 
@@ -128,6 +129,7 @@ def _print(console: Console, layout: _Layout) -> None:
 
 
 _CONTROL = re.compile(r"[\x00-\x1f\x7f]")
+_NOT_TAB = re.compile(r"[^\t]")
 
 
 def _plain(layout: _Layout) -> str | None:
