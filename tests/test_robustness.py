@@ -439,7 +439,9 @@ def test_ctrl_c_at_any_moment_leaves_each_file_old_or_new(tmp_path):
                                    cwd=root, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                                    start_new_session=True)
         if trial == 0:
-            time.sleep(1.5 + rng.random())  # while the files are being fixed, before any write
+            # While the files are being fixed, before any write: the whole run takes about 2 s on a
+            # 2-core machine (a slower one only moves the moment earlier in the run).
+            time.sleep(0.5 + 0.5 * rng.random())
         else:
             # As soon as the first file is written, after a random part of the write phase.
             deadline = time.monotonic() + 300
@@ -453,7 +455,11 @@ def test_ctrl_c_at_any_moment_leaves_each_file_old_or_new(tmp_path):
         except ProcessLookupError:
             pass  # it had finished
         out, err = process.communicate(timeout=120)
-        assert process.returncode in (0, 1, 130), err.decode()
+        # A Ctrl-C after the run printed its summary may land while the interpreter shuts down
+        # (Python's handler already gone): a death by SIGINT, with the work complete.
+        finished = b"checks passed" in out or b"Found " in out
+        assert process.returncode in (0, 1, 130) or (finished and process.returncode == -signal.SIGINT), \
+            (process.returncode, out.decode(), err.decode())
         assert b"Traceback" not in out + err, (out + err).decode()
         if process.returncode == 130:
             assert err.decode().strip().splitlines()[-1] == "pmap-migrate: interrupted"
@@ -559,3 +565,21 @@ def test_deep_expressions_are_analysed_on_a_deep_stack():
     data = ("import jax\n" + SITE + "\n" + deep_sum(800)).encode()  # RecursionError on a default stack
     outcome = fix(data)
     assert outcome.error is None and outcome.changed
+
+
+def test_python_dash_m_exits_130_after_an_interrupt_inside_a_string_exec(tmp_path):
+    """Ctrl-C landing while a dataclass is made (a string `exec`) still ends `python -m codemod` with
+    exit code 130, not a death by SIGINT (CPython marks such an interrupt unhandled even when caught)."""
+    write(tmp_path, "legacy.py", LEGACY)
+    hooks = tmp_path / "hooks"
+    hooks.mkdir()
+    (hooks / "sitecustomize.py").write_text(
+        "import codemod.session\n\n"
+        "def check(*args, **kwargs):\n"
+        "    exec('raise KeyboardInterrupt', {})\n\n"
+        "codemod.session.Session.check = check\n")
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(hooks), str(REPO)])}
+    done = subprocess.run([sys.executable, "-m", "codemod", "check", "legacy.py"], cwd=tmp_path, env=env,
+                          capture_output=True, text=True, timeout=120)
+    assert done.returncode == 130, (done.returncode, done.stderr)
+    assert done.stderr.strip() == "pmap-migrate: interrupted"
