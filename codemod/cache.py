@@ -7,7 +7,6 @@ after hashing; anything else is checked again.
 
 from __future__ import annotations
 
-import hashlib
 import os
 import pickle
 from pathlib import Path
@@ -19,8 +18,14 @@ CACHE_DIR_NAME = ".pmap_migrate_cache"
 KEEP_OTHER_RESULTS = 7
 
 
+try:  # hashlib's own blake2b, without hashlib loading OpenSSL's bindings (a few ms of every run)
+    from _blake2 import blake2b
+except ImportError:  # pragma: no cover - a Python built without it
+    from hashlib import blake2b
+
+
 def digest(data: bytes) -> bytes:
-    return hashlib.blake2b(data, digest_size=16).digest()
+    return blake2b(data, digest_size=16).digest()
 
 
 # An entry: (size, mtime_ns, content digest, result); the result is None for a file without findings

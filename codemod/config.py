@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import hashlib
 import sys
 from dataclasses import dataclass, field, replace
 from pathlib import Path
@@ -49,7 +48,9 @@ class Settings:
     def fingerprint(self, version: str, codes: tuple[str, ...]) -> str:
         """Everything a cached result depends on besides the file's bytes."""
         text = repr((version, codes, self.idiomatic))
-        return hashlib.blake2b(text.encode(), digest_size=12).hexdigest()
+        from codemod.cache import blake2b
+
+        return blake2b(text.encode(), digest_size=12).hexdigest()
 
 
 def find_config(start: Path) -> Path | None:

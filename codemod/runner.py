@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import contextlib
-import hashlib
 import os
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
@@ -14,7 +13,7 @@ from typing import TYPE_CHECKING
 import pathspec
 
 from codemod import __version__
-from codemod.cache import CACHE_DIR_NAME, ResultCache, digest
+from codemod.cache import CACHE_DIR_NAME, ResultCache, blake2b, digest
 from codemod.config import Settings
 from codemod.diagnostics import FileError, FileResult, State
 from codemod.stack import on_deep_stack
@@ -160,7 +159,7 @@ def _code_fingerprint() -> str:
         for path in sorted(Path(package.__file__).parent.glob("*.py")):
             stat = path.stat()
             parts.append(f"{path.name}:{stat.st_size}:{stat.st_mtime_ns}")
-    return hashlib.blake2b("|".join(parts).encode(), digest_size=6).hexdigest()
+    return blake2b("|".join(parts).encode(), digest_size=6).hexdigest()
 
 
 def default_jobs() -> int:
