@@ -26,7 +26,7 @@ from codemod.diagnostics import Diagnostic, FileError, FileResult, State
 from codemod.engine import Finding, analyse, parse
 from codemod.prefilter import gate_of
 from codemod.fixer import MAX_ROUNDS as MAX_FIX_ROUNDS
-from codemod.fixer import FixOutcome, _python_rejects, apply, applicable, choose
+from codemod.fixer import FixOutcome, _clean_indent, _python_rejects, _restore_lost_lines, apply, applicable, choose
 from codemod.notebooks import Notebook, NotebookError, is_notebook, load, notebook_diff
 from codemod.runner import apply_per_file_ignores, display_path, rule_options
 from codemod.skips import SiteKey, Skip, SkipStore, site_keys, today
@@ -202,6 +202,18 @@ def review_file(data: bytes, shown: str, rules: Sequence[type[Rule]], settings: 
             outcome.error = module
             return result
         analysis = analyse(module, shown, rules, options)
+        # What `fix` does too: lines libcst renders differently although no fix touched them (a
+        # form feed before an indented statement) get their bytes back, in every proposal.
+        roundtrip = _clean_indent(module).bytes
+        if roundtrip != current and _restore_lost_lines(current, roundtrip, roundtrip) is None:
+            outcome.error = FileError(shown, "PM002", "internal error: libcst does not reproduce this file "
+                                      "byte for byte; file left unchanged")
+            return result
+
+        def rendered(findings: Sequence[Finding], analysis=analysis, current=current, roundtrip=roundtrip) -> bytes:
+            fixed = apply(analysis.module, findings).bytes
+            return fixed if roundtrip == current else _restore_lost_lines(current, roundtrip, fixed)
+
         keys = _keys(analysis, analysis.findings)
         answers.land(keys)
         refused, kept = answers.refused, answers.kept
@@ -227,7 +239,7 @@ def review_file(data: bytes, shown: str, rules: Sequence[type[Rule]], settings: 
         accepted = []
         chosen = choose(analysis, [f for _, f in keyed])
         for finding in sorted(chosen, key=lambda f: f.diagnostic.sort_key()):  # asked in reading order
-            candidate = apply(analysis.module, [finding]).bytes
+            candidate = rendered([finding])
             after = None
             if candidate != current and not isinstance(parse(candidate, shown), FileError):
                 after = unit.to_file(candidate)
@@ -253,7 +265,7 @@ def review_file(data: bytes, shown: str, rules: Sequence[type[Rule]], settings: 
             # The accepted fixes of a round go in together, as `fix` applies a round: answering
             # "apply" to every question gives exactly what `fix` writes.
             taken = {id(f) for f, _ in accepted}
-            combined = apply(analysis.module, [f for f in chosen if id(f) in taken]).bytes  # in `fix`'s order
+            combined = rendered([f for f in chosen if id(f) in taken])  # in `fix`'s order
             if isinstance(parse(combined, shown), FileError) or unit.to_file(combined) is None:
                 codes = ", ".join(sorted({f.diagnostic.code for f, _ in accepted}))
                 outcome.error = FileError(shown, "PM002", f"internal error: the {codes} fixes together produced "

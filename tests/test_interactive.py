@@ -66,6 +66,32 @@ def test_apply_to_everything_writes_what_fix_writes(tmp_path, monkeypatch):
         assert path.read_bytes() == (tmp_path / "reviewed" / path.name).read_bytes(), path.name
 
 
+FORM_FEED = ("import jax\n\n\ndef f(x):\n    y = x\n\x0c    return y\n\n\nstep = jax.pmap(f)\n"
+             "other = jax.pmap(lambda x: x + 1)\n\n\ndef g(x):\n    z = x\n\x0c    return z\n")
+
+
+def test_a_line_no_fix_touched_keeps_its_bytes_in_review_as_in_fix(project):
+    """libcst renders a form feed before an indented statement away; `fix` puts it back, and so do
+    the review's proposals, what it writes, and plain `fix` with recorded skips."""
+    (project / "batch.py").write_bytes(FORM_FEED.encode())
+    (project / "reviewed.py").write_bytes(FORM_FEED.encode())
+    CliRunner().invoke(main, ["fix", "--no-cache", "batch.py"], catch_exceptions=False)
+    batch = (project / "batch.py").read_bytes()
+    assert batch.count(b"\x0c    return") == 2 and b"jax.pmap" not in batch
+    result = fix("reviewed.py", input="a\n" * 10)
+    assert result.output.count("Apply this fix?") == 2
+    assert "\x0c" not in "".join(line for line in result.output.splitlines() if line.startswith(("-", "+")))
+    assert (project / "reviewed.py").read_bytes() == batch
+
+    (project / "skipped.py").write_bytes(FORM_FEED.encode())
+    fix("skipped.py", input="s\ns\n")  # both skipped, and recorded
+    (project / "skipped.py").write_bytes(FORM_FEED.replace("other", "more").encode())  # a new site to fix
+    plain = CliRunner().invoke(main, ["fix", "--no-cache", "skipped.py"], catch_exceptions=False)
+    assert "Fixed 1 finding" in plain.output
+    fixed = (project / "skipped.py").read_bytes()
+    assert fixed.count(b"\x0c    return") == 2 and b"step = jax.pmap(f)" in fixed and b"more = jax.pmap" not in fixed
+
+
 def test_skip_apply_and_the_skips_are_reported(project):
     (project / "a.py").write_text(TWO)
     result = fix("a.py", input="s\na\n")
