@@ -36,10 +36,12 @@ class _Matcher:
         patterns = [p for p in spec.patterns if p.include is not None]
         if all(p.include and getattr(p, "regex", None) is not None for p in patterns):
             regexes = [re.sub(r"[(][?]P<[^>]*>", "(?:", p.regex.pattern) for p in patterns]
+            by_name = [r for r in regexes if _name_only(r)]
+            by_path = [r for r in regexes if r not in by_name]
             try:
                 self.regex = _any_of(regexes)
-                self.names = _any_of([r for r in regexes if _name_only(r)])
-                self.paths = _any_of([r for r in regexes if not _name_only(r)]) if not all(map(_name_only, regexes)) else None
+                self.names = _any_of(by_name)
+                self.paths = _any_of(by_path) if by_path else None
             except re.error:
                 self.regex = self.names = self.paths = None
 
@@ -68,18 +70,22 @@ class _Matcher:
 
 
 _BY_NAME_PREFIX = "^(?:.+/)?"  # pathspec's start of a pattern that matches at any depth
-_DIRECTORY_END = re.compile(r"(?:\(\?:\(\?:/\)\|\$\)|\(\?:/\))$")  # `(?:(?:/)|$)` or `(?:/)`
+# pathspec's ends of a pattern, with named groups made plain: the entry itself or what lies below it
+# (1.x), or below a directory only; the same in 0.12.
+_ENDINGS = ("(?:(?:/)|$)", "(?:/)", "(?:(?:/).*)?$", "(?:/).*$")
 
 
 def _name_only(regex: str) -> bool:
     """Whether the pattern's regex matches a path only through one part of it (and what lies
-    below): a match at any depth of a body without ``/`` and without a wildcard that crosses one."""
+    below): a match at any depth of a body without ``/`` and without a wildcard that crosses one.
+    A regex of any other shape is judged on the whole path (never wrong, only slower)."""
     if not regex.startswith(_BY_NAME_PREFIX):
         return False
-    body = _DIRECTORY_END.sub("", regex[len(_BY_NAME_PREFIX):])
-    if body == regex[len(_BY_NAME_PREFIX):]:
+    body = regex[len(_BY_NAME_PREFIX):]
+    ending = next((e for e in _ENDINGS if body.endswith(e)), None)
+    if ending is None:
         return False
-    body = re.sub(r"\\.", "", body.replace("[^/]", ""))  # escaped characters, and "any but /"
+    body = re.sub(r"\\.", "", body[: -len(ending)].replace("[^/]", ""))  # escaped characters, "any but /"
     return not any(c in body for c in "/.()|^$")
 
 
