@@ -115,6 +115,27 @@ def _gate_for(codes: tuple[str, ...]) -> Gate:
     return gate_of(rules_for(codes))
 
 
+def _check_job(job: tuple[str, str, tuple[str, ...], RuleOptions, bool, bytes | None]
+               ) -> tuple[FileResult | None, bytes | None, bool]:
+    """One file of `run`: ``(result, content digest, unchanged)``. The digest is None for a file that
+    could not be read (its result says why; nothing to cache), ``b""`` without a cache; unchanged:
+    its content has the digest the cache holds for it (no result: the cache's is the answer)."""
+    path, shown, codes, options, want_digest, cached_digest = job
+    try:
+        with open(path, "rb") as handle:
+            data = handle.read()
+    except OSError as error:
+        return FileResult(shown, error=FileError(shown, "PM001", f"cannot read file: {error.strerror or error}")), None, False
+    content_digest = digest(data) if want_digest else b""
+    if cached_digest is not None and content_digest == cached_digest:
+        return None, content_digest, True
+    gate = _gate_for(codes)
+    text_matched = gate.text_match(data)
+    if not text_matched and not gate.names:
+        return FileResult(shown), content_digest, False
+    return _lint_job((data, shown, codes, options, text_matched)), content_digest, False
+
+
 def _lint_job(job: tuple[bytes, str, tuple[str, ...], RuleOptions, bool]) -> FileResult:
     result = _checked(*job)
     if result.diagnostics or result.error is not None:
@@ -180,13 +201,14 @@ def run(
 ) -> RunResult:
     """Check ``files`` with ``rules`` (classes, or codes: a run the cache answers whole loads no rule)."""
     codes = tuple(rule if isinstance(rule, str) else rule.CODE for rule in rules)
-    gate = None
     cache = None
     if use_cache:
         directory = settings.cache_dir or (settings.root / CACHE_DIR_NAME)
         cache = ResultCache(directory, settings.fingerprint(f"{__version__}+{_code_fingerprint()}", codes))
     outcome = RunResult(files=len(files))
-    pending: list[tuple[int, str, os.stat_result | None, bytes | None, bytes, bool]] = []
+    options = rule_options(settings)
+    pending: list[tuple[int, str, os.stat_result, str]] = []  # (slot, cache key, stat, shown) of each job
+    work: list[tuple[str, str, tuple[str, ...], RuleOptions, bool, bytes | None]] = []
     slots: list[FileResult | None] = []
     cwd = os.path.join(os.getcwd(), "")
     for path in files:
@@ -208,39 +230,28 @@ def run(
                 outcome.cached += 1
                 slots.append(hit)
                 continue
-        try:
-            with open(text, "rb") as handle:
-                data = handle.read()
-        except OSError as error:
-            slots.append(FileResult(shown, error=FileError(shown, "PM001", f"cannot read file: {error.strerror or error}")))
-            continue
-        gate = gate or _gate_for(codes)
-        text_matched = gate.text_match(data)
-        if not text_matched and not gate.names:
-            result = FileResult(shown)
-            if cache is not None:
-                cache.store(key, stat, digest(data), result)
-            slots.append(result)
-            continue
-        content_digest = digest(data) if cache is not None else b""
-        if cache is not None:
-            hit = cache.lookup_digest(key, stat, content_digest, shown)
-            if hit is not None:
-                outcome.cached += 1
-                slots.append(hit)
-                continue
-        pending.append((len(slots), key, stat, content_digest, data, text_matched))
+        pending.append((len(slots), key, stat, shown))
         slots.append(None)
+        # A file whose size or mtime changed may hold what the cache has (a checkout touches files):
+        # the worker compares digests before checking it.
+        entry = cache.entries.get(key) if cache is not None else None
+        work.append((text, shown, codes, options, cache is not None, entry[2] if entry is not None else None))
 
     if on_total is not None:
         on_total(len(pending))
-    options = rule_options(settings)
-    work = [(data, display_path(files[index]), codes, options, matched) for index, _, _, _, data, matched in pending]
-    for (index, key, stat, content_digest, _, _), result in zip(pending, execute(_lint_job, work, jobs, progress)):
+    # The workers read the files: the pool starts at once, and no file's bytes travel through a pipe.
+    # The results first: zip then runs the pool's generator to its end, which shuts the pool down
+    # (stopped at its last result, it would be closed, and the idle workers killed, later).
+    for (result, content_digest, unchanged), (index, key, stat, shown) in zip(execute(_check_job, work, jobs, progress), pending):
+        if unchanged:
+            result = cache.lookup_digest(key, stat, content_digest, shown)
+            outcome.cached += 1
+        else:
+            outcome.parsed += result.parsed
         slots[index] = result
-        outcome.parsed += result.parsed
+        stored = content_digest is not None and not unchanged
         internal_error = result.error is not None and result.error.code == "PM002"
-        if cache is not None and not internal_error:  # a crash is retried on the next run
+        if cache is not None and stored and not internal_error:  # a crash is retried on the next run
             cache.store(key, stat, content_digest, result)
     if cache is not None:
         cache.save()
@@ -357,7 +368,7 @@ def run_fix(files: Sequence[str | Path], settings: Settings, rules: Sequence[typ
             paths.append(path)
     if on_total is not None:
         on_total(len(work))
-    for path, outcome in zip(paths, execute(_fix_job, work, jobs, progress)):
+    for outcome, path in zip(execute(_fix_job, work, jobs, progress), paths):  # the results first: as in `run`
         if outcome is None:
             continue
         remaining = apply_per_file_ignores(FileResult(outcome.path, outcome.remaining), settings)

@@ -231,6 +231,69 @@ def test_cache_reuses_and_invalidates(project):
     assert json.loads(third.output) == []
 
 
+def test_cache_answers_a_touched_file_by_its_content_and_never_caches_a_read_error(project, monkeypatch):
+    import builtins
+    import os
+
+    import codemod.runner
+    from codemod.config import load_settings
+    from codemod.runner import run
+
+    legacy = write(project, "legacy.py", LEGACY)
+    for i in range(3):
+        write(project, f"clean{i}.py", CLEAN)
+    files = sorted(p.name for p in project.glob("*.py"))
+    settings = load_settings(None, project)
+
+    def check(jobs=1):
+        outcome = run(files, settings, ["PM101"], jobs=jobs)
+        return outcome, [(d.path, d.line, d.code) for d in outcome.diagnostics]
+
+    first, found = check()
+    assert (first.cached, first.parsed, found) == (0, 1, [("legacy.py", 3, "PM101")])
+    again, same = check()
+    assert (again.cached, again.parsed, same) == (4, 0, found)
+
+    stat = legacy.stat()
+    os.utime(legacy, ns=(stat.st_atime_ns, stat.st_mtime_ns + 10**9))  # a checkout touched it
+    touched, same = check()
+    assert (touched.cached, touched.parsed, same) == (4, 0, found)
+    with monkeypatch.context() as patched:
+        patched.setattr(codemod.runner, "_check_job", lambda job: pytest.fail(f"{job[0]} read again"))
+        assert check()[0].cached == 4  # the new mtime was recorded: answered without reading
+
+    legacy.write_text(LEGACY + "more = jax.pmap(g)\n")
+    changed, found = check(jobs=2)
+    assert (changed.cached, changed.parsed, len(found)) == (3, 1, 2)
+
+    def fussy_open(file, *args, **kwargs):
+        if os.path.basename(file) == "clean0.py":
+            raise PermissionError(13, "Permission denied", file)
+        return builtins.open(file, *args, **kwargs)
+
+    write(project, "clean0.py", CLEAN + "# edited\n")
+    monkeypatch.setattr(codemod.runner, "open", fussy_open, raising=False)
+    for _ in range(2):  # a read error is reported, and not cached: the next run tries again
+        outcome, _ = check()
+        [error] = outcome.errors
+        assert (error.path, error.code, error.message) == ("clean0.py", "PM001", "cannot read file: Permission denied")
+
+
+@pytest.mark.parametrize("command", ["check", "fix"])
+def test_a_pooled_run_lets_its_workers_finish(project, monkeypatch, command):
+    """The pool is shut down once every result is in, not torn down (workers killed) when the
+    caller drops its results generator."""
+    import multiprocessing.process
+
+    killed = []
+    monkeypatch.setattr(multiprocessing.process.BaseProcess, "terminate", lambda self: killed.append(self.pid))
+    for i in range(30):
+        write(project, f"pkg/m{i}.py", LEGACY)
+    result = CliRunner().invoke(main, [command, "--no-cache", "--jobs", "2", "."], catch_exceptions=False)
+    assert ("Fixed 30 findings in 30 files." if command == "fix" else "Found 30 legacy patterns in 30 files.") in result.output
+    assert killed == []
+
+
 def test_parallel_equals_serial(project):
     for i in range(40):
         write(project, f"pkg/m{i}.py", LEGACY if i % 3 else CLEAN + f"# {i}\n")
