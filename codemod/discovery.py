@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 import re
 from dataclasses import dataclass
+from operator import attrgetter
 from pathlib import Path
 
 import pathspec
@@ -12,6 +13,7 @@ import pathspec
 from codemod.config import DEFAULT_EXCLUDE, Settings
 
 PYTHON_SUFFIXES = (".py", ".ipynb")  # notebooks are checked through their code cells
+_NAME = attrgetter("name")
 
 
 @dataclass(frozen=True)
@@ -123,14 +125,12 @@ def _chain_below(chain: _Chain, name: str) -> _Chain:
     return [(matcher, f"{prefix}/{name}" if prefix else name) for matcher, prefix in chain]
 
 
-def _ignored(chain: _Chain, name: str, is_dir: bool) -> bool:
-    """Whether the entry ``name`` of a directory with this chain is git-ignored (the deepest
-    .gitignore that has a say decides, a negation re-including what one above excluded)."""
+def _ignored(chain: _Chain, entry: str, by_name: bool) -> bool:
+    """Whether the ``entry`` of a directory with this chain (its name, with a ``/`` for a directory)
+    is git-ignored (the deepest .gitignore that has a say decides, a negation re-including what one
+    above excluded). ``by_name``: no matcher of the chain has a negation, so no directory above the
+    entry matched (the walk would not be here) and each may judge slash-free patterns by the name."""
     verdict = False
-    entry = name + "/" if is_dir else name
-    # Without negations, no directory above the entry matched (the walk would not be here), so
-    # each matcher may judge patterns without a slash by the entry's name.
-    by_name = all(matcher.names is not None for matcher, _ in chain)
     for matcher, prefix in chain:
         relative = f"{prefix}/{entry}" if prefix else entry
         result = matcher.match_entry(relative, entry) if by_name else matcher.check_file(relative)
@@ -241,13 +241,14 @@ def _walk(shown: str, absolute: str, real: str, relative: str | None, chain: _Ch
     without asking the file system), ``relative`` its path relative to the base of the exclude
     patterns (None: outside it, entries judged by name)."""
     try:
-        entries = sorted(os.scandir(absolute), key=lambda e: e.name)
+        entries = sorted(os.scandir(absolute), key=_NAME)
     except OSError:
         return
     if use_git and any(entry.name == ".gitignore" for entry in entries):
         spec = ignores.spec_for(absolute)
         if spec is not None:
             chain = [*chain, (spec, "")]
+    by_name = all(matcher.names is not None for matcher, _ in chain)
     below = "" if shown == "." else os.path.join(shown, "")
     absolute_below, real_below = os.path.join(absolute, ""), os.path.join(real, "")
     for entry in entries:
@@ -260,12 +261,10 @@ def _walk(shown: str, absolute: str, real: str, relative: str | None, chain: _Ch
         if not is_dir and not (is_file and name.endswith(PYTHON_SUFFIXES)):
             continue  # nothing to check: no need to ask the patterns
         entry_relative = name if not relative else f"{relative}/{name}"
-        if is_dir:
-            if exclude.match_entry(entry_relative + "/", name + "/"):
-                continue
-        elif exclude.match_entry(entry_relative, name):
+        judged = name + "/" if is_dir else name  # a directory's patterns see its trailing slash
+        if exclude.match_entry(entry_relative + "/" if is_dir else entry_relative, judged):
             continue
-        if chain and _ignored(chain, name, is_dir):
+        if chain and _ignored(chain, judged, by_name):
             continue
         if is_dir:
             if entry.is_symlink():
