@@ -328,52 +328,48 @@ def _with_progress(results, progress):
         yield result
 
 
-def _fix_job(job: tuple[bytes, str, tuple[str, ...], bool, RuleOptions, bool]):
-    data, shown, codes, unsafe, options, text_matched = job
-    if not text_matched and not _gate_for(codes).refers_to_names(data, _is_notebook(shown)):
-        return None  # the `ast` half of the prefilter, in the worker: nothing to fix
-    return fix_file(data, shown, rules_for(codes), unsafe=unsafe, options=options)
+def _fix_job(job: tuple[str, str, tuple[str, ...], bool, RuleOptions]):
+    """One file of `run_fix`, read here (in the worker): ``(outcome, read)``; the outcome is None
+    when the prefilter rules the file out, ``read`` false when the file could not be read."""
+    from codemod.fixer import FixOutcome
+
+    path, shown, codes, unsafe, options = job
+    try:
+        with open(path, "rb") as handle:
+            data = handle.read()
+    except OSError as error:
+        failure = FileError(shown, "PM001", f"cannot read file: {error.strerror or error}")
+        return FixOutcome(shown, b"", error=failure), False
+    gate = _gate_for(codes)
+    if not gate.text_match(data) and not gate.refers_to_names(data, _is_notebook(shown)):
+        return None, True  # the text half of the prefilter, then its `ast` half: nothing to fix
+    return fix_file(data, shown, rules_for(codes), unsafe=unsafe, options=options), True
 
 
 def run_fix(files: Sequence[str | Path], settings: Settings, rules: Sequence[type[Rule]], *, unsafe: bool,
             jobs: int | None = None, progress: Callable[[int], None] | None = None,
             on_total: Callable[[int], None] | None = None) -> list:
     """``(path, FixOutcome)`` for every file that could need a fix or could not be read (path None);
-    nothing is written here."""
-    from codemod.fixer import FixOutcome
-
+    nothing is written here. The workers read the files (no file's bytes through a pipe)."""
     codes = tuple(rule.CODE for rule in rules)
-    gate = _gate_for(codes)
     outcomes: list = []
     options = rule_options(settings)
-    work: list[tuple[bytes, str, tuple[str, ...], bool, RuleOptions]] = []
-    paths: list[str | Path] = []
+    work: list[tuple[str, str, tuple[str, ...], bool, RuleOptions]] = []
     for path in files:
         shown = display_path(path)
-        try:
-            with open(path, "rb") as handle:
-                data = handle.read()
-        except OSError as error:
-            failure = FileError(shown, "PM001", f"cannot read file: {error.strerror or error}")
-            outcomes.append((None, FixOutcome(shown, b"", error=failure)))
-            continue
-        text_matched = gate.text_match(data)
-        if text_matched or gate.names:
-            # Rules a per-file ignore switches off do not fix that file either.
-            ignored = ignored_codes(shown, settings)
-            file_codes = tuple(c for c in codes if not any(c.startswith(i) for i in ignored)) if ignored else codes
-            if ignored and file_codes != codes:
-                text_matched = _gate_for(file_codes).text_match(data)
-            work.append((data, shown, file_codes, unsafe, options, text_matched))
-            paths.append(path)
+        # Rules a per-file ignore switches off do not fix that file either.
+        ignored = ignored_codes(shown, settings)
+        file_codes = tuple(c for c in codes if not any(c.startswith(i) for i in ignored)) if ignored else codes
+        work.append((os.fspath(path), shown, file_codes, unsafe, options))
     if on_total is not None:
         on_total(len(work))
-    for outcome, path in zip(execute(_fix_job, work, jobs, progress), paths):  # the results first: as in `run`
-        if outcome is None:
-            continue
-        remaining = apply_per_file_ignores(FileResult(outcome.path, outcome.remaining), settings)
-        outcome.remaining = [d for d in remaining.diagnostics if d.state is State.ACTIVE]
-        outcomes.append((path, outcome))
+    for (outcome, read), path in zip(execute(_fix_job, work, jobs, progress), files):  # results first: as in `run`
+        if not read:
+            outcomes.append((None, outcome))
+        elif outcome is not None:
+            remaining = apply_per_file_ignores(FileResult(outcome.path, outcome.remaining), settings)
+            outcome.remaining = [d for d in remaining.diagnostics if d.state is State.ACTIVE]
+            outcomes.append((path, outcome))
     return outcomes
 
 
