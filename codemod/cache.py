@@ -37,17 +37,9 @@ class ResultCache:
     def __init__(self, directory: Path, key: str) -> None:
         self.directory = directory
         self.file = directory / f"results-{key}.pickle"
-        self.entries: dict[str, Entry] = {}
+        loaded = load_pickle(self.file)
+        self.entries: dict[str, Entry] = loaded if isinstance(loaded, dict) else {}
         self.dirty = False
-        try:
-            with open(self.file, "rb") as handle:
-                loaded = pickle.load(handle)
-            if isinstance(loaded, dict):
-                self.entries = loaded
-        except FileNotFoundError:
-            pass
-        except Exception:  # a corrupt or foreign cache is only a slower run
-            self.entries = {}
 
     @staticmethod
     def _result(entry: Entry, shown: str) -> FileResult:
@@ -81,19 +73,34 @@ class ResultCache:
             stale.unlink(missing_ok=True)
 
     def save(self) -> None:
-        if not self.dirty:
-            return
-        import tempfile  # only a run that stores something needs it
-
-        try:
-            self.directory.mkdir(parents=True, exist_ok=True)
-            gitignore = self.directory / ".gitignore"
-            if not gitignore.exists():
-                gitignore.write_text("# Created by pmap-migrate automatically.\n*\n")
-            fd, temporary = tempfile.mkstemp(dir=self.directory, prefix=".results-", suffix=".tmp")
-            with os.fdopen(fd, "wb") as handle:
-                pickle.dump(self.entries, handle, protocol=pickle.HIGHEST_PROTOCOL)
-            os.replace(temporary, self.file)
+        if self.dirty and store_pickle(self.file, self.entries):
             self._prune()
-        except OSError:
-            pass  # a read-only checkout still gets its findings, only no cache
+
+
+def load_pickle(file: Path):
+    """What ``file`` in the cache directory holds; None when it is missing, corrupt or foreign."""
+    try:
+        with open(file, "rb") as handle:
+            return pickle.load(handle)
+    except Exception:  # a corrupt or foreign file is only a slower run
+        return None
+
+
+def store_pickle(file: Path, value) -> bool:
+    """``value`` pickled to ``file`` atomically, in a cache directory that is created git-ignoring
+    itself; False when it cannot be written (a read-only checkout only goes without the cache)."""
+    import tempfile  # only a run that stores something needs it
+
+    directory = file.parent
+    try:
+        directory.mkdir(parents=True, exist_ok=True)
+        gitignore = directory / ".gitignore"
+        if not gitignore.exists():
+            gitignore.write_text("# Created by pmap-migrate automatically.\n*\n")
+        fd, temporary = tempfile.mkstemp(dir=directory, prefix=f".{file.stem}-", suffix=".tmp")
+        with os.fdopen(fd, "wb") as handle:
+            pickle.dump(value, handle, protocol=pickle.HIGHEST_PROTOCOL)
+        os.replace(temporary, file)
+    except OSError:
+        return False
+    return True

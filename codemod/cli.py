@@ -182,11 +182,11 @@ def fix(paths, select, ignore, extend_exclude, force_exclude, config_file, no_ca
     if interactive:
         from codemod.interactive import review
 
-        reviewed = review(session.files(), session.settings, session.rules, unsafe=unsafe_fixes, decide=_ask_about_fix,
+        reviewed = review(session.files(use_cache=not no_cache), session.settings, session.rules, unsafe=unsafe_fixes, decide=_ask_about_fix,
                           skips=skips, review_skipped=review_skipped)
         outcomes, skipped, held = reviewed.outcomes, reviewed.skipped, reviewed.held
     else:
-        outcomes = session.fix(unsafe=unsafe_fixes, jobs=jobs, progress=not quiet and not diff)
+        outcomes = session.fix(unsafe=unsafe_fixes, jobs=jobs, progress=not quiet and not diff, use_cache=not no_cache)
         if len(skips) and not review_skipped:
             from codemod.interactive import honour_skips
 

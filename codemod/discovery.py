@@ -8,9 +8,7 @@ from dataclasses import dataclass
 from operator import attrgetter
 from pathlib import Path
 
-import pathspec
-
-from codemod.config import DEFAULT_EXCLUDE, Settings
+from codemod.config import DEFAULT_EXCLUDE, ConfigError, Settings
 
 PYTHON_SUFFIXES = (".py", ".ipynb")  # notebooks are checked through their code cells
 _NAME = attrgetter("name")
@@ -31,13 +29,14 @@ class _Matcher:
     entry's own name: those are tested on the name, and the answer is kept per name (`__init__.py`,
     `tests/`, ... recur all over a tree)."""
 
-    def __init__(self, spec: pathspec.PathSpec) -> None:
-        self.spec = spec
+    def __init__(self, lines: list[str], translations: list[_Translation]) -> None:
+        self.lines = [line for line, t in zip(lines, translations) if t is not None]  # pathspec accepts
+        self._spec = None
         self.regex = self.names = self.paths = None
         self._by_name: dict[str, bool] = {}
-        patterns = [p for p in spec.patterns if p.include is not None]
-        if all(p.include and getattr(p, "regex", None) is not None for p in patterns):
-            regexes = [re.sub(r"[(][?]P<[^>]*>", "(?:", p.regex.pattern) for p in patterns]
+        patterns = [t for t in translations if t is not None and t[0] is not None]
+        if all(include and regex is not None for include, regex in patterns):
+            regexes = [re.sub(r"[(][?]P<[^>]*>", "(?:", regex) for _, regex in patterns]
             by_name = [r for r in regexes if _name_only(r)]
             by_path = [r for r in regexes if r not in by_name]
             try:
@@ -46,6 +45,15 @@ class _Matcher:
                 self.paths = _any_of(by_path) if by_path else None
             except re.error:
                 self.regex = self.names = self.paths = None
+
+    @property
+    def spec(self):
+        """pathspec's own matcher (negations), made when first needed."""
+        if self._spec is None:
+            import pathspec
+
+            self._spec = pathspec.GitIgnoreSpec.from_lines(self.lines)
+        return self._spec
 
     def match_file(self, relative: str) -> bool:
         if self.regex is not None:
@@ -95,11 +103,82 @@ def _any_of(regexes: list[str]) -> re.Pattern:
     return re.compile("|".join(f"(?:{r})" for r in regexes) or "(?!)")
 
 
+# How pathspec translates one gitignore-style line: (include, regex), include None for a comment or
+# a blank line; None for a line pathspec rejects (a trailing backslash: git ignores such a pattern too).
+_Translation = tuple[bool | None, str | None] | None
+
+
+def _translate(line: str) -> _Translation:
+    import pathspec  # only for lines no earlier run translated
+
+    if not line:
+        return None, None
+    try:
+        [pattern] = pathspec.GitIgnoreSpec.from_lines([line]).patterns
+    except ValueError:  # pathspec's GitIgnorePatternError
+        return None
+    regex = getattr(pattern, "regex", None)
+    return pattern.include, None if regex is None else regex.pattern
+
+
+def _pathspec_identity() -> str | None:
+    """The installed pathspec's file, size and mtime (without importing it), hashed."""
+    import importlib.util
+
+    from codemod.cache import blake2b
+
+    try:
+        found = importlib.util.find_spec("pathspec")
+        stat = os.stat(found.origin)
+    except (ImportError, AttributeError, TypeError, ValueError, OSError):
+        return None
+    return blake2b(f"{found.origin}:{stat.st_size}:{stat.st_mtime_ns}".encode(), digest_size=8).hexdigest()
+
+
+class _Translator:
+    """pathspec's translations of pattern lines, remembered in the cache directory for the installed
+    pathspec: a run the cache answers then does not import pathspec (about a tenth of such a run).
+    A line is translated alone, as pathspec translates a file's lines (one pattern per line)."""
+
+    FORMAT = 1
+
+    def __init__(self, directory: Path | None) -> None:
+        self.file = None
+        self.known: dict[str, _Translation] = {}
+        self.added = False
+        identity = _pathspec_identity() if directory is not None else None
+        if identity is not None:
+            from codemod.cache import load_pickle
+
+            self.file = directory / f"patterns-{self.FORMAT}-{identity}.pickle"
+            loaded = load_pickle(self.file)
+            if isinstance(loaded, dict):
+                self.known = loaded
+
+    def translate(self, lines: list[str]) -> list[_Translation]:
+        for line in lines:
+            if line not in self.known:
+                self.known[line] = _translate(line)
+                self.added = True
+        return [self.known[line] for line in lines]
+
+    def save(self) -> None:
+        if not self.added or self.file is None:
+            return
+        from codemod.cache import store_pickle
+
+        if store_pickle(self.file, self.known):
+            for stale in self.file.parent.glob("patterns-*.pickle"):  # of another pathspec
+                if stale != self.file:
+                    stale.unlink(missing_ok=True)
+
+
 class _Ignores:
     """.gitignore files, read lazily per directory, applied relative to the directory holding them."""
 
-    def __init__(self) -> None:
+    def __init__(self, translator: _Translator) -> None:
         self._specs: dict[str, _Matcher | None] = {}
+        self._translator = translator
 
     def spec_for(self, directory: str) -> _Matcher | None:
         if directory not in self._specs:
@@ -110,7 +189,7 @@ class _Ignores:
             except OSError:
                 lines = None
             if lines:
-                spec = _Matcher(pathspec.GitIgnoreSpec.from_lines(lines))
+                spec = _Matcher(lines, self._translator.translate(lines))
             self._specs[directory] = spec
         return self._specs[directory]
 
@@ -146,14 +225,21 @@ def _git_root(path: Path) -> Path | None:
     return None
 
 
-def discover(paths: list[str], settings: Settings, *, force_exclude: bool = False) -> Discovered:
+def discover(paths: list[str], settings: Settings, *, force_exclude: bool = False,
+             cache_dir: Path | None = None) -> Discovered:
     """Python files under ``paths``. A path named on the command line is itself never excluded
     unless ``force_exclude`` (what pre-commit hooks want, since pre-commit passes file names);
     what lies below a named directory is filtered by the excludes and .gitignore files."""
     root = settings.root
     # `exclude` adds to the defaults rather than replacing them: nobody wants .venv linted.
-    exclude = _Matcher(pathspec.GitIgnoreSpec.from_lines([*DEFAULT_EXCLUDE, *settings.exclude, *settings.extend_exclude]))
-    ignores = _Ignores()
+    translator = _Translator(cache_dir)
+    lines = [*DEFAULT_EXCLUDE, *settings.exclude, *settings.extend_exclude]
+    translations = translator.translate(lines)
+    for line, translation in zip(lines, translations):
+        if translation is None:
+            raise ConfigError(f"invalid exclude pattern {line!r} (a gitignore-style pattern)")
+    exclude = _Matcher(lines, translations)
+    ignores = _Ignores(translator)
     files: list[str] = []
     missing: list[str] = []
     seen: dict[str, int] = {}  # real path -> index in files
@@ -223,6 +309,7 @@ def discover(paths: list[str], settings: Settings, *, force_exclude: bool = Fals
         _walk(str(path), str(absolute), str(absolute.resolve()), relative, chain, git_root is not None, ignores,
               exclude, add)
     files.sort(key=_parts)
+    translator.save()
     return Discovered(files, missing)
 
 

@@ -10,8 +10,6 @@ from functools import lru_cache
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-import pathspec
-
 from codemod import __version__
 from codemod.cache import CACHE_DIR_NAME, ResultCache, blake2b, digest
 from codemod.config import Settings
@@ -374,7 +372,9 @@ def run_fix(files: Sequence[str | Path], settings: Settings, rules: Sequence[typ
 
 
 @lru_cache(maxsize=64)
-def _spec(pattern: str) -> pathspec.PathSpec:
+def _spec(pattern: str):
+    import pathspec  # per-file-ignores only
+
     return pathspec.GitIgnoreSpec.from_lines([pattern])
 
 

@@ -8,6 +8,7 @@ from pathlib import Path
 
 from typing import TYPE_CHECKING
 
+from codemod.cache import CACHE_DIR_NAME
 from codemod.config import ConfigError, Settings, load_settings, with_overrides
 from codemod.diagnostics import Diagnostic, FileResult, State
 from codemod.discovery import discover
@@ -72,22 +73,25 @@ class Session:
             if len(self.paths) > 1:
                 raise ConfigError("`-` (stdin) cannot be combined with other paths")
             return CheckOutcome(self._check_stdin(stdin_filename))
-        return CheckOutcome(self._run(self.files(), use_cache=use_cache, jobs=jobs, progress=progress))
+        return CheckOutcome(self._run(self.files(use_cache=use_cache), use_cache=use_cache, jobs=jobs,
+                                      progress=progress))
 
-    def files(self) -> list[str]:
-        """The files this invocation looks at (an error for a named path that does not exist)."""
+    def files(self, *, use_cache: bool = True) -> list[str]:
+        """The files this invocation looks at (an error for a named path that does not exist).
+        ``use_cache``: the cache directory keeps pathspec's translations of the patterns."""
         if STDIN in self.paths:
             raise ConfigError("this command does not read stdin; name the files")
-        found = discover(self.paths, self.settings, force_exclude=self.force_exclude)
+        cache_dir = (self.settings.cache_dir or self.settings.root / CACHE_DIR_NAME) if use_cache else None
+        found = discover(self.paths, self.settings, force_exclude=self.force_exclude, cache_dir=cache_dir)
         if found.missing:
             raise ConfigError(f"no such file or directory: {', '.join(found.missing)}")
         return found.files
 
-    def fix(self, *, unsafe: bool, jobs: int | None = None, progress: bool = False) -> list:
+    def fix(self, *, unsafe: bool, jobs: int | None = None, progress: bool = False, use_cache: bool = True) -> list:
         """``(path, FixOutcome)`` pairs; writing is the caller's decision (``--diff`` writes nothing)."""
         if STDIN in self.paths:
             raise ConfigError("`fix` does not read stdin; name the files to fix")
-        files = self.files()
+        files = self.files(use_cache=use_cache)
         from codemod.runner import run_fix
 
         if not progress or not sys.stderr.isatty():
