@@ -1,8 +1,8 @@
-from codemod.cli import main
+from codemod.cli import entry
 
 if __name__ == "__main__":
     try:
-        main()
+        entry()
     finally:
         # CPython (3.11, 3.12): a KeyboardInterrupt that ends a string `exec` or `eval` (dataclasses
         # and named tuples are made by one, e.g. while a module loads) marks the interrupt unhandled

@@ -56,6 +56,18 @@ def main() -> None:
     _tolerant_output_streams()
 
 
+def entry() -> None:
+    """The program (`pmap-migrate`, `python -m codemod`): `main`, after which Ctrl-C is ignored. The
+    work is done and reported by then; an interrupt could only break into Python's shutdown (a
+    traceback from `threading`, or a death by SIGINT instead of the exit code)."""
+    import signal
+
+    try:
+        main()
+    finally:
+        signal.signal(signal.SIGINT, signal.SIG_IGN)
+
+
 def _tolerant_output_streams() -> None:
     """File names are bytes on POSIX: one that is not UTF-8 reaches us as surrogate escapes, which
     a strict stream refuses (the run would end in an internal error). Print such names as the
