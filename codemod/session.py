@@ -144,26 +144,13 @@ class Session:
 
 
 def read_lines(path: str) -> dict[int | None, list[str]]:
-    """The lines of a file (key None), or of a notebook's cells by number; {} if unreadable."""
+    """The lines of a file (key None), and of a notebook's cells by number; {} if unreadable."""
     from codemod.notebooks import is_notebook
-    from codemod.sourcetext import lines_by_cell
+    from codemod.sourcetext import lines_shown
 
     try:
         with open(path, "rb") as handle:
             data = handle.read()
     except OSError:
         return {}
-    located = lines_by_cell(data, is_notebook(path))
-    if None not in located:  # a notebook's own lines, for a finding that is not in a cell
-        from codemod.sourcetext import NEWLINE, decode
-
-        located[None] = NEWLINE.split(decode(data))
-    return located
-
-
-def read_source_line(path: str, line: int, cache: dict[str, dict[int | None, list[str]]]) -> str | None:
-    """Line ``line`` of the file ``path`` (not of a notebook's cell); ``cache`` keeps what was read."""
-    if path not in cache:
-        cache[path] = read_lines(path)
-    lines = cache[path].get(None)
-    return lines[line - 1] if lines is not None and 1 <= line <= len(lines) else None
+    return lines_shown(data, is_notebook(path))

@@ -30,19 +30,24 @@ def lines_by_cell(data: bytes, notebook: bool) -> dict[int | None, list[str]]:
     return {None: NEWLINE.split(decode(data))}
 
 
+def lines_shown(data: bytes, notebook: bool) -> dict[int | None, list[str]]:
+    """Every line a finding can be shown on: ``lines_by_cell``, and for a notebook also its own lines
+    (key None), for a finding that is not in a cell (a file that cannot be read as a notebook)."""
+    located = lines_by_cell(data, notebook)
+    if notebook:
+        located[None] = NEWLINE.split(decode(data))
+    return located
+
+
 # The source lines of a file's findings, keyed by (cell or 0, line): what the text output shows
 # under each finding, kept with the result so that a run the cache answers reads no file.
 SourceLines = dict[tuple[int, int], str]
 
 
 def finding_lines(data: bytes, notebook: bool, diagnostics: Iterable[Diagnostic]) -> SourceLines:
-    """A notebook's findings are located in its cells; one without a cell (a file that cannot be
-    read as a notebook) in the file itself."""
-    located = lines_by_cell(data, notebook) if notebook else {}
+    located = lines_shown(data, notebook)
     found: SourceLines = {}
     for d in diagnostics:
-        if d.cell is None and None not in located:
-            located[None] = NEWLINE.split(decode(data))
         lines = located.get(d.cell)
         if lines is not None and 1 <= d.line <= len(lines):
             found[(d.cell or 0, d.line)] = lines[d.line - 1]

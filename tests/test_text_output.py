@@ -15,10 +15,18 @@ from rich.console import Console
 from codemod.diagnostics import Applicability, Diagnostic, FixInfo
 from codemod.engine import lint_bytes
 from codemod.reporting.text import render_diagnostics
-from codemod.session import read_source_line
+from codemod.session import read_lines
 from rules import all_rules
 
 ROOT = Path(__file__).resolve().parents[1]
+
+
+def read_source_line(path: str, line: int, cache: dict) -> str | None:
+    """Line ``line`` of the file ``path``, as the CLI shows it after reading the file."""
+    if path not in cache:
+        cache[path] = read_lines(path).get(None)
+    lines = cache[path]
+    return lines[line - 1] if lines is not None and 1 <= line <= len(lines) else None
 
 
 def _render(diagnostics, source_line, *, through_rich: bool, show_source: bool = True) -> str:
