@@ -79,6 +79,10 @@ class FileError:
 
     NAMES = {"PM000": "syntax-error", "PM001": "unreadable-file", "PM002": "internal-error"}
 
+    @classmethod
+    def unreadable(cls, path: str, error: OSError) -> FileError:
+        return cls(path, "PM001", f"cannot read file: {error.strerror or error}")
+
     def as_diagnostic(self) -> Diagnostic:
         return Diagnostic(self.code, self.NAMES.get(self.code, "error"), self.message, self.path,
                           self.line, self.column, self.line, self.column)

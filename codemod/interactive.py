@@ -328,8 +328,7 @@ def review(files: Sequence[str | Path], settings: Settings, rules: Sequence[type
             with open(path, "rb") as handle:
                 data = handle.read()
         except OSError as error:
-            failure = FileError(shown, "PM001", f"cannot read file: {error.strerror or error}")
-            result.outcomes.append((None, FixOutcome(shown, b"", error=failure)))
+            result.outcomes.append((None, FixOutcome(shown, b"", error=FileError.unreadable(shown, error))))
             continue
         if result.quit:
             continue

@@ -123,7 +123,7 @@ def _check_job(job: tuple[str, str, tuple[str, ...], RuleOptions, bool, bytes | 
         with open(path, "rb") as handle:
             data = handle.read()
     except OSError as error:
-        return FileResult(shown, error=FileError(shown, "PM001", f"cannot read file: {error.strerror or error}")), None, False
+        return FileResult(shown, error=FileError.unreadable(shown, error)), None, False
     content_digest = digest(data) if want_digest else b""
     if cached_digest is not None and content_digest == cached_digest:
         return None, content_digest, True
@@ -131,14 +131,10 @@ def _check_job(job: tuple[str, str, tuple[str, ...], RuleOptions, bool, bytes | 
     text_matched = gate.text_match(data)
     if not text_matched and not gate.names:
         return FileResult(shown), content_digest, False
-    return _lint_job((data, shown, codes, options, text_matched)), content_digest, False
-
-
-def _lint_job(job: tuple[bytes, str, tuple[str, ...], RuleOptions, bool]) -> FileResult:
-    result = _checked(*job)
+    result = _checked(data, shown, codes, options, text_matched)
     if result.diagnostics or result.error is not None:
-        with_source_lines(result, job[0])
-    return result
+        with_source_lines(result, data)
+    return result, content_digest, False
 
 
 def with_source_lines(result: FileResult, data: bytes) -> FileResult:
@@ -220,7 +216,7 @@ def run(
         try:
             stat = os.stat(text)
         except OSError as error:
-            slots.append(FileResult(shown, error=FileError(shown, "PM001", f"cannot read file: {error.strerror or error}")))
+            slots.append(FileResult(shown, error=FileError.unreadable(shown, error)))
             continue
         if cache is not None:
             hit = cache.lookup_stat(key, stat, shown)
@@ -336,8 +332,7 @@ def _fix_job(job: tuple[str, str, tuple[str, ...], bool, RuleOptions]):
         with open(path, "rb") as handle:
             data = handle.read()
     except OSError as error:
-        failure = FileError(shown, "PM001", f"cannot read file: {error.strerror or error}")
-        return FixOutcome(shown, b"", error=failure), False
+        return FixOutcome(shown, b"", error=FileError.unreadable(shown, error)), False
     gate = _gate_for(codes)
     if not gate.text_match(data) and not gate.refers_to_names(data, _is_notebook(shown)):
         return None, True  # the text half of the prefilter, then its `ast` half: nothing to fix
