@@ -563,20 +563,26 @@ def test_deep_expressions_are_analysed_on_a_deep_stack():
     assert outcome.error is None and outcome.changed
 
 
-def test_python_dash_m_exits_130_after_an_interrupt_inside_a_string_exec(tmp_path):
-    """Ctrl-C landing while a dataclass is made (a string `exec`) still ends `python -m codemod` with
-    exit code 130, not a death by SIGINT (CPython marks such an interrupt unhandled even when caught)."""
+def _check_with_startup_hook(tmp_path: Path, hook: str) -> subprocess.CompletedProcess:
+    """`python -m codemod check legacy.py` on a legacy module, with ``hook`` run at start-up
+    (a `sitecustomize` module) to interrupt the run at a chosen moment."""
     write(tmp_path, "legacy.py", LEGACY)
     hooks = tmp_path / "hooks"
     hooks.mkdir()
-    (hooks / "sitecustomize.py").write_text(
+    (hooks / "sitecustomize.py").write_text(hook)
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(hooks), str(REPO)])}
+    return subprocess.run([sys.executable, "-m", "codemod", "check", "legacy.py"], cwd=tmp_path, env=env,
+                          capture_output=True, text=True, timeout=120)
+
+
+def test_python_dash_m_exits_130_after_an_interrupt_inside_a_string_exec(tmp_path):
+    """Ctrl-C landing while a dataclass is made (a string `exec`) still ends `python -m codemod` with
+    exit code 130, not a death by SIGINT (CPython marks such an interrupt unhandled even when caught)."""
+    done = _check_with_startup_hook(tmp_path, (
         "import codemod.session\n\n"
         "def check(*args, **kwargs):\n"
         "    exec('raise KeyboardInterrupt', {})\n\n"
-        "codemod.session.Session.check = check\n")
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(hooks), str(REPO)])}
-    done = subprocess.run([sys.executable, "-m", "codemod", "check", "legacy.py"], cwd=tmp_path, env=env,
-                          capture_output=True, text=True, timeout=120)
+        "codemod.session.Session.check = check\n"))
     assert done.returncode == 130, (done.returncode, done.stderr)
     assert done.stderr.strip() == "pmap-migrate: interrupted"
 
@@ -584,17 +590,11 @@ def test_python_dash_m_exits_130_after_an_interrupt_inside_a_string_exec(tmp_pat
 def test_ctrl_c_while_python_shuts_down_is_ignored(tmp_path):
     """The work done and reported, an interrupt during Python's shutdown neither prints a traceback
     nor replaces the exit code (1: findings)."""
-    write(tmp_path, "legacy.py", LEGACY)
-    hooks = tmp_path / "hooks"
-    hooks.mkdir()
-    (hooks / "sitecustomize.py").write_text(
+    done = _check_with_startup_hook(tmp_path, (
         "import atexit, os, signal, time\n\n"
         "def interrupt():\n"
         "    os.kill(os.getpid(), signal.SIGINT)\n"
         "    time.sleep(0.2)\n\n"
-        "atexit.register(interrupt)\n")
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(hooks), str(REPO)])}
-    done = subprocess.run([sys.executable, "-m", "codemod", "check", "legacy.py"], cwd=tmp_path, env=env,
-                          capture_output=True, text=True, timeout=120)
+        "atexit.register(interrupt)\n"))
     assert done.returncode == 1, (done.returncode, done.stderr)
     assert "legacy.py:3:8: PM101" in done.stdout and done.stderr == ""
