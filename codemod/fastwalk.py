@@ -22,6 +22,10 @@ calls, except calls that provably do nothing:
   libcst's default dispatch (a plain ``CSTVisitor`` or a batch of rules) and have no method for any
   class such a subtree can hold.
 
+``install()`` also answers two questions libcst's scope analysis asks per file and per node the
+same way at less cost: which callbacks its providers have (remembered per class), and whether a
+node is assignment-like (one look-up by class instead of one ``ABCMeta`` call per listed class).
+
 One exception by design: whitespace and comment leaves are not shown to libcst's scope analysis
 (whose metadata then has no scope for them; nothing asks) nor to visitors that opt out of them
 (``WALK_PAST_WHITESPACE``, the semantic model's index), though they override ``on_visit``.
@@ -45,6 +49,8 @@ import libcst as cst
 from libcst import CSTVisitor, MaybeSentinel
 from libcst._batched_visitor import _BatchedCSTVisitor
 from libcst._nodes.base import CSTNode
+from libcst.metadata import scope_provider
+from libcst.metadata.base_provider import BatchableMetadataProvider
 from libcst.metadata.scope_provider import ScopeVisitor
 
 # libcst's helpers in _visit_and_replace_children, and whether each visits a sequence of children.
@@ -348,18 +354,77 @@ def _visit(self, visitor):
     return _libcst_visit(self, visitor)
 
 
+# Two more of libcst's per-node costs in the scope analysis, made cheaper with the same answers.
+_libcst_get_visitors = BatchableMetadataProvider.get_visitors
+
+
+_provider_visitor_names: dict[type, tuple[str, ...]] = {}
+
+
+def _provider_visitors(self) -> dict:
+    """``get_visitors`` of libcst's batchable metadata providers (the scope analysis asks it of
+    two on every file): libcst's own answer (`inspect.getmembers` of the instance) for the first
+    instance of a class, its names remembered for the next ones, unless an instance holds
+    callbacks of its own."""
+    if any(name.startswith(("visit_", "leave_")) for name in getattr(self, "__dict__", ())):
+        return _libcst_get_visitors(self)
+    cls = type(self)
+    names = _provider_visitor_names.get(cls)
+    if names is None:
+        methods = _libcst_get_visitors(self)
+        _provider_visitor_names[cls] = tuple(methods)
+        return methods
+    return {name: getattr(self, name) for name in names}
+
+
+class _AssignmentLikeMeta(type):
+    """``isinstance(node, (cst.Assign, cst.FunctionDef, ...))`` as the scope analysis asks it when it
+    leaves each node: one look-up by the node's class instead of one ``ABCMeta.__instancecheck__``
+    call per listed class (18 Python calls for most nodes)."""
+
+    classes: tuple[type, ...] = ()
+    answers: dict[type, bool] = {}
+
+    def __instancecheck__(cls, instance) -> bool:
+        kind = instance.__class__
+        try:
+            return cls.answers[kind]
+        except KeyError:
+            answer = cls.answers[kind] = issubclass(kind, cls.classes)
+            return answer
+
+
+class _AssignmentLike(metaclass=_AssignmentLikeMeta):
+    pass
+
+
+def _cheaper_scope_checks() -> None:
+    listed = scope_provider._ASSIGNMENT_LIKE_NODES
+    if isinstance(listed, tuple) and all(isinstance(c, type) for c in listed):
+        _AssignmentLike.classes = listed
+        scope_provider._ASSIGNMENT_LIKE_NODES = (_AssignmentLike,)
+    BatchableMetadataProvider.get_visitors = _provider_visitors
+
+
 def install() -> None:
-    """Walk read-only visitors with ``walk`` from now on (idempotent; see the module)."""
+    """Walk read-only visitors with ``walk`` from now on, and make two look-ups of libcst's scope
+    analysis cheaper (idempotent; see the module)."""
     if os.environ.get("PMAP_MIGRATE_LIBCST_WALK") != "1":
         CSTNode.visit = _visit
+        if scope_provider._ASSIGNMENT_LIKE_NODES != (_AssignmentLike,):
+            _cheaper_scope_checks()
 
 
 @contextlib.contextmanager
 def libcst_walk():
-    """Within the block, every visitor is walked by libcst's own ``visit`` (tests, comparisons)."""
-    previous = CSTNode.visit
+    """Within the block, every visitor is walked by libcst's own ``visit`` and the scope analysis
+    does its own look-ups (tests, comparisons)."""
+    previous = CSTNode.visit, scope_provider._ASSIGNMENT_LIKE_NODES, BatchableMetadataProvider.get_visitors
     CSTNode.visit = _libcst_visit
+    if _AssignmentLike.classes:
+        scope_provider._ASSIGNMENT_LIKE_NODES = _AssignmentLike.classes
+    BatchableMetadataProvider.get_visitors = _libcst_get_visitors
     try:
         yield
     finally:
-        CSTNode.visit = previous
+        CSTNode.visit, scope_provider._ASSIGNMENT_LIKE_NODES, BatchableMetadataProvider.get_visitors = previous

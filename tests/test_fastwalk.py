@@ -157,7 +157,33 @@ def _nodes(module: cst.Module) -> set[cst.CSTNode]:
 
 
 def _summary(scope):
-    return sorted((a.name, type(a.node).__name__, len(a.references)) for a in scope.assignments)
+    return scope._assignment_count, sorted((a.name, type(a.node).__name__, len(a.references)) for a in scope.assignments)
+
+
+def test_the_assignment_like_test_answers_as_libcst_s_list():
+    from libcst.metadata import scope_provider
+
+    listed = fastwalk._AssignmentLike.classes
+    assert scope_provider._ASSIGNMENT_LIKE_NODES == (fastwalk._AssignmentLike,) and cst.Assign in listed
+    for cls in fastwalk._concrete_nodes():
+        node = object.__new__(cls)  # the test reads the class only
+        assert isinstance(node, fastwalk._AssignmentLike) == isinstance(node, listed), cls
+    with fastwalk.libcst_walk():
+        assert scope_provider._ASSIGNMENT_LIKE_NODES == listed
+
+
+def test_providers_get_libcst_s_callbacks():
+    from libcst.metadata import ExpressionContextProvider, ScopeProvider
+    from libcst.metadata.base_provider import BatchableMetadataProvider
+
+    for provider in (ScopeProvider, ExpressionContextProvider):
+        for _ in range(2):  # the first answer is libcst's own; the second comes from the table
+            fast = provider().get_visitors()
+            with fastwalk.libcst_walk():
+                reference = provider().get_visitors()
+            assert {n: m.__func__ for n, m in fast.items()} == {n: m.__func__ for n, m in reference.items()}
+            assert fast and all(m.__self__ is not None for m in fast.values())
+    assert BatchableMetadataProvider.get_visitors is fastwalk._provider_visitors
 
 
 def test_a_dispatching_visitor_gets_every_method_call_in_order():
