@@ -188,6 +188,7 @@ def trivia() -> dict[type, frozenset[type]]:
     found: dict[type, frozenset[type]] = {
         cls: frozenset({cls}) for cls in (cst.SimpleWhitespace, cst.Newline, cst.Comment)
         if plan_of(cls) == ()}
+    kinds_of: dict[type, list[type]] = {}  # a field's declared class -> the concrete classes it admits
     changed = True
     while changed:
         changed = False
@@ -200,7 +201,9 @@ def trivia() -> dict[type, frozenset[type]]:
                 for hint in _flat(hints[cls].get(name)):
                     if hint is type(None) or hint is MaybeSentinel:
                         continue
-                    kinds = [c for c in concrete if isinstance(hint, type) and issubclass(c, hint)]
+                    kinds = kinds_of.get(hint) if isinstance(hint, type) else []
+                    if kinds is None:
+                        kinds = kinds_of[hint] = [c for c in concrete if hint in c.__mro__]  # (no virtual subclasses)
                     if not kinds or any(c not in found for c in kinds):
                         break
                     for kind in kinds:
@@ -250,6 +253,7 @@ class _Dispatch:
 
 
 _dispatch_by_class: dict[type, _Dispatch | None] = {}
+_dispatch_by_batch: dict[tuple[frozenset[str], bool], _Dispatch] = {}
 # The batch being walked (its children may come back through libcst's walk of a node).
 _batched: weakref.WeakKeyDictionary[CSTVisitor, _Dispatch] = weakref.WeakKeyDictionary()
 
@@ -276,11 +280,16 @@ def _dispatch(visitor: CSTVisitor) -> _Dispatch | None:
             return None
         dispatch = _batched.get(visitor)
         if dispatch is None:
-            nodes, attributes = _methods(visitor.visitor_methods)
             default = visitor.before_visit is None and visitor.after_leave is None
-            dispatch = _batched[visitor] = _Dispatch(nodes, attributes, default)
+            key = (frozenset(visitor.visitor_methods), default)  # the same batch on every file
+            dispatch = _dispatch_by_batch.get(key)
+            if dispatch is None:
+                nodes, attributes = _methods(visitor.visitor_methods)
+                dispatch = _dispatch_by_batch[key] = _Dispatch(nodes, attributes, default)
+            _batched[visitor] = dispatch
         return dispatch
-    if any(_NODE_METHOD.match(n) or _ATTRIBUTE_METHOD.match(n) for n in vars(visitor)):
+    if any(n.startswith(("visit_", "leave_")) and (_NODE_METHOD.match(n) or _ATTRIBUTE_METHOD.match(n))
+           for n in vars(visitor)):
         return None  # methods set on the instance: leave it to libcst's defaults, call everything
     try:
         return _dispatch_by_class[cls]
