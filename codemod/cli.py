@@ -152,8 +152,10 @@ def check(paths, select, ignore, extend_exclude, force_exclude, config_file, no_
 
         verdict = baseline.compare(Path(baseline_file), diagnostics, checked=[r.path for r in outcome.run.results])
         diagnostics = verdict.new
+    held = _held_in_review(session, outcome.run.results, paths).intersection(diagnostics) \
+        if output_format in ("text", "concise") and not quiet else ()
     _emit(session, diagnostics, output_format=output_format, statistics=statistics, quiet=quiet,
-          files=outcome.run.files, errors=len(outcome.run.errors))
+          files=outcome.run.files, errors=len(outcome.run.errors), held=held)
     if verdict is not None and output_format in ("text", "concise") and not quiet:
         _baseline_summary(verdict, baseline_file)
     if outcome.internal_errors:
@@ -250,7 +252,8 @@ def fix(paths, select, ignore, extend_exclude, force_exclude, config_file, no_ca
             for d in held:
                 click.echo(f"  {d.location}: {d.code} {d.fix.summary if d.fix else d.message}")
     _emit(session, remaining, output_format=output_format, statistics=False, quiet=quiet,
-          files=len(outcomes), errors=sum(1 for _, o in outcomes if o.error is not None))
+          files=len(outcomes), errors=sum(1 for _, o in outcomes if o.error is not None),
+          held=[*skipped, *held] if remembered or not interactive else ())
     if any(o.error is not None and o.error.code == "PM002" for _, o in outcomes):
         sys.exit(EXIT_ERROR)
     sys.exit(EXIT_FINDINGS if remaining else EXIT_CLEAN)
@@ -339,7 +342,36 @@ def _show_fixes(applied) -> None:
         click.echo(f"  {path}: {count} x {code} ({name})")
 
 
-def _emit(session, diagnostics, *, output_format, statistics, quiet, files, errors):
+def _held_in_review(session, results, paths) -> set:
+    """The findings whose fix plain `fix` leaves alone, skipped in an earlier review (recorded in the
+    project's .pmap-migrate-skips.json): the summary does not count them as fixable."""
+    from codemod.config import SKIPS_FILE, ConfigError
+
+    if "-" in paths or not (session.settings.root / SKIPS_FILE).is_file():
+        return set()
+    from pathlib import Path
+
+    from codemod.skips import SkipStore, held_in_review
+
+    try:
+        skips = SkipStore.load(session.settings.root)
+    except ConfigError as error:
+        click.echo(f"pmap-migrate: warning: {error}", err=True)
+        return set()
+    held: set = set()
+    for result in results:
+        recorded = skips.of_file(result.path)
+        if not recorded or result.error is not None:
+            continue
+        try:
+            data = Path(result.path).read_bytes()
+        except OSError:
+            continue
+        held.update(held_in_review(result.diagnostics, data, result.path, recorded))
+    return held
+
+
+def _emit(session, diagnostics, *, output_format, statistics, quiet, files, errors, held=()):
     if output_format == "json":
         from codemod.reporting.machine import to_json
 
@@ -363,7 +395,7 @@ def _emit(session, diagnostics, *, output_format, statistics, quiet, files, erro
     else:
         text.render_diagnostics(console, diagnostics, session.source_line, show_source=output_format == "text")
     if not quiet:
-        text.render_summary(console, diagnostics, errors=errors, files=files)
+        text.render_summary(console, diagnostics, errors=errors, files=files, held=held)
 
 
 def _console(stderr: bool = False):

@@ -6,6 +6,9 @@ import sys
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
+# The project's record of fixes skipped in review (codemod/skips.py), in its root.
+SKIPS_FILE = ".pmap-migrate-skips.json"
+
 if sys.version_info >= (3, 11):
     import tomllib
 else:  # pragma: no cover

@@ -24,7 +24,7 @@ from libcst.metadata import MetadataWrapper, PositionProvider, QualifiedNameProv
 from codemod import __version__
 from codemod.diagnostics import Applicability, Diagnostic, FileError, State
 from codemod.runner import RunResult
-from codemod.skips import SKIPS_FILE, SkipStore, site_keys
+from codemod.skips import SKIPS_FILE, SkipStore, recorded_sites
 from rules.base import Rule
 
 
@@ -178,10 +178,8 @@ def build(run: RunResult, rules: Sequence[type[Rule]], *, read=lambda path: Path
                     if key.code in codes}
         if recorded and data is not None:
             matched = set()
-            for index, (key, _) in enumerate(site_keys(result.diagnostics, data, result.path)):
-                d, skip = result.diagnostics[index], recorded.get(key)
-                if skip is None:
-                    continue
+            for index, key, skip in recorded_sites(result.diagnostics, data, result.path, recorded):
+                d = result.diagnostics[index]
                 matched.add(key)
                 # only a fix `fix` would apply is held back: a site suppressed since keeps that state
                 if d.state is State.ACTIVE and d.fix is not None:

@@ -35,11 +35,10 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from codemod.config import ConfigError
-from codemod.diagnostics import Diagnostic
+from codemod.config import SKIPS_FILE, ConfigError
+from codemod.diagnostics import Diagnostic, State
 from codemod.sourcetext import lines_by_cell
 
-SKIPS_FILE = ".pmap-migrate-skips.json"
 VERSION = 1
 _SOURCE_CHARS = 160
 
@@ -115,6 +114,23 @@ def site_keys(diagnostics: Sequence[Diagnostic], data: bytes, path: str) -> list
         occurrences[index] = seen[alike]
         seen[alike] += 1
     return [(SiteKey(d.code, fp, n), source) for d, (fp, source), n in zip(diagnostics, prints, occurrences)]
+
+
+def recorded_sites(diagnostics: Sequence[Diagnostic], data: bytes, path: str,
+                   recorded: dict[SiteKey, Skip]) -> list[tuple[int, SiteKey, Skip]]:
+    """``(index, key, skip)`` for each of ``diagnostics`` (every finding of one file, as for
+    ``site_keys``) that a recorded skip names."""
+    if not recorded:
+        return []
+    return [(index, key, recorded[key]) for index, (key, _) in enumerate(site_keys(diagnostics, data, path))
+            if key in recorded]
+
+
+def held_in_review(diagnostics: Sequence[Diagnostic], data: bytes, path: str,
+                   recorded: dict[SiteKey, Skip]) -> list[Diagnostic]:
+    """The findings whose fix plain `fix` leaves alone: active, fixable, their site skipped in review."""
+    return [diagnostics[index] for index, _, _ in recorded_sites(diagnostics, data, path, recorded)
+            if diagnostics[index].state is State.ACTIVE and diagnostics[index].fix is not None]
 
 
 def project_path(shown: str, root: Path) -> str:

@@ -216,6 +216,36 @@ def test_a_skip_is_remembered_reported_and_not_asked_again(project):
     assert recorded(project) == [] and pm101_sites("a.py") == []
 
 
+def test_fixes_skipped_in_review_are_not_counted_as_fixable(project):
+    """`check` and `fix` do not promise that `fix` applies a fix it leaves alone."""
+    (project / "a.py").write_text(TWO)
+    skipping = fix("a.py", input="s\nq\n")  # skip one, quit: nothing written, one skip recorded
+    assert len(recorded(project)) == 1
+    assert skipping.output.rstrip().endswith(
+        "[*] 1 fixable with `pmap-migrate fix`.\n"
+        "1 fix skipped in review: `pmap-migrate fix` leaves it alone (`fix --review-skipped` applies it).")
+
+    def summary(*args):
+        result = CliRunner().invoke(main, [*args, "a.py"], catch_exceptions=False)
+        return result.output.rstrip().split("\n")[-2:]
+
+    for args in (["check", "--no-cache"], ["check"], ["check"], ["check", "--statistics"], ["check", "--output-format", "concise"]):
+        assert summary(*args) == [
+            "[*] 1 fixable with `pmap-migrate fix`.",
+            "1 fix skipped in review: `pmap-migrate fix` leaves it alone (`fix --review-skipped` applies it)."], args
+    assert summary("fix", "--no-cache") == [  # the other fix applied: the skipped one is the only finding left
+        "Found 1 legacy pattern in 1 file.",
+        "1 fix skipped in review: `pmap-migrate fix` leaves it alone (`fix --review-skipped` applies it)."]
+    assert summary("check") == summary("check", "--no-cache") == [
+        "Found 1 legacy pattern in 1 file.",
+        "1 fix skipped in review: `pmap-migrate fix` leaves it alone (`fix --review-skipped` applies it)."]
+    (project / SKIPS).unlink()
+    assert summary("check") == ["Found 1 legacy pattern in 1 file.", "[*] 1 fixable with `pmap-migrate fix`."]
+    (project / SKIPS).write_text("not json")  # a broken record: a warning, the check goes on
+    broken = CliRunner().invoke(main, ["check", "a.py"], catch_exceptions=False)
+    assert broken.exit_code == 1 and "warning:" in broken.stderr and "[*] 1 fixable" in broken.stdout
+
+
 def test_plain_fix_with_review_skipped_applies_the_skipped_fixes(project):
     (project / "a.py").write_text(TWO)
     fix("a.py", input="s\ns\n")

@@ -6,7 +6,7 @@ import builtins
 import os
 import re
 from collections import Counter
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Collection, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, TextIO
 
@@ -147,7 +147,9 @@ def _plain(layout: _Layout) -> str | None:
 
 
 def render_summary(out: Console | Plain, diagnostics: Sequence[Diagnostic], *, errors: int, files: int,
-                   fix_hint: bool = True) -> None:
+                   fix_hint: bool = True, held: Collection[Diagnostic] = ()) -> None:
+    """The closing lines; ``held``: those of ``diagnostics`` whose fix was skipped in review (plain
+    `fix` leaves them alone), not counted as fixable."""
     findings = len(diagnostics)
     lines: list[tuple[str, str | None]] = []  # (text, style)
     if findings == 0 and errors == 0:
@@ -161,12 +163,20 @@ def render_summary(out: Console | Plain, diagnostics: Sequence[Diagnostic], *, e
         if errors:
             parts.append(f"{errors} file{'s' if errors != 1 else ''} could not be checked")
         lines.append(("; ".join(parts) + ".", "bold"))
-        safe = sum(1 for d in diagnostics if d.fix is not None and d.fix.applicability is Applicability.SAFE)
-        unsafe = sum(1 for d in diagnostics if d.fix is not None and d.fix.applicability is Applicability.UNSAFE)
+        def fixable(among: Collection[Diagnostic], applicability: Applicability) -> int:
+            return sum(1 for d in among if d.fix is not None and d.fix.applicability is applicability)
+
+        safe = fixable(diagnostics, Applicability.SAFE) - fixable(held, Applicability.SAFE)
+        unsafe = fixable(diagnostics, Applicability.UNSAFE) - fixable(held, Applicability.UNSAFE)
+        skipped = len(held)
         if fix_hint and safe:
             lines.append((f"[*] {safe} fixable with `pmap-migrate fix`.", None))
         if fix_hint and unsafe:
             lines.append((f"{unsafe} more fixable with `pmap-migrate fix --unsafe-fixes`.", None))
+        if fix_hint and skipped:
+            lines.append((f"{skipped} fix{'es' if skipped != 1 else ''} skipped in review: `pmap-migrate fix` "
+                          f"leaves {'them' if skipped != 1 else 'it'} alone (`fix --review-skipped` applies "
+                          f"{'them' if skipped != 1 else 'it'}).", None))
     plain = _plain_writer(out)
     if plain is not None:  # no control characters in these lines
         plain.file.write("".join(f"{line}\n" for line, _ in lines))
