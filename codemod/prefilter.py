@@ -91,6 +91,7 @@ class Gate:
     context: frozenset[str] = frozenset()
     texts: tuple[NameText, ...] = ()
     words: frozenset[bytes] = frozenset()  # the components of every name
+    firsts: tuple[bytes, ...] = ()  # their first components (``jax``, ``flax``)
 
     @classmethod
     def of(cls, rules: Sequence[type[Rule]]) -> "Gate":
@@ -108,7 +109,8 @@ class Gate:
         texts = tuple(NameText.of(name) for name in sorted(names))
         return cls(None if unconditional else tuple(sorted(triggers)), frozenset(names),
                    tuple(sorted({text.parts for text in texts})), frozenset(context), texts,
-                   frozenset(part for text in texts for part in text.parts))
+                   frozenset(part for text in texts for part in text.parts),
+                   tuple(sorted({name.split(".")[0].encode() for name in names})))
 
     def needs_parse(self, data: bytes, notebook: bool = False) -> bool:
         """Whether any rule could fire on a file with these contents (True when unsure)."""
@@ -128,7 +130,10 @@ class Gate:
         parse): each of its components is a word of the source (a reference resolves through
         imports and attributes, which spell every component as an identifier), and the text shows
         it in one of the forms of ``NameText`` or holds a star import. One pass lists the words
-        (searching the bytes once per component cost three times as much)."""
+        (searching the bytes once per component cost three times as much). Before that, a name's
+        first component must occur in the bytes at all (most files that do not use jax are out)."""
+        if not any(first in data for first in self.firsts):
+            return False
         words = self.words.intersection(_WORD.findall(data))
         if not words:
             return False

@@ -156,10 +156,12 @@ def _checked(data: bytes, shown: str, codes: tuple[str, ...], options: RuleOptio
         return FileResult(shown)
     # The `ast` half of the prefilter, in the worker; the same tree serves to slice the module.
     from codemod.slices import parse_python
+    from codemod.stack import collector_paused
 
-    parsed = parse_python(data)
-    if parsed is not None and not text_matched and not gate.tree_refers_to_names(parsed.tree, parsed.names[1]):
-        return FileResult(shown)
+    with collector_paused():
+        parsed = parse_python(data)
+        if parsed is not None and not text_matched and not gate.tree_refers_to_names(parsed.tree, parsed.names[1]):
+            return FileResult(shown)
     return lint_file(data, shown, rules_for(codes), options, parsed)
 
 

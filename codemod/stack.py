@@ -14,6 +14,7 @@ are collected after it, by the collector's next pass.
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import gc
 import sys
@@ -74,3 +75,16 @@ def on_deep_stack(function):
         return outcome["value"]
 
     return wrapper
+
+
+@contextlib.contextmanager
+def collector_paused():
+    """The cyclic garbage collector paused within the block (as it is for an analysis): Python's
+    own parser makes tens of thousands of objects per file, none of them in a cycle."""
+    collecting = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if collecting:
+            gc.enable()
