@@ -12,7 +12,7 @@ from codemod import fastwalk
 from codemod.diagnostics import Applicability, Diagnostic, FileError, FileResult, FixInfo, State
 from codemod.positions import positions as node_positions
 from codemod.prefilter import gate_of
-from codemod.slices import AST_WITHIN_LIBCST, Parsed, parse_python, relevant_source
+from codemod.slices import AST_WITHIN_LIBCST, Parsed, Slice, parse_python, relevant_slice
 from codemod.stack import on_deep_stack
 from codemod.suppression import Suppressions, is_guarded
 from rules.base import FixSpec, Rule, RuleContext, RuleOptions
@@ -108,10 +108,11 @@ class Analysis:
 
 def analyse(module: cst.Module, path: str, rules: Sequence[type[Rule]],
             options: RuleOptions | None = None, source: str | None = None, *,
-            all_positions: bool = True) -> Analysis:
+            all_positions: bool = True, sliced: Slice | None = None) -> Analysis:
     """Every finding of ``rules`` on ``module``, with suppression and guard states set. ``source``:
-    the file's text when ``module`` is a slice of it (its `noqa` comments count). The analysis has
-    every node's position unless ``all_positions`` is false (then only the reported nodes')."""
+    the file's text when ``module`` is a slice of it (its `noqa` comments count), ``sliced`` that
+    slice (findings are placed on the file's lines). The analysis has every node's position unless
+    ``all_positions`` is false (then only the reported nodes')."""
     if not rules:
         return Analysis(module, [], {})
     wrapper = MetadataWrapper(module, unsafe_skip_copy=True)
@@ -129,7 +130,12 @@ def analyse(module: cst.Module, path: str, rules: Sequence[type[Rule]],
             continue
         seen.add(key)
         where = positions[report.node]
-        line = where.start.line
+        line, end_line = where.start.line, where.end.line
+        if sliced is not None:
+            line = sliced.line_in_file(line)
+            # An end at a line's start follows the line ending before it (whichever lines follow).
+            end_line = sliced.line_in_file(end_line - 1) + 1 if where.end.column == 0 and end_line > 1 \
+                else sliced.line_in_file(end_line)
         if suppressions.suppresses(rule.CODE, line):
             state = State.SUPPRESSED
         elif is_guarded(context.model, report.node):
@@ -141,7 +147,7 @@ def analyse(module: cst.Module, path: str, rules: Sequence[type[Rule]],
             info = FixInfo(Applicability(report.fix.applicability), report.fix.summary, report.fix.shimmed)
         diagnostic = Diagnostic(
             code=rule.CODE, name=rule.NAME, message=report.message, path=path,
-            line=line, column=where.start.column + 1, end_line=where.end.line,
+            line=line, column=where.start.column + 1, end_line=end_line,
             end_column=where.end.column + 1, fix=info, state=state,
         )
         findings.append(Finding(diagnostic, report.node, report.fix))
@@ -173,29 +179,32 @@ def recursion_error(path: str, module: cst.Module | FileError | None) -> FileErr
 
 
 def lint_module(module: cst.Module, path: str, rules: Sequence[type[Rule]],
-                options: RuleOptions | None = None, source: str | None = None) -> list[Diagnostic]:
-    return [f.diagnostic for f in analyse(module, path, rules, options, source, all_positions=False).findings]
+                options: RuleOptions | None = None, source: str | None = None,
+                sliced: Slice | None = None) -> list[Diagnostic]:
+    return [f.diagnostic for f in analyse(module, path, rules, options, source, all_positions=False,
+                                          sliced=sliced).findings]
 
 
 def _sliced_module(data: bytes | str, path: str, rules: Sequence[type[Rule]],
-                   parsed: Parsed | None) -> tuple[cst.Module, str] | None:
-    """The libcst module of the relevant slice of the file (codemod/slices.py) and the file's text;
-    None when the whole file is to be analysed (small, not valid for `ast`, nothing to blank)."""
+                   parsed: Parsed | None) -> tuple[cst.Module, str, Slice] | None:
+    """The libcst module of the relevant slice of the file (codemod/slices.py), the file's text and
+    the slice; None when the whole file is to be analysed (small, not valid for `ast`, nothing to
+    leave out)."""
     if isinstance(data, str) or bracket_depth(data) > MAX_BRACKET_DEPTH:
         return None
     if parsed is None:
         parsed = parse_python(data)
         if parsed is None:
             return None  # libcst reports why
-    sliced = relevant_source(parsed.text, parsed.tree, gate_of(tuple(rules)), parsed.names[0])
+    sliced = relevant_slice(parsed.text, parsed.tree, gate_of(tuple(rules)), parsed.names[0])
     if sliced is None:
         return None
     if not AST_WITHIN_LIBCST and isinstance(parse(data, path), FileError):
         return None
-    module = parse(sliced, path)
+    module = parse(sliced.text, path)
     if isinstance(module, FileError):
         return None  # the whole file's parse reports it, where it is
-    return module, parsed.text
+    return module, parsed.text, sliced
 
 
 
@@ -212,8 +221,8 @@ def lint_bytes(data: bytes | str, path: str, rules: Sequence[type[Rule]],
     try:
         sliced = None if whole or not rules else _sliced_module(data, path, rules, parsed)
         if sliced is not None:
-            module, source = sliced
-            result.diagnostics = lint_module(module, path, rules, options, source)
+            module, source, kept = sliced
+            result.diagnostics = lint_module(module, path, rules, options, source, kept)
             return result
         module = parse(data, path)
         if isinstance(module, FileError):

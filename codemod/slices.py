@@ -14,10 +14,12 @@ is kept when it may matter to a rule:
   kept unit binds: a pmapped function's definition, the call sites of a pmap built at module
   level, ``self.step = jax.pmap(...)`` and its uses in other methods; to a fixpoint.
 
-Every other unit's lines are blanked (emptied, line endings kept), so that line and column numbers
-of what remains are those of the file; a class left without members gets a ``pass``. The result is
-analysed instead of the file. `benchmarks/slice_identity.py` and tests/test_slices.py compare it
-with the analysis of whole files.
+Every other unit's lines are blanked (``relevant_source``: emptied, line endings kept, so that line
+and column numbers of what remains are those of the file); a class left without members gets a
+``pass``. The analysis parses the slice without the blanked lines (``relevant_slice``: libcst makes
+several objects of every line, blank or not, and walks them all) and places its findings on the
+file's lines (a kept line's column numbers are the file's). `benchmarks/slice_identity.py` and
+tests/test_slices.py compare it with the analysis of whole files.
 """
 
 from __future__ import annotations
@@ -227,10 +229,43 @@ def _units(tree: ast.Module) -> list[_Unit]:
     return units
 
 
+@dataclass(frozen=True)
+class Slice:
+    """The lines of a module its relevant units are on, the others left out (libcst makes several
+    objects of every line it parses, blank or not), and where each line is in the module."""
+
+    text: str
+    lines: tuple[int, ...]  # the module's (1-based) number of each line of ``text``
+    total: int  # the module's number of lines
+
+    def line_in_file(self, line: int) -> int:
+        """The module's line of ``text``'s line ``line`` (past the last one: past the module's)."""
+        return self.lines[line - 1] if line <= len(self.lines) else self.total + line - len(self.lines)
+
+
 def relevant_source(text: str, tree: ast.Module, gate: Gate,
                     bindings: dict[str, set[str]] | None = None) -> str | None:
-    """``text`` with the units no rule can need blanked; None when nothing would be blanked (or the
-    module is too small to bother)."""
+    """``text`` with the units no rule can need blanked (emptied, line endings kept); None when
+    nothing would be blanked (or the module is too small to bother)."""
+    blanked = _blanked_lines(text, tree, gate, bindings)
+    return None if blanked is None else "".join(blanked[0])
+
+
+def relevant_slice(text: str, tree: ast.Module, gate: Gate,
+                   bindings: dict[str, set[str]] | None = None) -> Slice | None:
+    """``relevant_source`` without the blanked lines: what the analysis parses."""
+    blanked = _blanked_lines(text, tree, gate, bindings)
+    if blanked is None:
+        return None
+    out, dropped = blanked
+    kept = [n for n in range(1, len(out) + 1) if n not in dropped]
+    return Slice("".join(out[n - 1] for n in kept), tuple(kept), len(out))
+
+
+def _blanked_lines(text: str, tree: ast.Module, gate: Gate,
+                   bindings: dict[str, set[str]] | None) -> tuple[list[str], set[int]] | None:
+    """The module's lines with the units no rule can need blanked, and the numbers of those blanked
+    lines (a ``pass`` written in for a class left without members is not one)."""
     if gate.triggers is None:
         return None  # some rule looks at every statement
     lines = _LINE.findall(text)  # Python's line breaks only (not form feeds and the like)
@@ -297,7 +332,7 @@ def relevant_source(text: str, tree: ast.Module, gate: Gate,
     return _blank(lines, units, kept)
 
 
-def _blank(lines: list[str], units: list[_Unit], kept: list[bool]) -> str | None:
+def _blank(lines: list[str], units: list[_Unit], kept: list[bool]) -> tuple[list[str], set[int]] | None:
     keep_line = [False] * (len(lines) + 2)
     drop_line = [False] * (len(lines) + 2)
     classes_with_members: dict[int, list[int]] = {}
@@ -324,6 +359,7 @@ def _blank(lines: list[str], units: list[_Unit], kept: list[bool]) -> str | None
     for n in dropped:
         line = out[n - 1]
         out[n - 1] = line[len(line.rstrip("\r\n")):]
+    emptied = set(dropped)
     # A kept class whose members were all dropped needs a statement.
     for i, members in classes_with_members.items():
         if kept[i] and not any(kept[m] for m in members):
@@ -332,9 +368,10 @@ def _blank(lines: list[str], units: list[_Unit], kept: list[bool]) -> str | None
             indent = original[:len(original) - len(original.lstrip(" \t"))]
             if drop_line[first.first] and not keep_line[first.first]:
                 out[first.first - 1] = indent + "pass" + out[first.first - 1]
+                emptied.discard(first.first)
             else:
                 return None  # members share a line with the header: leave the file whole
-    return "".join(out)
+    return out, emptied
 
 
 def nonblank_lines(text: str) -> int:

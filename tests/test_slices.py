@@ -122,6 +122,31 @@ def test_blanked_lines_keep_every_position():
     ast.parse(sliced)
 
 
+def test_the_analysed_slice_leaves_blanked_lines_out_and_knows_where_each_line_is():
+    text = (
+        "import jax\n"
+        "\n"
+        "def unrelated():\n"
+        "    return 1\n"
+        "\n"
+        "class Box:\n"
+        "    def unrelated(self):\n"
+        "        return 2\n"
+        "\n"
+        "step = jax.pmap(lambda x: x)\n"
+        "out = step(x)[0]\n"
+    ) + "\n" * 60
+    parsed = slices.parse_python(text.encode())
+    cut = slices.relevant_slice(parsed.text, parsed.tree, GATE)
+    blanked = slices.relevant_source(parsed.text, parsed.tree, GATE).split("\n")
+    assert "unrelated" not in cut.text and cut.total == text.count("\n")
+    for number, line in enumerate(cut.text.split("\n")[:-1], start=1):
+        assert blanked[cut.line_in_file(number) - 1] == line  # every kept line, where it is in the file
+    assert [n for n in range(1, cut.total + 1) if n not in cut.lines] == [3, 4, 6, 7, 8]  # only what was blanked
+    assert cut.line_in_file(len(cut.lines) + 1) == cut.total + 1
+    ast.parse(cut.text)
+
+
 def test_closure_keeps_definitions_and_uses_of_what_pmap_touches():
     text = (
         "import jax\n"
