@@ -22,7 +22,8 @@ import ast
 import json
 import re
 import warnings
-from collections.abc import Iterable, Sequence
+from collections import deque
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from functools import lru_cache
 from typing import TYPE_CHECKING
@@ -203,6 +204,39 @@ def prefixes(name: str) -> Iterable[str]:
     return (".".join(parts[:i]) for i in range(1, len(parts) + 1))
 
 
+_NODE_FIELDS: dict[type, tuple[str, ...]] = {}
+
+
+def child_nodes(node: ast.AST) -> list[ast.AST]:
+    """``ast.iter_child_nodes(node)`` as a list, in the same order, without the expression contexts
+    (``Load``, ``Store``, ``Del``: nothing here looks at them, and every name has one): a third of
+    the cost of the generator pair it replaces."""
+    cls = node.__class__
+    try:
+        fields = _NODE_FIELDS[cls]
+    except KeyError:
+        fields = _NODE_FIELDS[cls] = tuple(name for name in cls._fields if name != "ctx")
+    children: list[ast.AST] = []
+    for name in fields:
+        value = getattr(node, name, None)
+        if isinstance(value, ast.AST):
+            children.append(value)
+        elif isinstance(value, list):
+            for item in value:
+                if isinstance(item, ast.AST):
+                    children.append(item)
+    return children
+
+
+def walk(tree: ast.AST) -> Iterator[ast.AST]:
+    """``ast.walk`` (the same nodes in the same order) without the expression contexts."""
+    todo = deque([tree])
+    while todo:
+        node = todo.popleft()
+        todo.extend(child_nodes(node))
+        yield node
+
+
 def referenced_names(tree: ast.AST) -> set[str]:
     """Every qualified name (with its prefixes) that some import, attribute chain or name of the
     module may refer to."""
@@ -236,7 +270,7 @@ def _bindings_and_chains(tree: ast.AST, found: set[str]) -> tuple[dict[str, set[
     def bind(local: str, qualified: str) -> None:
         bindings.setdefault(local, set()).add(qualified)
 
-    for node in ast.walk(tree):
+    for node in walk(tree):
         if isinstance(node, ast.Import):
             for alias in node.names:
                 found.update(prefixes(alias.name))

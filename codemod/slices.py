@@ -34,7 +34,7 @@ from dataclasses import dataclass, field
 from functools import cached_property
 from itertools import chain
 
-from codemod.prefilter import Gate, dotted, prefixes, scan_names
+from codemod.prefilter import Gate, child_nodes, dotted, prefixes, scan_names
 
 # Below this many lines a file is analysed whole: slicing would save little.
 MIN_LINES = 60
@@ -183,7 +183,7 @@ def _free_reads(node: ast.AST, unit: _Unit) -> None:
             continue
         if isinstance(current, _COMPREHENSIONS):
             inner = new_scope(scope, set())
-            stack.extend((child, inner) for child in ast.iter_child_nodes(current))
+            stack.extend((child, inner) for child in child_nodes(current))
             continue
         if isinstance(current, (ast.Global, ast.Nonlocal)):
             if isinstance(current, ast.Global):
@@ -198,7 +198,7 @@ def _free_reads(node: ast.AST, unit: _Unit) -> None:
             unit.imported.extend(alias.name for alias in current.names)
         elif isinstance(current, ast.ImportFrom) and current.module and not current.level:
             unit.imported.extend(f"{current.module}.{alias.name}" for alias in current.names)
-        stack.extend((child, scope) for child in ast.iter_child_nodes(current))
+        stack.extend((child, scope) for child in child_nodes(current))
     unit.binds |= binds[0]
     unit.loads |= reads[0]
     unit.head_loads |= reads[0]
