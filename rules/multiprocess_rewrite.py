@@ -825,16 +825,23 @@ class _Lost(Exception):
 
 
 class _Apply(cst.CSTTransformer):
-    """Applies edits (by node identity) inside a replacement built from original nodes."""
+    """Applies edits (by node identity) inside a replacement built from original nodes. Of the
+    original nodes in it, only those on the way to a target are walked into (libcst's transformer
+    copies every node it walks): the others come back as they are."""
 
-    def __init__(self, edits: list[Edit]) -> None:
+    def __init__(self, edits: list[Edit], model) -> None:
         super().__init__()
+        self.model = model
+        self.toward = {id(node) for e in edits for node in (e.target, *model.ancestors(e.target))}
         self.replacements = {id(e.target): e for e in edits if e.replacement is not None}
         self.insertions: dict[int, list] = {}
         for e in edits:
             if e.before:
                 self.insertions.setdefault(id(e.target), []).extend(e.before)
         self.done: set[int] = set()
+
+    def on_visit(self, node: cst.CSTNode) -> bool:
+        return id(node) in self.toward or node not in self.model.parents
 
     def on_leave(self, original_node, updated_node):
         key = id(original_node)
@@ -868,7 +875,7 @@ def _compose(model, edits: list[Edit]) -> list[Edit]:
         if not nested or edit.replacement is None:
             return edit
         nested = [build(e) for e in nested]
-        apply = _Apply(nested)
+        apply = _Apply(nested, model)
         replacement = edit.replacement
         if isinstance(replacement, cst.FlattenSentinel):
             replacement = cst.FlattenSentinel([node.visit(apply) for node in replacement.nodes])
