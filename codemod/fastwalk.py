@@ -246,6 +246,9 @@ class _Dispatch:
         # with an attribute method; default_nodes: on_visit/on_leave are libcst's dispatch.
         self.attribute_classes = attribute_classes
         self.skip: set[type] = set(WHITESPACE_LEAVES) if past_whitespace else set()
+        # Callbacks for the module node only (libcst's metadata providers, which walk the tree
+        # themselves from there): below the module nothing is called.
+        self.module_only = default_nodes and names <= {"Module"} and not attribute_classes
         if default_nodes:
             for cls, holds in trivia().items():
                 if not any(c.__name__ in names or c.__name__ in attribute_classes for c in holds):
@@ -310,6 +313,10 @@ def walk(node: CSTNode, visitor: CSTVisitor) -> None:
     """Visit ``node``'s subtree with the read-only ``visitor`` as libcst would (see the module)."""
     dispatch = _dispatch(visitor)
     on_visit, on_leave = visitor.on_visit, visitor.on_leave
+    if dispatch is not None and dispatch.module_only and node.__class__ is cst.Module:
+        on_visit(node)  # (what it returns only decides whether to walk children that call nothing)
+        on_leave(node)
+        return
     visit_attribute, leave_attribute = visitor.on_visit_attribute, visitor.on_leave_attribute
     skip = dispatch.skip if dispatch is not None else ()
     attributes = dispatch.attribute_classes if dispatch is not None else None

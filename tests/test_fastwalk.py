@@ -208,6 +208,44 @@ def test_a_batch_gets_every_method_call_in_order():
     assert total > 1000
 
 
+class _ModuleOnly(cst.BatchableCSTVisitor):
+    """Like libcst's metadata providers: callbacks for the module node only."""
+
+    def __init__(self, calls: list) -> None:
+        super().__init__()
+        self.calls = calls
+
+    def visit_Module(self, node):
+        self.calls.append(("Module", node))
+
+    def leave_Module(self, node):
+        self.calls.append(("/Module", node))
+
+
+def test_a_batch_for_the_module_only_is_not_walked_below_it(monkeypatch):
+    from libcst._batched_visitor import _BatchedCSTVisitor
+
+    visited = []
+    libcst_on_visit = _BatchedCSTVisitor.on_visit
+
+    def counting(self, node):
+        visited.append(node)
+        return libcst_on_visit(self, node)
+
+    monkeypatch.setattr(_BatchedCSTVisitor, "on_visit", counting)
+    for name, module in list(_parsed())[:40]:
+        reference, fast = [], []
+        with fastwalk.libcst_walk():
+            cst.visit_batched(module, [_ModuleOnly(reference)])
+        assert len(visited) > 10, name  # libcst visits every node
+        visited.clear()
+        cst.visit_batched(module, [_ModuleOnly(fast)])
+        assert visited == [module], name  # here, the module alone
+        visited.clear()
+        assert [(c[0], id(c[1])) for c in fast] == [(c[0], id(c[1])) for c in reference] \
+            == [("Module", id(module)), ("/Module", id(module))], name
+
+
 def test_every_node_class_is_read_but_the_few_walked_by_libcst():
     classes = fastwalk._concrete_nodes()
     fallback = {c.__name__ for c in classes if fastwalk.plan_of(c) is None}
