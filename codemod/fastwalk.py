@@ -309,10 +309,62 @@ def _dispatch(visitor: CSTVisitor) -> _Dispatch | None:
     return dispatch
 
 
+_DYNAMIC = object()  # a callback that is not a plain function of the class: asked of the instance
+_node_callbacks: dict[tuple[type, str], dict[type, object]] = {}
+
+
+def _class_callback(cls: type, name: str):
+    """What ``getattr(instance, name, None)`` finds in ``cls``: its plain function (None for none,
+    or for one of libcst's no-op stubs, whose call changes nothing), or ``_DYNAMIC``."""
+    for klass in cls.__mro__:
+        if name in vars(klass):
+            value = vars(klass)[name]
+            if inspect.isfunction(value):
+                return None if getattr(value, "_is_no_op", False) else value
+            return _DYNAMIC
+    return None
+
+
+def _default_callbacks(visitor: CSTVisitor):
+    """libcst's ``CSTVisitor.on_visit`` / ``on_leave`` for ``visitor`` (``visit_<class name>``
+    looked up per node), with each node class's callback looked up once per visitor class."""
+    cls = type(visitor)
+    visits = _node_callbacks.setdefault((cls, "visit_"), {})
+    leaves = _node_callbacks.setdefault((cls, "leave_"), {})
+
+    def on_visit(node: CSTNode) -> bool:
+        kind = node.__class__
+        try:
+            callback = visits[kind]
+        except KeyError:
+            callback = visits[kind] = _class_callback(cls, "visit_" + kind.__name__)
+        if callback is None:
+            return True
+        if callback is _DYNAMIC:
+            return CSTVisitor.on_visit(visitor, node)
+        return callback(visitor, node) is not False
+
+    def on_leave(node: CSTNode) -> None:
+        kind = node.__class__
+        try:
+            callback = leaves[kind]
+        except KeyError:
+            callback = leaves[kind] = _class_callback(cls, "leave_" + kind.__name__)
+        if callback is _DYNAMIC:
+            CSTVisitor.on_leave(visitor, node)
+        elif callback is not None:
+            callback(visitor, node)
+
+    return on_visit, on_leave
+
+
 def walk(node: CSTNode, visitor: CSTVisitor) -> None:
     """Visit ``node``'s subtree with the read-only ``visitor`` as libcst would (see the module)."""
     dispatch = _dispatch(visitor)
     on_visit, on_leave = visitor.on_visit, visitor.on_leave
+    if (dispatch is not None and type(visitor).on_visit is CSTVisitor.on_visit
+            and type(visitor).on_leave is CSTVisitor.on_leave and not hasattr(type(visitor), "__getattr__")):
+        on_visit, on_leave = _default_callbacks(visitor)
     if dispatch is not None and dispatch.module_only and node.__class__ is cst.Module:
         on_visit(node)  # (what it returns only decides whether to walk children that call nothing)
         on_leave(node)

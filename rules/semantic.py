@@ -144,10 +144,14 @@ class _Indexer(cst.CSTVisitor):
         if self._path:
             self.parents[node] = self._path[-1]
         self._path.append(node)
-        return super().on_visit(node)
+        # libcst's dispatch (`visit_<class name>`), from a table: no name built and looked up per node
+        visit = _INDEX_VISITS.get(node.__class__.__name__)
+        return visit is None or visit(self, node) is not False
 
     def on_leave(self, original_node: cst.CSTNode) -> None:
-        super().on_leave(original_node)
+        leave = _INDEX_LEAVES.get(original_node.__class__.__name__)
+        if leave is not None:
+            leave(self, original_node)
         self._path.pop()
 
     @property
@@ -234,6 +238,14 @@ class _Indexer(cst.CSTVisitor):
     def visit_Attribute(self, node: cst.Attribute) -> None:
         if not self._in_import:
             self.attributes[node.attr.value].append(node)
+
+
+# The indexer's node callbacks by node class name (attribute callbacks, `visit_<Node>_<field>`, have
+# an underscore after the class name; node class names have none).
+_INDEX_VISITS = {name[len("visit_"):]: f for name, f in vars(_Indexer).items()
+                 if name.startswith("visit_") and "_" not in name[len("visit_"):]}
+_INDEX_LEAVES = {name[len("leave_"):]: f for name, f in vars(_Indexer).items()
+                 if name.startswith("leave_") and "_" not in name[len("leave_"):]}
 
 
 def _dotted(node: cst.BaseExpression | None) -> str | None:
