@@ -196,6 +196,49 @@ def test_a_dispatching_visitor_gets_every_method_call_in_order():
     assert total > 1000
 
 
+_SEEN: list = []
+
+
+class _OddCallbacks(cst.CSTVisitor):
+    """Callbacks that are not plain methods (asked of the instance, as libcst does) next to ones that
+    are, one of them pruning: the per-class tables must call exactly what libcst calls."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.calls = _SEEN
+
+    @staticmethod
+    def visit_Name(node):
+        _SEEN.append(("Name", node))
+
+    @classmethod
+    def leave_Attribute(cls, node):
+        _SEEN.append(("/Attribute", node))
+
+    def visit_Lambda(self, node):
+        self.calls.append(("Lambda", node))
+        return False  # not its body
+
+    def leave_Call(self, node):
+        self.calls.append(("/Call", node))
+
+
+def test_per_class_callback_tables_call_what_libcst_calls():
+    total = 0
+    for name, module in _parsed():
+        _SEEN.clear()
+        with fastwalk.libcst_walk():
+            module.visit(_OddCallbacks())
+        reference = list(_SEEN)
+        _SEEN.clear()
+        module.visit(_OddCallbacks())
+        assert [(c[0], id(c[1])) for c in _SEEN] == [(c[0], id(c[1])) for c in reference], name
+        total += len(reference)
+    assert total > 1000
+    assert fastwalk._class_callback(_OddCallbacks, "visit_Name") is fastwalk._DYNAMIC
+    assert fastwalk._class_callback(_OddCallbacks, "visit_Call") is None  # libcst's no-op stub
+
+
 def test_a_batch_gets_every_method_call_in_order():
     total = 0
     for name, module in _parsed():
