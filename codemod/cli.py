@@ -64,8 +64,21 @@ def entry() -> None:
 
     try:
         main()
-    finally:
-        signal.signal(signal.SIGINT, signal.SIG_IGN)
+    except SystemExit as done:  # click's standalone mode always ends so
+        code = done.code
+    except KeyboardInterrupt:  # landed in click's own start or end, outside the command's handler
+        code = 130
+    else:  # pragma: no cover
+        code = 0
+    # An interrupt that lands while SIGINT is being ignored surfaces in `signal.signal` (its Python
+    # wrapper): dropped like the ones after it.
+    while True:
+        try:
+            signal.signal(signal.SIGINT, signal.SIG_IGN)
+            break
+        except KeyboardInterrupt:
+            pass
+    sys.exit(code)
 
 
 def _tolerant_output_streams() -> None:

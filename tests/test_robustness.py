@@ -587,6 +587,25 @@ def test_python_dash_m_exits_130_after_an_interrupt_inside_a_string_exec(tmp_pat
     assert done.stderr.strip() == "pmap-migrate: interrupted"
 
 
+def test_ctrl_c_while_interrupts_are_being_ignored_is_ignored(tmp_path):
+    """An interrupt landing just as the run, done and reported, starts ignoring them (it surfaces in
+    `signal.signal`, seen once in CI) neither prints a traceback nor replaces the exit code."""
+    done = _check_with_startup_hook(tmp_path, (
+        "import os, signal\n\n"
+        "_signal = signal.signal\n"
+        "_sent = []\n\n"
+        "def interrupting(number, handler):\n"
+        "    if number == signal.SIGINT and handler is signal.SIG_IGN and not _sent:\n"
+        "        _sent.append(True)\n"
+        "        os.kill(os.getpid(), signal.SIGINT)\n"
+        "        for _ in range(1000):  # the interrupt surfaces here, before SIGINT is ignored\n"
+        "            pass\n"
+        "    return _signal(number, handler)\n\n"
+        "signal.signal = interrupting\n"))
+    assert done.returncode == 1, (done.returncode, done.stderr)
+    assert "legacy.py:3:8: PM101" in done.stdout and done.stderr == ""
+
+
 def test_ctrl_c_while_python_shuts_down_is_ignored(tmp_path):
     """The work done and reported, an interrupt during Python's shutdown neither prints a traceback
     nor replaces the exit code (1: findings)."""
