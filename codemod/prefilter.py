@@ -133,7 +133,7 @@ class Gate:
         it in one of the forms of ``NameText`` or holds a star import. One pass lists the words
         (searching the bytes once per component cost three times as much). Before that, a name's
         first component must occur in the bytes at all (most files that do not use jax are out)."""
-        if not any(first in data for first in self.firsts):
+        if self.firsts and not any(first in data for first in self.firsts):
             return False
         words = self.words.intersection(_WORD.findall(data))
         if not words:
