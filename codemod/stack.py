@@ -43,9 +43,8 @@ def on_deep_stack(function):
             except BaseException as error:  # handed to the caller's thread
                 outcome["error"] = error
 
-        with _lock:  # the recursion limit and the thread stack size are process-wide settings
-            collecting = gc.isenabled()
-            gc.disable()
+        # The recursion limit and the thread stack size are process-wide settings.
+        with _lock, collector_paused():
             previous_limit = sys.getrecursionlimit()
             sys.setrecursionlimit(max(previous_limit, RECURSION_LIMIT))
             try:
@@ -66,8 +65,6 @@ def on_deep_stack(function):
                     thread.join()
             finally:
                 sys.setrecursionlimit(previous_limit)
-                if collecting:
-                    gc.enable()
         if thread is None:
             return function(*args, **kwargs)
         if "error" in outcome:
@@ -79,8 +76,8 @@ def on_deep_stack(function):
 
 @contextlib.contextmanager
 def collector_paused():
-    """The cyclic garbage collector paused within the block (as it is for an analysis): Python's
-    own parser makes tens of thousands of objects per file, none of them in a cycle."""
+    """The cyclic garbage collector paused within the block (an analysis, and the `ast` step before
+    it: a parse makes tens of thousands of objects per file that live until the file is done)."""
     collecting = gc.isenabled()
     gc.disable()
     try:
