@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import libcst as cst
 from libcst.metadata import CodeRange, MetadataWrapper
@@ -104,6 +104,7 @@ class Analysis:
     module: cst.Module
     findings: list[Finding]
     positions: Mapping[cst.CSTNode, CodeRange]
+    parents: Mapping[cst.CSTNode, cst.CSTNode] = field(default_factory=dict)  # of the nodes the analysis indexed
 
 
 def analyse(module: cst.Module, path: str, rules: Sequence[type[Rule]],
@@ -152,7 +153,7 @@ def analyse(module: cst.Module, path: str, rules: Sequence[type[Rule]],
         )
         findings.append(Finding(diagnostic, report.node, report.fix))
     findings.sort(key=lambda f: f.diagnostic.sort_key())
-    return Analysis(module, findings, positions)
+    return Analysis(module, findings, positions, context.model.parents)
 
 
 # Nesting beyond this many tree levels is the code's own: Python's compiler gives up well before

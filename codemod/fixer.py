@@ -11,8 +11,9 @@ from __future__ import annotations
 
 import sys
 import warnings
-from collections.abc import Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
+from itertools import chain
 
 import libcst as cst
 from libcst.codemod import CodemodContext
@@ -86,10 +87,19 @@ def choose(analysis: Analysis, candidates: Sequence[Finding]) -> list[Finding]:
 
 
 class _Replace(cst.CSTTransformer):
-    def __init__(self, replacements: dict[cst.CSTNode, Edit], insertions: dict[cst.CSTNode, list]) -> None:
+    """Replaces the edits' targets and puts their insertions before them. libcst's transformer
+    copies every node it walks into; given ``toward`` (the ids of the targets and of all their
+    ancestors), the walk enters only those, and every other subtree comes back as it is."""
+
+    def __init__(self, replacements: dict[cst.CSTNode, Edit], insertions: dict[cst.CSTNode, list],
+                 toward: set[int] | None = None) -> None:
         super().__init__()
         self.replacements = replacements
         self.insertions = insertions
+        self.toward = toward
+
+    def on_visit(self, node: cst.CSTNode) -> bool:
+        return self.toward is None or id(node) in self.toward
 
     def on_leave(self, original_node, updated_node):
         edit = self.replacements.get(original_node)
@@ -109,7 +119,75 @@ def _clean_indent(module: cst.Module) -> cst.Module:
     return module if clean == module.default_indent else module.with_changes(default_indent=clean)
 
 
-def apply(module: cst.Module, chosen: Sequence[Finding]) -> cst.Module:
+def _import_head(module: cst.Module) -> int:
+    """How many of the module's first statements libcst's `AddImportsVisitor` may read or change,
+    counted generously: the first statement (a docstring it keeps first), the import lines after it
+    (where the new imports go), and the statement after those (it may get an empty line before it)."""
+    body = module.body
+    end = 1
+    while end < len(body) and isinstance(body[end], cst.SimpleStatementLine) \
+            and all(isinstance(small, (cst.Import, cst.ImportFrom)) for small in body[end].body):
+        end += 1
+    return min(end + 1, len(body))
+
+
+def _add_imports(module: cst.Module, context: CodemodContext) -> cst.Module:
+    """libcst's `AddImportsVisitor` on the module, with what it scheduled in ``context``.
+
+    It reads and changes only the statements `_import_head` counts (the imports at the top, where
+    it also puts new ones), but its transform copies the whole module and walks every node: it runs
+    on a module of those statements, the rest of the body is put back after them, and a compound
+    statement among them (a class or function, which none of its tests matches) stands in as a
+    ``pass`` line with the same leading lines, which get the empty line it may add."""
+    head = _import_head(module)
+    shell = list(module.body[:head])
+    stubbed = {i: statement for i, statement in enumerate(shell) if isinstance(statement, cst.BaseCompoundStatement)}
+    if head == len(module.body) and not stubbed:
+        return AddImportsVisitor(context).transform_module(module)
+    for i, statement in stubbed.items():
+        shell[i] = cst.SimpleStatementLine(body=[cst.Pass()], leading_lines=statement.leading_lines)
+    done = list(AddImportsVisitor(context).transform_module(module.with_changes(body=shell)).body)
+    # It only inserts statements, before the first one that is neither a docstring nor an import:
+    # the statements from the first stub on are the last ones of its result.
+    offset = len(done) - len(shell)
+    for i, statement in stubbed.items():
+        done[i + offset] = statement.with_changes(leading_lines=done[i + offset].leading_lines)
+    return module.with_changes(body=(*done, *module.body[head:]))
+
+
+class _RemoveImports(RemoveImportsVisitor):
+    """libcst's `RemoveImportsVisitor`, whose transform (which copies every node it walks into)
+    does not enter expressions and simple statements other than imports: it changes nothing but
+    import statements, and none can be inside those."""
+
+    def on_visit(self, node: cst.CSTNode) -> bool:
+        return super().on_visit(node) and not isinstance(node, _NO_IMPORTS_INSIDE)
+
+
+_NO_IMPORTS_INSIDE = (cst.BaseExpression, cst.Decorator, cst.Parameters, cst.Annotation, cst.Arg,
+                      cst.AnnAssign, cst.Assert, cst.Assign, cst.AugAssign, cst.Break, cst.Continue, cst.Del,
+                      cst.Expr, cst.Global, cst.Nonlocal, cst.Pass, cst.Raise, cst.Return, cst.TypeAlias)
+
+
+def _toward(module: cst.Module, targets: Iterable[cst.CSTNode],
+            parents: Mapping[cst.CSTNode, cst.CSTNode]) -> set[int] | None:
+    """The ids of ``targets`` and of their ancestors up to ``module``; None when a target's line of
+    parents does not reach the module (a node the analysis did not index: walk everything)."""
+    toward = {id(module)}
+    for target in targets:
+        node = target
+        while node is not module and id(node) not in toward:
+            toward.add(id(node))
+            node = parents.get(node)
+            if node is None:
+                return None
+    return toward
+
+
+def apply(module: cst.Module, chosen: Sequence[Finding],
+          parents: Mapping[cst.CSTNode, cst.CSTNode] | None = None) -> cst.Module:
+    """The module with the fixes of ``chosen`` applied (with ``parents``, the analysis' map of
+    ``module``'s nodes, only the paths to the edits' targets are rebuilt)."""
     replacements: dict[cst.CSTNode, Edit] = {}
     insertions: dict[cst.CSTNode, list] = {}
     for finding in chosen:
@@ -119,7 +197,8 @@ def apply(module: cst.Module, chosen: Sequence[Finding]) -> cst.Module:
             if edit.before:
                 insertions.setdefault(edit.target, []).extend(edit.before)
     if replacements or insertions:
-        module = module.visit(_Replace(replacements, insertions))
+        toward = None if not parents else _toward(module, chain(replacements, insertions), parents)
+        module = module.visit(_Replace(replacements, insertions, toward))
     context = CodemodContext()
     # libcst takes the first indented line's indentation as the module's unit, form feed included
     # (`\f    x = 1`); its import visitors reject that unit and generated blocks would repeat the
@@ -131,11 +210,11 @@ def apply(module: cst.Module, chosen: Sequence[Finding]) -> cst.Module:
     if adds:
         for spec in dict.fromkeys(adds):
             AddImportsVisitor.add_needed_import(context, spec.module, spec.name, spec.asname)
-        module = AddImportsVisitor(context).transform_module(module)
+        module = _add_imports(module, context)
     if removes:
         for spec in dict.fromkeys(removes):
             RemoveImportsVisitor.remove_unused_import(context, spec.module, spec.name, spec.asname)
-        module = RemoveImportsVisitor(context).transform_module(module)
+        module = _RemoveImports(context).transform_module(module)
     return module
 
 
@@ -195,6 +274,13 @@ def fix_bytes(data: bytes, path: str, rules: Sequence[type[Rule]], *, unsafe: bo
     The idiomatic option only takes effect with ``unsafe`` (its fixes are unsafe); without it the
     faithful rewrite applies."""
     outcome = FixOutcome(path, data)
+    made: dict[int, tuple[cst.Module, bytes]] = {}
+
+    def rendered(tree: cst.Module) -> bytes:  # a module's code, made once (a large module's takes a while)
+        if id(tree) not in made:
+            made[id(tree)] = tree, tree.bytes
+        return made[id(tree)][1]
+
     if options is not None and options.idiomatic and not unsafe:
         options = replace(options, idiomatic=False)
     module = None
@@ -208,9 +294,9 @@ def fix_bytes(data: bytes, path: str, rules: Sequence[type[Rule]], *, unsafe: bo
             chosen = choose(analysis, [f for f in analysis.findings if applicable(f, unsafe)])
             if not chosen:
                 break
-            candidate = apply(analysis.module, chosen)
+            candidate = apply(analysis.module, chosen, analysis.parents)
             new_bytes = candidate.bytes
-            if new_bytes == analysis.module.bytes:
+            if new_bytes == rendered(analysis.module):
                 break
             reparsed = parse(new_bytes, path)
             if isinstance(reparsed, FileError):
@@ -221,8 +307,8 @@ def fix_bytes(data: bytes, path: str, rules: Sequence[type[Rule]], *, unsafe: bo
             outcome.applied.extend(f.diagnostic for f in chosen)
             outcome.rounds += 1
             analysis = analyse(reparsed, path, rules, options)
-        final = analysis.module.bytes
-        roundtrip = final if outcome.rounds == 0 else _clean_indent(module).bytes
+        final = rendered(analysis.module)
+        roundtrip = final if outcome.rounds == 0 else rendered(_clean_indent(module))
         if roundtrip != data:
             # libcst re-rendered bytes that no fix touched (form feeds in indentation): put them back
             final = _restore_lost_lines(data, roundtrip, final)

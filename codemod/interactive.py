@@ -211,7 +211,7 @@ def review_file(data: bytes, shown: str, rules: Sequence[type[Rule]], settings: 
             return result
 
         def rendered(findings: Sequence[Finding], analysis=analysis, current=current, roundtrip=roundtrip) -> bytes:
-            fixed = apply(analysis.module, findings).bytes
+            fixed = apply(analysis.module, findings, analysis.parents).bytes
             return fixed if roundtrip == current else _restore_lost_lines(current, roundtrip, fixed)
 
         keys = _keys(analysis, analysis.findings)

@@ -156,3 +156,135 @@ def test_removing_a_statement_keeps_the_comments_above_it():
     last = b"import jax\n\ndef outer():\n    x = 1\n    # the alias\n    mapper = jax.pmap\n"
     fixed = fix_bytes(last, "m.py", all_rules(), unsafe=True)
     assert fixed.fixed.endswith(b"    x = 1\n    # the alias\n    pass\n"), fixed.fixed
+
+
+# --- the import steps: the same module as libcst's own visitors make, at a fraction of the walk ---
+
+_IMPORT_MODULES = [
+    "",
+    "x = 1\n",
+    '"""doc"""\n',
+    '"""doc"""\nimport os\n',
+    '"""doc"""\n\nimport os\nfrom mathlib import sqrt\n\n\ndef f():\n    return os.sep\n',
+    "__strict__ = True\nimport os\nclass A:\n    def f(self):\n        return 1\n",
+    "import os\n# a comment\nclass A:\n    x = 1\n\n\nclass B:\n    pass\n",
+    "# header comment\n\nclass A:\n    import json\n\nimport os\n",
+    "if TYPE_CHECKING:\n    import typing\nimport os\n",
+    "from __future__ import annotations\nimport os; import sys\n\n@decorator\ndef f(x):\n    import mathlib\n    return x\n",
+    "from mathlib import (\n    sqrt,  # keep\n    floor,\n)\nfrom jax.sharding import Mesh\n\ntry:\n    import numpy\nexcept ImportError:\n    numpy = None\n",
+    '"""doc"""\nfrom mathlib import *\n\nasync def g():\n    pass\n',
+    "\f\nimport os\ndef f():\n    pass\n",
+    "def f():\n    pass\n",
+    "@dataclass\nclass A:\n    x: int\n",
+    "import os\nimport sys\n",
+]
+
+_ADDED = [
+    [("runtime_shim", None, None)],
+    [("mathlib", "times_two", None), ("jax.sharding", "NamedSharding", None), ("jax.sharding", "Mesh", None)],
+    [("__future__", "annotations", None), ("numpy", None, "np")],
+    [("mathlib", "sqrt", "square_root"), ("os", None, None)],
+]
+
+
+def _with_imports_added(module: cst.Module, added, own: bool) -> cst.Module:
+    from libcst.codemod import CodemodContext
+    from libcst.codemod.visitors import AddImportsVisitor
+
+    from codemod.fixer import _add_imports
+    context = CodemodContext()
+    for spec in added:
+        AddImportsVisitor.add_needed_import(context, *spec)
+    return _add_imports(module, context) if own else AddImportsVisitor(context).transform_module(module)
+
+
+def test_adding_imports_gives_libcsts_own_result():
+    for source in _IMPORT_MODULES:
+        for added in _ADDED:
+            module = cst.parse_module(source)
+            expected = _with_imports_added(module, added, own=False).code
+            assert _with_imports_added(module, added, own=True).code == expected, (source, added)
+
+
+def test_adding_imports_walks_only_the_head_of_the_module():
+    from libcst.codemod.visitors import AddImportsVisitor
+
+    body = "".join(f"def f{i}(x):\n    return [x + {i} for _ in range(3)]\n\n\n" for i in range(200))
+    module = cst.parse_module('"""doc"""\nimport os\n\n\n' + body)
+    visited: list[cst.CSTNode] = []
+    original = AddImportsVisitor.on_visit
+
+    def counting(self, node):
+        visited.append(node)
+        return original(self, node)
+
+    AddImportsVisitor.on_visit = counting
+    try:
+        added = _with_imports_added(module, [("runtime_shim", None, None)], own=True)
+    finally:
+        AddImportsVisitor.on_visit = original
+    assert added.code.startswith('"""doc"""\nimport os\nimport runtime_shim\n\n\ndef f0(x):')
+    assert 0 < len(visited) < 40  # the docstring, the two import lines and a stand-in for f0
+
+
+_REMOVED = [
+    [("os", None, None)],
+    [("mathlib", "sqrt", None), ("mathlib", "floor", None)],
+    [("numpy", None, None), ("typing", None, None), ("json", None, None), ("mathlib", None, None)],
+    [("mathlib", "*", None), ("sys", None, None), ("jax.sharding", "Mesh", None)],
+]
+
+
+def _with_imports_removed(module: cst.Module, removed, own: bool) -> cst.Module:
+    from libcst.codemod import CodemodContext
+    from libcst.codemod.visitors import RemoveImportsVisitor
+
+    from codemod.fixer import _RemoveImports
+    context = CodemodContext()
+    for spec in removed:
+        RemoveImportsVisitor.remove_unused_import(context, *spec)
+    return (_RemoveImports if own else RemoveImportsVisitor)(context).transform_module(module)
+
+
+def test_removing_imports_gives_libcsts_own_result():
+    sources = [*_IMPORT_MODULES,
+               "import os\n\ndef f():\n    import os\n    return 1\n",
+               "def f():\n    if x:\n        import json\n        from mathlib import sqrt, floor\n    return sqrt(2)\n",
+               "import os, sys\nprint(sys.argv)\n__all__ = ['os']\n"]
+    changed = 0
+    for source in sources:
+        for removed in _REMOVED:
+            module = cst.parse_module(source)
+            expected = _with_imports_removed(module, removed, own=False).code
+            assert _with_imports_removed(module, removed, own=True).code == expected, (source, removed)
+            changed += expected != source
+    assert changed >= 10  # the cases do remove imports
+
+
+def test_a_fix_rebuilds_only_the_path_to_its_target():
+    from codemod.engine import analyse
+    from codemod.fixer import _Replace, applicable, apply
+
+    source = "".join(f"def f{i}(x):\n    return [x + {i} for _ in range(3)]\n\n\n" for i in range(100))
+    module = cst.parse_module(source + "y = double(3)\n")
+    analysis = analyse(module, "m.py", [DoubleToTimesTwo])
+    chosen = [f for f in analysis.findings if applicable(f, False)]
+    assert len(chosen) == 1
+    left: list[cst.CSTNode] = []
+    original = _Replace.on_leave
+
+    def counting(self, original_node, updated_node):
+        left.append(original_node)
+        return original(self, original_node, updated_node)
+
+    _Replace.on_leave = counting
+    try:
+        pruned = apply(analysis.module, chosen, analysis.parents).code
+        assert len(left) < 120  # the module, 101 statements at its level, and the way down to the call
+        left.clear()
+        whole = apply(analysis.module, chosen).code
+        assert len(left) > 1000
+    finally:
+        _Replace.on_leave = original
+    assert pruned == whole
+    assert pruned.endswith("y = times_two(3)\n") and pruned.startswith("from mathlib import times_two\n")
