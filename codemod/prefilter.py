@@ -25,11 +25,12 @@ import warnings
 from collections import deque
 from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
-from functools import lru_cache
+from functools import cached_property, lru_cache
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
     from rules.base import Rule
+    from rules.gates import Declared
 
 
 # Between the parts of a dotted name: blanks, line continuations, comments (inside brackets).
@@ -49,19 +50,22 @@ class NameText:
     imported under another name (``import a.b as x``, ``from a import b as x``) and some ``.c``.
     A star import is tested apart. The regular expressions start with a literal: fast to search."""
 
+    name: str
     # Every component (once), the last one first.
     parts: tuple[bytes, ...]
-    strong: tuple[re.Pattern[bytes], ...]
-    alias: re.Pattern[bytes] | None
-    attribute: re.Pattern[bytes] | None
 
     @classmethod
-    def of(cls, name: str) -> "NameText":
-        components = [re.escape(part).encode() for part in name.split(".")]
-        parts = tuple(dict.fromkeys(part.encode() for part in reversed(name.split("."))))
+    def of(cls, name: str) -> NameText:
+        return cls(name, tuple(dict.fromkeys(part.encode() for part in reversed(name.split(".")))))
+
+    @cached_property
+    def patterns(self) -> tuple[tuple[re.Pattern[bytes], ...], re.Pattern[bytes] | None, re.Pattern[bytes] | None]:
+        """``(strong, alias, attribute)``: compiled on first use (a hundred names' expressions take
+        a tenth of a second, which a run whose files all fail the cheaper tests never needs)."""
+        components = [re.escape(part).encode() for part in self.name.split(".")]
         last = components[-1]
         if len(components) == 1:
-            return cls(parts, (re.compile(last + rb"\b"),), None, None)
+            return (re.compile(last + rb"\b"),), None, None
         prev = components[-2]
         module = (_BLANKS + rb"*\." + _BLANKS + rb"*").join(components[:-1])
         chain = re.compile(prev + _GAP + rb"\." + _GAP + last + rb"\b")
@@ -71,13 +75,13 @@ class NameText:
             + rb"|" + _BLANKS + rb"*\((?:[^)#]|#[^\n]*\n)*?\b" + last + rb"\b)")  # in brackets
         alias = re.compile(prev + _BLANKS + rb"+as" + _BLANKS + rb"+\w")
         attribute = re.compile(rb"\." + _GAP + last + rb"\b")
-        return cls(parts, (chain, imported), alias, attribute)
+        return (chain, imported), alias, attribute
 
     def shown(self, data: bytes) -> bool:
-        if any(pattern.search(data) for pattern in self.strong):
+        strong, alias, attribute = self.patterns
+        if any(pattern.search(data) for pattern in strong):
             return True
-        return self.alias is not None and self.alias.search(data) is not None \
-            and self.attribute.search(data) is not None
+        return alias is not None and alias.search(data) is not None and attribute.search(data) is not None
 
 
 @dataclass(frozen=True)
@@ -95,7 +99,7 @@ class Gate:
     firsts: tuple[bytes, ...] = ()  # their first components (``jax``, ``flax``)
 
     @classmethod
-    def of(cls, rules: Sequence[type[Rule]]) -> "Gate":
+    def of(cls, rules: Sequence[type[Rule] | Declared]) -> "Gate":
         triggers: set[bytes] = set()
         names: set[str] = set()
         context: set[str] = set()
@@ -173,6 +177,15 @@ class Gate:
 def gate_of(rules: tuple[type[Rule], ...]) -> Gate:
     """``Gate.of(rules)``, made once per set of rules."""
     return Gate.of(rules)
+
+
+@lru_cache(maxsize=16)
+def gate_of_codes(codes: tuple[str, ...]) -> Gate:
+    """The gate of the registered rules ``codes``, from their declarations (rules/gates.py): no
+    rule, and so not libcst, is imported."""
+    from rules.gates import BY_CODE
+
+    return Gate.of(tuple(BY_CODE[code] for code in codes))
 
 
 def _notebook_code(data: bytes) -> bytes | None:

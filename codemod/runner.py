@@ -108,9 +108,9 @@ def fix_file(data: bytes, shown: str, rules: Sequence[type[Rule]], *, unsafe: bo
 
 
 def _gate_for(codes: tuple[str, ...]) -> Gate:
-    from codemod.prefilter import gate_of  # loaded with the first file to read
+    from codemod.prefilter import gate_of_codes  # loaded with the first file to read
 
-    return gate_of(rules_for(codes))
+    return gate_of_codes(codes)
 
 
 def _check_job(job: tuple[str, str, tuple[str, ...], RuleOptions, bool, bytes | None]

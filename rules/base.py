@@ -9,13 +9,13 @@ from __future__ import annotations
 
 import inspect
 import textwrap
-from dataclasses import dataclass, field
 from collections.abc import Callable
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, ClassVar
 
 import libcst as cst
 
-from rules import tables
+from rules import gates
 from rules.options import RuleOptions  # re-exported; apart so that the cached path needs no libcst
 
 if TYPE_CHECKING:
@@ -114,8 +114,10 @@ class Rule(cst.BatchableCSTVisitor):
     CODE: ClassVar[str]
     NAME: ClassVar[str]
     MESSAGE: ClassVar[str]
-    # Substrings of which at least one must occur in a file for the rule to possibly fire;
-    # the text prefilter skips parsing files that contain none of any enabled rule's triggers.
+    # The prefilter's inputs; a registered rule takes them from rules/gates.py (so that the
+    # prefilter works without importing any rule). Substrings of which at least one must occur in
+    # a file for the rule to possibly fire; the text prefilter skips parsing files that contain
+    # none of any enabled rule's triggers.
     TRIGGERS: ClassVar[tuple[str, ...]] = ("pmap",)
     # Qualified names (or removed modules) of which the file must refer to one for the rule to
     # possibly fire, through its imports; tested with Python's `ast` when no trigger occurs
@@ -124,8 +126,7 @@ class Rule(cst.BatchableCSTVisitor):
     # Qualified names (or modules) whose use anywhere in a module changes what the rule reports or
     # how it fixes (a multi-process program, PM501); `check` analyses only the parts of a large
     # module that may matter (codemod/slices.py), and keeps the parts that use these.
-    CONTEXT_NAMES: ClassVar[frozenset[str]] = tables.MULTI_PROCESS | frozenset(
-        p.rstrip(".") for p in tables.MULTI_PROCESS_PREFIXES)
+    CONTEXT_NAMES: ClassVar[frozenset[str]] = gates.MULTI_PROCESS_CONTEXT
     VALID: ClassVar[list[Valid]] = []
     INVALID: ClassVar[list[Invalid]] = []
 

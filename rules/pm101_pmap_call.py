@@ -2,7 +2,7 @@ from __future__ import annotations
 
 import libcst as cst
 
-from rules import tables
+from rules import gates
 from rules.api_rewrite import delete_line
 from rules.base import FixSpec, Invalid, Rule, Valid
 from rules.idiomatic_rewrite import idiomatic_fix
@@ -72,8 +72,8 @@ class PmapCall(Rule):
 
     CODE = "PM101"
     NAME = "pmap-call"
-    TRIGGERS = ()
-    NAMES = tables.PMAP
+    TRIGGERS = gates.PM101.TRIGGERS
+    NAMES = gates.PM101.NAMES
     MESSAGE = "`jax.pmap` is the legacy pmap; migrate to `jax.jit(jax.shard_map(...))`"
 
     VALID = [

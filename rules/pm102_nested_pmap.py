@@ -2,7 +2,7 @@ from __future__ import annotations
 
 import libcst as cst
 
-from rules import tables
+from rules import gates
 from rules.base import Invalid, Rule, Valid
 from rules.semantic import TransformSite
 
@@ -57,8 +57,8 @@ class NestedPmap(Rule):
     CODE = "PM102"
     NAME = "nested-pmap"
     MESSAGE = "pmap nested inside a pmapped function: the new `jax.pmap` (a shard_map) raises on nesting"
-    TRIGGERS = ()
-    NAMES = tables.PMAP
+    TRIGGERS = gates.PM102.TRIGGERS
+    NAMES = gates.PM102.NAMES
 
     VALID = [
         Valid("import jax\nstep = jax.pmap(jax.vmap(f, axis_name='j'), axis_name='i')\n"),

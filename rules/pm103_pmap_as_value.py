@@ -2,7 +2,7 @@ from __future__ import annotations
 
 import libcst as cst
 
-from rules import tables
+from rules import gates
 from rules.base import FixSpec, Invalid, Rule, Valid
 from rules.pmap_rewrite import rewriter_for
 from rules.semantic import PMAP
@@ -60,8 +60,8 @@ class PmapAsValue(Rule):
     NAME = "pmap-as-value"
     MESSAGE = ("`jax.pmap` used as a value: where it is finally applied cannot be checked or rewritten; "
                "pass `runtime_shim.pmap` or a shard_map-based function instead")
-    TRIGGERS = ()
-    NAMES = tables.PMAP
+    TRIGGERS = gates.PM103.TRIGGERS
+    NAMES = gates.PM103.NAMES
 
     VALID = [
         Valid("import jax\nstep = jax.pmap(f)\n"),

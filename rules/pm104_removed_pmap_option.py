@@ -4,7 +4,7 @@ import re
 
 import libcst as cst
 
-from rules import tables
+from rules import gates, tables
 from rules.base import Edit, FixSpec, Invalid, Rule, Valid
 from rules.placement_rewrite import remove_line
 from rules.semantic import PMAP
@@ -71,7 +71,7 @@ class RemovedPmapOption(Rule):
     CODE = "PM104"
     NAME = "removed-pmap-option"
     MESSAGE = "`jax_pmap_shmap_merge` was removed in jax 0.10.0: the legacy pmap cannot be selected any more"
-    TRIGGERS = ("global_arg_shapes", "pmap_shmap_merge", "PMAP_SHMAP_MERGE")
+    TRIGGERS = gates.PM104.TRIGGERS
 
     VALID = [
         Valid("import jax\nstep = jax.pmap(f, axis_name='i', in_axes=(0, None))\n"),

@@ -2,7 +2,7 @@ from __future__ import annotations
 
 import libcst as cst
 
-from rules import tables
+from rules import gates
 from rules.base import FixSpec, Invalid, Rule, Valid
 from rules.placement_rewrite import (
     is_assignment_target,
@@ -68,8 +68,8 @@ class ShardedIntIndex(Rule):
     NAME = "sharded-int-index"
     MESSAGE = ("integer index into the device axis of a pmap output: now a cross-device gather; "
                "read `x.addressable_shards[0].data` for one device's slice")
-    TRIGGERS = ()
-    NAMES = tables.PMAP | tables.DEVICE_PUT_SHARDED | tables.DEVICE_PUT_REPLICATED | tables.FLAX_REPLICATE
+    TRIGGERS = gates.PM201.TRIGGERS
+    NAMES = gates.PM201.NAMES
 
     VALID = [
         Valid("import numpy as np\nx = np.ones((8, 3))\ny = x[0]\n"),

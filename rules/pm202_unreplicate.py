@@ -2,7 +2,7 @@ from __future__ import annotations
 
 import libcst as cst
 
-from rules import tables
+from rules import gates, tables
 from rules.api_rewrite import code_of, removal_spec
 from rules.base import Edit, FixSpec, ImportSpec, Invalid, Rule, Valid
 from rules.placement_rewrite import (
@@ -78,9 +78,8 @@ class Unreplicate(Rule):
     NAME = "unreplicate"
     MESSAGE = ("`tree_map(lambda x: x[0], ...)` on a pmap output gathers every leaf across devices; "
                "read `x.addressable_shards[0].data` instead")
-    TRIGGERS = ()
-    NAMES = (tables.PMAP | tables.DEVICE_PUT_SHARDED | tables.DEVICE_PUT_REPLICATED | tables.FLAX_REPLICATE
-             | tables.FLAX_UNREPLICATE)
+    TRIGGERS = gates.PM202.TRIGGERS
+    NAMES = gates.PM202.NAMES
 
     VALID = [
         Valid("import jax\nfirst = jax.tree_util.tree_map(lambda x: x[0], batch)\n"),

@@ -2,7 +2,7 @@ from __future__ import annotations
 
 import libcst as cst
 
-from rules import tables
+from rules import gates, tables
 from rules.base import Invalid, Rule, Valid
 from rules.placement_rewrite import removed_helper_fix
 
@@ -67,8 +67,8 @@ class DevicePutReplicated(Rule):
     NAME = "device-put-replicated"
     MESSAGE = ("`jax.device_put_replicated` was removed in jax 0.10.0; use `jax.device_put` with a "
                "`NamedSharding` (or `runtime_shim.device_put_replicated`)")
-    TRIGGERS = ()
-    NAMES = tables.DEVICE_PUT_REPLICATED
+    TRIGGERS = gates.PM301.TRIGGERS
+    NAMES = gates.PM301.NAMES
 
     VALID = [
         Valid("import jax\nx = jax.device_put(params, sharding)\n"),

@@ -2,7 +2,7 @@ from __future__ import annotations
 
 import libcst as cst
 
-from rules import tables
+from rules import gates, tables
 from rules.base import Invalid, Rule, Valid
 from rules.placement_rewrite import removed_helper_fix
 
@@ -59,8 +59,8 @@ class DevicePutSharded(Rule):
     NAME = "device-put-sharded"
     MESSAGE = ("`jax.device_put_sharded` was removed in jax 0.10.0; stack the shards and `jax.device_put` "
                "them with `NamedSharding(mesh, P('i'))` (or use `runtime_shim.device_put_sharded`)")
-    TRIGGERS = ()
-    NAMES = tables.DEVICE_PUT_SHARDED
+    TRIGGERS = gates.PM302.TRIGGERS
+    NAMES = gates.PM302.NAMES
 
     VALID = [
         Valid("import jax\nx = jax.device_put(batch, NamedSharding(mesh, P('i')))\n"),

@@ -5,7 +5,7 @@ from dataclasses import replace
 import libcst as cst
 from libcst.metadata import ImportAssignment
 
-from rules import tables
+from rules import gates, tables
 from rules.api_rewrite import code_of, removal_spec
 from rules.base import FixSpec, ImportSpec, Invalid, Rule, Valid
 from rules.placement_rewrite import (
@@ -90,8 +90,8 @@ class FlaxReplicate(Rule):
     CODE = "PM303"
     NAME = "flax-replicate"
     MESSAGE = "flax pmap-era helper builds a per-device stack for a pmap; use `jax.device_put` with a `NamedSharding`"
-    TRIGGERS = ()
-    NAMES = frozenset(tables.FLAX_PMAP_HELPERS)
+    TRIGGERS = gates.PM303.TRIGGERS
+    NAMES = gates.PM303.NAMES
 
     VALID = [
         Valid("import jax\nstate = jax.device_put(state, NamedSharding(mesh, P()))\n"),

@@ -4,7 +4,7 @@ import re
 
 import libcst as cst
 
-from rules import tables
+from rules import gates
 from rules.base import Edit, FixSpec, Invalid, Rule, Valid
 from rules.placement_rewrite import (
     Unfixable,
@@ -79,8 +79,8 @@ class ImplicitReshard(Rule):
     NAME = "implicit-reshard"
     MESSAGE = ("pmap input committed to a device by `jax.device_put(..., device)`: the new pmap raises instead "
                "of resharding it; put it with `NamedSharding(mesh, P('i'))` or leave it uncommitted")
-    TRIGGERS = ()
-    NAMES = tables.PMAP
+    TRIGGERS = gates.PM304.TRIGGERS
+    NAMES = gates.PM304.NAMES
 
     VALID = [
         Valid("import jax\nstep = jax.pmap(f)\nout = step(jax.device_put(x))\n"),

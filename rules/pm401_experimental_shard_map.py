@@ -2,7 +2,7 @@ from __future__ import annotations
 
 import libcst as cst
 
-from rules import tables
+from rules import gates, tables
 from rules.api_rewrite import (
     FixParts,
     ImportRule,
@@ -97,8 +97,8 @@ class ExperimentalShardMap(ImportRule):
         "(mesh, in_specs and out_specs are keyword-only there; `check_rep=` became `check_vma=`)"
     )
     # The experimental shard_map by name; the removed keywords on any shard_map by their text.
-    TRIGGERS = ("check_rep", "auto=", "auto =")
-    NAMES = tables.EXPERIMENTAL_SHARD_MAP | frozenset({tables.EXPERIMENTAL_SHARD_MAP_MODULE})
+    TRIGGERS = gates.PM401.TRIGGERS
+    NAMES = gates.PM401.NAMES
 
     VALID = [
         Valid("import jax\nf = jax.shard_map(g, mesh=m, in_specs=P('i'), out_specs=P('i'), check_vma=False)\n"),

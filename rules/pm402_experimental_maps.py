@@ -2,7 +2,7 @@ from __future__ import annotations
 
 import libcst as cst
 
-from rules import tables
+from rules import gates, tables
 from rules.api_rewrite import (
     FixParts,
     Unfixable,
@@ -92,8 +92,8 @@ class ExperimentalMaps(Rule):
     NAME = "experimental-maps"
     MESSAGE = f"`{_MODULE}` was removed from jax; {_GENERAL}"
     # Every spelling names the module, in the import or as an attribute.
-    TRIGGERS = ()
-    NAMES = frozenset({tables.EXPERIMENTAL_MAPS_MODULE})
+    TRIGGERS = gates.PM402.TRIGGERS
+    NAMES = gates.PM402.NAMES
 
     VALID = [
         Valid("from jax.sharding import Mesh\nm = Mesh(devices, ('i',))\n"),

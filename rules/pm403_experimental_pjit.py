@@ -2,7 +2,7 @@ from __future__ import annotations
 
 import libcst as cst
 
-from rules import tables
+from rules import gates, tables
 from rules.api_rewrite import (
     FixParts,
     ImportRule,
@@ -105,8 +105,8 @@ class ExperimentalPjit(ImportRule):
     CODE = "PM403"
     NAME = "experimental-pjit"
     MESSAGE = pjit_message(_PJIT)
-    TRIGGERS = ("axis_resources",)  # the removed keywords, on any jit
-    NAMES = tables.PJIT
+    TRIGGERS = gates.PM403.TRIGGERS
+    NAMES = gates.PM403.NAMES
 
     VALID = [
         Valid("import jax\nstep = jax.jit(f, in_shardings=s, out_shardings=s)\n"),

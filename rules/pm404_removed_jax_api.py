@@ -2,7 +2,7 @@ from __future__ import annotations
 
 import libcst as cst
 
-from rules import tables
+from rules import gates, tables
 from rules.api_rewrite import (
     FixParts,
     ImportRule,
@@ -129,8 +129,8 @@ class RemovedJaxApi(ImportRule):
     NAME = "removed-jax-api"
     MESSAGE = ("a jax API removed by current jax (e.g. `jax.tree_map` -> `jax.tree.map`, "
                "`ShardedDeviceArray` -> `jax.Array`); each finding names its replacement")
-    TRIGGERS = ()
-    NAMES = frozenset(tables.REMOVED_BY_NAME)
+    TRIGGERS = gates.PM404.TRIGGERS
+    NAMES = gates.PM404.NAMES
 
     VALID = [
         Valid("import jax\nout = jax.tree.map(f, tree)\nleaves = jax.tree.leaves(tree)\n"),

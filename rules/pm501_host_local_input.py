@@ -2,7 +2,7 @@ from __future__ import annotations
 
 import libcst as cst
 
-from rules import tables
+from rules import gates, tables
 from rules.base import Invalid, Rule, Valid
 from rules.pmap_rewrite import rewriter_for
 
@@ -112,8 +112,8 @@ class HostLocalInput(Rule):
     MESSAGE = ("pmap in a multi-process program: its inputs and outputs are host-local arrays, converted to and "
                "from global arrays on every call by the new pmap; build global arrays with "
                "`jax.make_array_from_process_local_data`")
-    TRIGGERS = ()
-    NAMES = tables.PMAP
+    TRIGGERS = gates.PM501.TRIGGERS
+    NAMES = gates.PM501.NAMES
 
     VALID = [
         Valid("import jax\nstep = jax.pmap(f)\nn = jax.local_device_count()\n"),

@@ -218,6 +218,47 @@ def test_a_run_answered_by_the_cache_does_not_import_libcst(tmp_path):
     assert runs[0].stdout == runs[1].stdout and "PM101" in runs[1].stdout
 
 
+def test_each_rules_prefilter_inputs_are_its_declared_ones():
+    from rules.gates import BY_CODE
+
+    assert tuple(BY_CODE) == all_codes()
+    for rule in RULES:
+        declared = BY_CODE[rule.CODE]
+        assert (rule.TRIGGERS, rule.NAMES, rule.CONTEXT_NAMES) == (
+            declared.TRIGGERS, declared.NAMES, declared.CONTEXT_NAMES), rule.CODE
+        assert rule.NAMES or rule.TRIGGERS  # no rule runs on every file
+
+
+def test_the_gate_of_the_declarations_is_the_gate_of_the_rules():
+    from codemod.prefilter import gate_of_codes
+
+    codes = all_codes()
+    assert gate_of_codes(codes) == GATE
+    assert gate_of_codes(("PM104", "PM403")) == Gate.of(tuple(r for r in RULES if r.CODE in ("PM104", "PM403")))
+
+
+def test_a_run_whose_files_the_prefilter_rules_out_does_not_import_libcst(tmp_path):
+    """A pre-commit run on a commit that touches no JAX code: no rule and no libcst is imported."""
+    (tmp_path / "plain.py").write_text("import numpy as np\n\ndef pmapped_name():\n    return np.tree_map\n")
+    (tmp_path / "legacy.py").write_text("import jax\nf = jax.pmap(lambda x: x)\n")
+    script = (
+        "import sys\n"
+        "from codemod.cli import main\n"
+        "try:\n"
+        "    main(['check', '--no-cache', '--jobs', '1', *sys.argv[1:]])\n"
+        "except SystemExit as exit:\n"
+        "    print('exit', exit.code)\n"
+        "print(sorted(m for m in ('libcst', 'rules.base', 'rules.semantic') if m in sys.modules))\n"
+    )
+    plain = subprocess.run([sys.executable, "-c", script, "plain.py"], cwd=tmp_path, capture_output=True,
+                           text=True, check=True)
+    assert plain.stdout.splitlines()[-2:] == ["exit 0", "[]"], plain.stdout + plain.stderr
+    legacy = subprocess.run([sys.executable, "-c", script, "plain.py", "legacy.py"], cwd=tmp_path,
+                            capture_output=True, text=True, check=True)
+    assert "PM101" in legacy.stdout
+    assert legacy.stdout.splitlines()[-2:] == ["exit 1", "['libcst', 'rules.base', 'rules.semantic']"]
+
+
 def test_the_cache_keeps_only_a_few_result_files_of_other_selections(tmp_path):
     from codemod.cache import KEEP_OTHER_RESULTS, ResultCache
     from codemod.diagnostics import FileResult

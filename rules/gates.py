@@ -1,0 +1,49 @@
+"""What the prefilter (codemod/prefilter.py) reads of each rule, kept apart from the rules.
+
+A rule module imports libcst, whose import alone costs a tenth of a second. `check` on files the
+prefilter rules out (a pre-commit run on a commit that does not touch JAX code) needs only these
+declarations: it builds its gate from them and never imports a rule or libcst. Each rule class
+takes its ``TRIGGERS`` and ``NAMES`` from here (rules/base.py explains them); tests check that
+every rule has an entry and that the two agree.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from rules import tables
+
+# Names (or modules) whose use anywhere in a module makes it a multi-process program (PM501): the
+# slicer keeps every part of a large module that uses them, for every rule (``Rule.CONTEXT_NAMES``).
+MULTI_PROCESS_CONTEXT = tables.MULTI_PROCESS | frozenset(p.rstrip(".") for p in tables.MULTI_PROCESS_PREFIXES)
+
+
+@dataclass(frozen=True)
+class Declared:
+    """A rule's prefilter inputs, under the names of the rule's own class attributes."""
+
+    TRIGGERS: tuple[str, ...]
+    NAMES: frozenset[str] = frozenset()
+    CONTEXT_NAMES: frozenset[str] = MULTI_PROCESS_CONTEXT
+
+
+PM101 = Declared((), tables.PMAP)
+PM102 = Declared((), tables.PMAP)
+PM103 = Declared((), tables.PMAP)
+PM104 = Declared(("global_arg_shapes", "pmap_shmap_merge", "PMAP_SHMAP_MERGE"))
+PM201 = Declared((), tables.PMAP | tables.DEVICE_PUT_SHARDED | tables.DEVICE_PUT_REPLICATED | tables.FLAX_REPLICATE)
+PM202 = Declared((), tables.PMAP | tables.DEVICE_PUT_SHARDED | tables.DEVICE_PUT_REPLICATED
+                 | tables.FLAX_REPLICATE | tables.FLAX_UNREPLICATE)
+PM301 = Declared((), tables.DEVICE_PUT_REPLICATED)
+PM302 = Declared((), tables.DEVICE_PUT_SHARDED)
+PM303 = Declared((), frozenset(tables.FLAX_PMAP_HELPERS))
+PM304 = Declared((), tables.PMAP)
+PM401 = Declared(("check_rep", "auto=", "auto ="),
+                 tables.EXPERIMENTAL_SHARD_MAP | frozenset({tables.EXPERIMENTAL_SHARD_MAP_MODULE}))
+PM402 = Declared((), frozenset({tables.EXPERIMENTAL_MAPS_MODULE}))
+PM403 = Declared(("axis_resources",), tables.PJIT)  # the trigger: the removed keywords, on any jit
+PM404 = Declared((), frozenset(tables.REMOVED_BY_NAME))
+PM501 = Declared((), tables.PMAP)
+
+BY_CODE: dict[str, Declared] = {code: value for code, value in globals().items()
+                                if isinstance(value, Declared) and code.startswith("PM")}
