@@ -38,6 +38,7 @@ from __future__ import annotations
 import ast
 import contextlib
 import inspect
+import linecache
 import os
 import re
 import sys
@@ -110,6 +111,20 @@ def _field_walk(value: ast.expr, locals_: dict[str, str], module) -> tuple[str, 
     return None
 
 
+def _method_source(method) -> str:
+    """A function's source, dedented: the lines from its ``def`` to the last one its code spans
+    (``inspect.getsource`` tokenizes to find the end of the block, most of the cost of reading
+    libcst's 345 node classes once per process)."""
+    code = getattr(method, "__code__", None)
+    positions = getattr(code, "co_positions", None)
+    lines = linecache.getlines(code.co_filename) if positions is not None else []
+    ends = [end for _, end, _, _ in positions() if end is not None] if lines else []
+    if not ends or getattr(method, "__wrapped__", None) is not None:
+        return textwrap.dedent(inspect.getsource(method))
+    first = code.co_firstlineno  # the `def` line (or its first decorator's)
+    return textwrap.dedent("".join(lines[first - 1:max(ends)]))
+
+
 def plan_of(cls: type) -> _Plan | None:
     """The fields (in visiting order) whose children libcst visits for a node of ``cls``, and how;
     None when its ``_visit_and_replace_children`` is not of the simple shapes read here."""
@@ -119,8 +134,7 @@ def plan_of(cls: type) -> _Plan | None:
         pass
     plan: _Plan | None = None
     try:
-        source = textwrap.dedent(inspect.getsource(cls._visit_and_replace_children))
-        function = ast.parse(source).body[0]
+        function = ast.parse(_method_source(cls._visit_and_replace_children)).body[0]
     except (OSError, TypeError, SyntaxError, IndexError):
         function = None
     if isinstance(function, ast.FunctionDef):

@@ -297,6 +297,17 @@ def test_every_node_class_is_read_but_the_few_walked_by_libcst():
     assert ("format_spec", fastwalk.MANY_UNLESS_NONE, None) in fastwalk.plan_of(cst.FormattedStringExpression)
 
 
+def test_a_methods_source_is_what_inspect_reads():
+    import inspect
+    import textwrap
+
+    classes = fastwalk._concrete_nodes()
+    assert len(classes) > 200
+    for cls in classes:
+        method = cls._visit_and_replace_children
+        assert fastwalk._method_source(method) == textwrap.dedent(inspect.getsource(method)), cls.__name__
+
+
 def test_trivia_hold_only_trivia():
     trivia = fastwalk.trivia()
     assert {cst.SimpleWhitespace, cst.Comma, cst.EmptyLine, cst.Name, cst.Integer} <= set(trivia)
