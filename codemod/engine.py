@@ -186,7 +186,7 @@ def lint_module(module: cst.Module, path: str, rules: Sequence[type[Rule]],
                                           sliced=sliced).findings]
 
 
-def _sliced_module(data: bytes | str, path: str, rules: Sequence[type[Rule]],
+def sliced_module(data: bytes | str, path: str, rules: Sequence[type[Rule]],
                    parsed: Parsed | None) -> tuple[cst.Module, str, Slice] | None:
     """The libcst module of the relevant slice of the file (codemod/slices.py), the file's text and
     the slice; None when the whole file is to be analysed (small, not valid for `ast`, nothing to
@@ -220,7 +220,7 @@ def lint_bytes(data: bytes | str, path: str, rules: Sequence[type[Rule]],
     result = FileResult(path, parsed=True)
     module = None
     try:
-        sliced = None if whole or not rules else _sliced_module(data, path, rules, parsed)
+        sliced = None if whole or not rules else sliced_module(data, path, rules, parsed)
         if sliced is not None:
             module, source, kept = sliced
             result.diagnostics = lint_module(module, path, rules, options, source, kept)

@@ -4,7 +4,9 @@ Rules only describe fixes (``FixSpec``); this module owns turning them into new 
 round applies the innermost non-overlapping fixes (an outer fix would be built from the
 un-fixed inner code), re-parses the result, and analyses it again; the loop stops when nothing
 applicable is left, when a round changes nothing, or after ``MAX_ROUNDS``. Output that does not
-parse is never returned.
+parse is never returned. The code a round makes is first analysed through its relevant slice, as
+`check` does: when nothing applicable is left, that analysis gives the findings left, and the whole
+module is not parsed and analysed again (``_last_round``).
 """
 
 from __future__ import annotations
@@ -20,7 +22,8 @@ from libcst.codemod import CodemodContext
 from libcst.codemod.visitors import AddImportsVisitor, RemoveImportsVisitor
 
 from codemod.diagnostics import Applicability, Diagnostic, FileError, State
-from codemod.engine import Analysis, Finding, analyse, one_line, parse, recursion_error
+from codemod.engine import (Analysis, Finding, analyse, lint_module, one_line, parse, recursion_error,
+                            sliced_module)
 from codemod.stack import on_deep_stack
 from rules.base import Edit, Rule, RuleOptions
 from rules.semantic import indent_unit
@@ -266,6 +269,27 @@ def _restore_lost_lines(original: bytes, roundtrip: bytes, final: bytes) -> byte
     return b"".join(after)
 
 
+def _last_round(data: bytes, path: str, rules: Sequence[type[Rule]], options: RuleOptions | None,
+                unsafe: bool) -> list[Diagnostic] | None:
+    """The findings on ``data``, the code a round of fixes made, when none of them has a fix the
+    run may apply; None when some has, or when ``data`` is not analysed through a slice.
+
+    The next round would parse and analyse the whole module again only to find that nothing is
+    left to fix and to list the findings left. `check`'s analysis of the module's relevant slice
+    (codemod/slices.py: the same findings, fixes included, at a fraction of the cost) answers
+    both; `ast` accepting the code vouches that libcst parses it too. Otherwise the whole module is
+    parsed and analysed, as for every round."""
+    sliced = sliced_module(data, path, rules, None)
+    if sliced is None:
+        return None
+    module, source, kept = sliced
+    found = lint_module(module, path, rules, options, source, kept)
+    if any(d.state is State.ACTIVE and d.fix is not None and (unsafe or d.fix.applicability is Applicability.SAFE)
+           for d in found):
+        return None
+    return found
+
+
 @on_deep_stack
 def fix_bytes(data: bytes, path: str, rules: Sequence[type[Rule]], *, unsafe: bool = False,
               max_rounds: int = MAX_ROUNDS, options: RuleOptions | None = None) -> FixOutcome:
@@ -284,6 +308,8 @@ def fix_bytes(data: bytes, path: str, rules: Sequence[type[Rule]], *, unsafe: bo
     if options is not None and options.idiomatic and not unsafe:
         options = replace(options, idiomatic=False)
     module = None
+    final: bytes | None = None
+    remaining: list[Diagnostic] = []
     try:
         module = parse(data, path)
         if isinstance(module, FileError):
@@ -298,6 +324,12 @@ def fix_bytes(data: bytes, path: str, rules: Sequence[type[Rule]], *, unsafe: bo
             new_bytes = candidate.bytes
             if new_bytes == rendered(analysis.module):
                 break
+            last = _last_round(new_bytes, path, rules, options, unsafe)
+            if last is not None:  # nothing more to fix: the findings on the new code are those left
+                outcome.applied.extend(f.diagnostic for f in chosen)
+                outcome.rounds += 1
+                final, remaining = new_bytes, last
+                break
             reparsed = parse(new_bytes, path)
             if isinstance(reparsed, FileError):
                 codes = ", ".join(sorted({f.diagnostic.code for f in chosen}))
@@ -307,7 +339,9 @@ def fix_bytes(data: bytes, path: str, rules: Sequence[type[Rule]], *, unsafe: bo
             outcome.applied.extend(f.diagnostic for f in chosen)
             outcome.rounds += 1
             analysis = analyse(reparsed, path, rules, options)
-        final = rendered(analysis.module)
+        if final is None:
+            final = rendered(analysis.module)
+            remaining = [f.diagnostic for f in analysis.findings]
         roundtrip = final if outcome.rounds == 0 else rendered(_clean_indent(module))
         if roundtrip != data:
             # libcst re-rendered bytes that no fix touched (form feeds in indentation): put them back
@@ -324,7 +358,7 @@ def fix_bytes(data: bytes, path: str, rules: Sequence[type[Rule]], *, unsafe: bo
                     f"{sys.version_info.major}.{sys.version_info.minor} ({refusal}); file left unchanged"))
                 return outcome
             outcome.fixed = final
-        outcome.remaining = [f.diagnostic for f in analysis.findings if f.diagnostic.state is State.ACTIVE]
+        outcome.remaining = [d for d in remaining if d.state is State.ACTIVE]
     except RecursionError:
         outcome.error = recursion_error(path, module)
         outcome.fixed = None

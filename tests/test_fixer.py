@@ -288,3 +288,56 @@ def test_a_fix_rebuilds_only_the_path_to_its_target():
         _Replace.on_leave = original
     assert pruned == whole
     assert pruned.endswith("y = times_two(3)\n") and pruned.startswith("from mathlib import times_two\n")
+
+
+# --- the last round: the findings left are read from the new code's relevant slice ---
+
+_PADDING = "".join(f"def helper{i}(x):\n    return [x + {i} for _ in range(3)]\n\n\n" for i in range(30))
+
+
+def _large(body: str) -> str:
+    return "from oldlib import double\n\n" + _PADDING + body
+
+
+def test_a_large_module_s_last_round_is_the_analysis_of_its_slice(monkeypatch):
+    import codemod.fixer as fixer
+
+    analysed: list[int] = []
+    whole = fixer.analyse
+
+    def counting(module, *args, **kwargs):
+        analysed.append(len(module.code.splitlines()))
+        return whole(module, *args, **kwargs)
+
+    source = _large("x = double(double(1))  # keep me\ny = double(2)  # noqa: PM990\nz = wrap(3)\n")
+    rules = (DoubleToTimesTwo, WrapInList)
+    monkeypatch.setattr(fixer, "analyse", counting)
+    outcome = fix_bytes(source.encode(), "m.py", rules)
+    # Round 1 fixes the inner call, round 2 the outer one; the code it makes is analysed through
+    # its slice: the whole module is analysed twice, not three times.
+    assert outcome.rounds == 2 and len(analysed) == 2 and min(analysed) > 120
+    assert outcome.fixed.decode().endswith("x = times_two(times_two(1))  # keep me\n"
+                                           "y = double(2)  # noqa: PM990\nz = wrap(3)\n")
+    assert [(d.code, d.line) for d in outcome.remaining] == [("PM991", 126)]  # unsafe: not applied
+
+    # The same outcome, field for field, as with whole-module analyses in every round.
+    monkeypatch.setattr(fixer, "_last_round", lambda *args: None)
+    analysed.clear()
+    reference = fix_bytes(source.encode(), "m.py", rules)
+    assert len(analysed) == 3
+    assert (reference.fixed, reference.applied, reference.remaining, reference.rounds, reference.error) == (
+        outcome.fixed, outcome.applied, outcome.remaining, outcome.rounds, outcome.error)
+
+
+def test_the_last_round_s_slice_with_a_fix_left_sends_it_to_the_next_round():
+    from codemod.fixer import _last_round
+
+    fixed = _large("x = times_two(double(1))\n").encode()
+    assert _last_round(fixed, "m.py", (DoubleToTimesTwo,), None, False) is None
+    left = _last_round(fixed, "m.py", (DoubleToTimesTwo, WrapInList), None, False)
+    assert left is None
+    unsafe_only = _large("x = wrap(1)\n").encode()
+    found = _last_round(unsafe_only, "m.py", (DoubleToTimesTwo, WrapInList), None, False)
+    assert [(d.code, d.line) for d in found] == [("PM991", 123)]
+    assert _last_round(unsafe_only, "m.py", (DoubleToTimesTwo, WrapInList), None, True) is None
+    assert _last_round(b"x = double(1)\n", "m.py", (DoubleToTimesTwo,), None, False) is None  # small: whole
