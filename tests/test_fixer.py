@@ -341,3 +341,40 @@ def test_the_last_round_s_slice_with_a_fix_left_sends_it_to_the_next_round():
     assert [(d.code, d.line) for d in found] == [("PM991", 123)]
     assert _last_round(unsafe_only, "m.py", (DoubleToTimesTwo, WrapInList), None, True) is None
     assert _last_round(b"x = double(1)\n", "m.py", (DoubleToTimesTwo,), None, False) is None  # small: whole
+
+
+def test_matcher_visitors_find_their_decorated_methods_as_libcst_does():
+    import libcst.matchers as m
+    from libcst.codemod import CodemodContext
+    from libcst.codemod.visitors import AddImportsVisitor, RemoveImportsVisitor
+    from libcst.matchers import _visitors
+
+    import codemod.fixer  # noqa: F401  (installs the remembered answers)
+
+    class Decorated(m.MatcherDecoratableTransformer):
+        def __init__(self) -> None:
+            super().__init__()
+            self.seen: list[str] = []
+
+        @m.call_if_inside(m.FunctionDef())
+        @m.visit(m.Name())
+        def name_in_function(self, node: cst.Name) -> None:
+            self.seen.append(node.value)
+
+        @m.leave(m.Integer())
+        def bump(self, original: cst.Integer, updated: cst.Integer) -> cst.Integer:
+            return updated.with_changes(value=str(int(updated.value) + 1))
+
+    gathers = ("_gather_constructed_visit_funcs", "_gather_constructed_leave_funcs", "_gather_matchers")
+    assert all(hasattr(getattr(_visitors, name), "__wrapped__") for name in gathers)
+    for _ in range(2):  # a second instance of each class is answered from what the first had
+        for visitor in (Decorated(), AddImportsVisitor(CodemodContext()), RemoveImportsVisitor(CodemodContext())):
+            for name in gathers:
+                ours, libcsts = getattr(_visitors, name)(visitor), getattr(_visitors, name).__wrapped__(visitor)
+                assert ours.keys() == libcsts.keys(), (type(visitor).__name__, name)
+                assert [[f.__func__ for f in fs] for fs in ours.values() if isinstance(fs, tuple)] == \
+                    [[f.__func__ for f in fs] for fs in libcsts.values() if isinstance(fs, tuple)]
+    for _ in range(2):
+        decorated = Decorated()
+        out = cst.parse_module("x = 1\ndef f(y):\n    return y + 2\n").visit(decorated)
+        assert out.code == "x = 2\ndef f(y):\n    return y + 3\n" and decorated.seen == ["f", "y", "y"]
