@@ -8,7 +8,8 @@ the prefilter admits, this script runs the analysis twice, on the whole file and
 (all rules, no cache), and compares the results: every field of every finding (position, message,
 fix applicability and summary, state) and the file error, if any. It prints the files compared,
 how many were sliced, the share of non-blank lines the slices kept, the CPU time of both analyses,
-and every difference.
+the CPU time of libcst's parse alone of what `check` analyses (the floor under its cost), and
+every difference.
 
 Exit status: 0 when the two analyses agree on every file, 1 otherwise.
 """
@@ -16,16 +17,20 @@ Exit status: 0 when the two analyses agree on every file, 1 otherwise.
 from __future__ import annotations
 
 import argparse
+import ast
 import json
 import sys
 import time
 from pathlib import Path
 
+import libcst as cst
+
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from codemod.prefilter import Gate  # noqa: E402
 from codemod.runner import execute, lint_file, rules_for  # noqa: E402
-from codemod.slices import kept_fraction, nonblank_lines, parse_python, relevant_source  # noqa: E402
+from codemod.slices import kept_fraction, nonblank_lines, parse_python, relevant_slice, relevant_source  # noqa: E402
+from codemod.stack import collector_paused  # noqa: E402
 from rules import all_rules  # noqa: E402
 
 
@@ -41,18 +46,37 @@ def _both(job: tuple[str, tuple[str, ...]]) -> dict:
     parsed = parse_python(data)
     fraction, lines = 1.0, 0
     was_sliced = False
+    analysed: str | bytes = data  # what `check` gives libcst to parse: the slice, or the whole file
     if parsed is not None:
-        text = relevant_source(parsed.text, parsed.tree, Gate.of(rules))
+        gate = Gate.of(rules)
+        text = relevant_source(parsed.text, parsed.tree, gate)
         was_sliced = text is not None
         fraction = kept_fraction(parsed.text, text)
         lines = nonblank_lines(parsed.text)
+        cut = relevant_slice(parsed.text, parsed.tree, gate, parsed.names[0])
+        analysed = cut.text if cut is not None else parsed.text
+    # The floor under `check`'s cost on this file: libcst's parse alone of what it analyses (and
+    # Python's own parser on the same text, for scale); the collector paused, as in the analysis.
+    with collector_paused():
+        before_parse = time.process_time()
+        try:
+            cst.parse_module(analysed)
+        except Exception:  # noqa: BLE001  (the analysis reports it; only the time counts here)
+            pass
+        between = time.process_time()
+        try:
+            ast.parse(analysed)
+        except (SyntaxError, ValueError):
+            pass
+        after_parse = time.process_time()
 
     def as_json(result):
         return {"diagnostics": [d.to_json() | {"state": d.state.value} for d in result.diagnostics],
                 "error": None if result.error is None else [result.error.code, result.error.message]}
 
     return {"path": path, "whole": as_json(whole), "sliced": as_json(sliced), "whole_s": middle - start,
-            "sliced_s": end - middle, "was_sliced": was_sliced, "fraction": fraction, "lines": lines}
+            "sliced_s": end - middle, "was_sliced": was_sliced, "fraction": fraction, "lines": lines,
+            "libcst_parse_s": between - before_parse, "ast_parse_s": after_parse - between}
 
 
 def main() -> int:
@@ -85,6 +109,10 @@ def main() -> int:
     print(f"non-blank lines: {lines}; kept by the slices: {kept:.0f} ({kept / max(lines, 1):.1%})")
     print(f"findings (whole files): {findings}")
     print(f"CPU time: whole {whole_s:.1f} s, sliced {sliced_s:.1f} s (ratio {sliced_s / max(whole_s, 1e-9):.2f})")
+    libcst_s = sum(r["libcst_parse_s"] for r in results)
+    ast_s = sum(r["ast_parse_s"] for r in results)
+    print(f"CPU time of libcst's parse alone of what `check` analyses (slices, or whole files): {libcst_s:.1f} s; "
+          f"Python's ast on the same text: {ast_s:.1f} s")
     print(f"files whose results differ: {len(differences)}")
     for r in differences:
         whole = {json.dumps(d, sort_keys=True) for d in r["whole"]["diagnostics"]}
@@ -100,7 +128,8 @@ def main() -> int:
     if args.json:
         args.json.write_text(json.dumps({"files": len(results), "sliced": len(sliced), "lines": lines,
                                          "kept": kept, "whole_cpu_s": whole_s, "sliced_cpu_s": sliced_s,
-                                         "findings": findings, "differences": differences}, indent=1))
+                                         "findings": findings, "libcst_parse_cpu_s": libcst_s,
+                                         "ast_parse_cpu_s": ast_s, "differences": differences}, indent=1))
     return 1 if differences else 0
 
 
