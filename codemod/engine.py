@@ -113,7 +113,8 @@ def analyse(module: cst.Module, path: str, rules: Sequence[type[Rule]],
     """Every finding of ``rules`` on ``module``, with suppression and guard states set. ``source``:
     the file's text when ``module`` is a slice of it (its `noqa` comments count), ``sliced`` that
     slice (findings are placed on the file's lines). The analysis has every node's position unless
-    ``all_positions`` is false (then only the reported nodes')."""
+    ``all_positions`` is false (then those of the reported nodes and of their fixes' edit targets,
+    and of whatever precedes the last of them)."""
     if not rules:
         return Analysis(module, [], {})
     wrapper = MetadataWrapper(module, unsafe_skip_copy=True)
@@ -121,7 +122,13 @@ def analyse(module: cst.Module, path: str, rules: Sequence[type[Rule]],
     wrapper.visit_batched([rule(context) for rule in rules])
     if not context.reports:
         return Analysis(module, [], {})
-    positions = node_positions(module, None if all_positions else [report.node for _, report in context.reports])
+    # The reported nodes, and the targets of their fixes' edits (where `fix` needs to know which
+    # edits overlap): code generation for positions stops after the last of them.
+    needed = None if all_positions else [
+        *(report.node for _, report in context.reports),
+        *(edit.target for _, report in context.reports if report.fix is not None
+          for edit in report.fix.all_edits(report.node))]
+    positions = node_positions(module, needed)
     suppressions = Suppressions(module.code if source is None else source)
     findings: list[Finding] = []
     seen: set[tuple[str, int]] = set()

@@ -340,7 +340,7 @@ def fix_bytes(data: bytes, path: str, rules: Sequence[type[Rule]], *, unsafe: bo
         if isinstance(module, FileError):
             outcome.error = module
             return outcome
-        analysis = analyse(module, path, rules, options)
+        analysis = analyse(module, path, rules, options, all_positions=False)
         for _ in range(max_rounds):
             chosen = choose(analysis, [f for f in analysis.findings if applicable(f, unsafe)])
             if not chosen:
@@ -363,7 +363,7 @@ def fix_bytes(data: bytes, path: str, rules: Sequence[type[Rule]], *, unsafe: bo
                 return outcome
             outcome.applied.extend(f.diagnostic for f in chosen)
             outcome.rounds += 1
-            analysis = analyse(reparsed, path, rules, options)
+            analysis = analyse(reparsed, path, rules, options, all_positions=False)
         if final is None:
             final = rendered(analysis.module)
             remaining = [f.diagnostic for f in analysis.findings]

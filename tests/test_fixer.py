@@ -378,3 +378,34 @@ def test_matcher_visitors_find_their_decorated_methods_as_libcst_does():
         decorated = Decorated()
         out = cst.parse_module("x = 1\ndef f(y):\n    return y + 2\n").visit(decorated)
         assert out.code == "x = 2\ndef f(y):\n    return y + 3\n" and decorated.seen == ["f", "y", "y"]
+
+
+class MarkerEditsLater(Rule):
+    """Reports `marker()` and, as its fix, replaces the later `target()` call."""
+
+    CODE = "PM994"
+    NAME = "test-later-edit"
+    MESSAGE = "marker"
+    TRIGGERS = ("marker",)
+
+    def visit_Module(self, node: cst.Module) -> None:
+        calls = [s.body[0].value for s in node.body if isinstance(s, cst.SimpleStatementLine)
+                 and isinstance(s.body[0], cst.Expr) and isinstance(s.body[0].value, cst.Call)]
+        marker = next((c for c in calls if c.func.value == "marker"), None)
+        target = next((c for c in calls if c.func.value == "target"), None)
+        if marker is not None and target is not None:
+            self.report(marker, fix=FixSpec("safe", "edit the target",
+                                            edits=(Edit(target, cst.parse_expression("hit()")),)))
+
+
+def test_a_fix_analysis_has_the_positions_of_the_reported_nodes_and_of_their_edit_targets():
+    from codemod.engine import analyse
+
+    module = cst.parse_module("marker()\nx = 1\ntarget()\ny = 2\nz = 3\n")
+    analysis = analyse(module, "m.py", [MarkerEditsLater], all_positions=False)
+    target = module.body[2].body[0].value
+    assert analysis.positions[target].start.line == 3
+    last = module.body[4]
+    assert analysis.positions.get(last) is None  # code generation stopped after the target
+    assert run("marker()\nx = 1\ntarget()\ny = 2\nz = 3\n", MarkerEditsLater).fixed == \
+        b"marker()\nx = 1\nhit()\ny = 2\nz = 3\n"
