@@ -182,9 +182,13 @@ def gate_of(rules: tuple[type[Rule], ...]) -> Gate:
 @lru_cache(maxsize=16)
 def gate_of_codes(codes: tuple[str, ...]) -> Gate:
     """The gate of the registered rules ``codes``, from their declarations (rules/gates.py): no
-    rule, and so not libcst, is imported."""
+    rule, and so not libcst, is imported (unless a rule has no declaration there: its class is read)."""
     from rules.gates import BY_CODE
 
+    if any(code not in BY_CODE for code in codes):
+        from rules import rules_by_code
+
+        return Gate.of(tuple(BY_CODE.get(code) or rules_by_code()[code] for code in codes))
     return Gate.of(tuple(BY_CODE[code] for code in codes))
 
 

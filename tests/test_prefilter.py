@@ -237,6 +237,18 @@ def test_the_gate_of_the_declarations_is_the_gate_of_the_rules():
     assert gate_of_codes(("PM104", "PM403")) == Gate.of(tuple(r for r in RULES if r.CODE in ("PM104", "PM403")))
 
 
+def test_a_rule_without_a_declaration_is_read_from_its_class(monkeypatch):
+    from codemod.prefilter import gate_of_codes
+    from rules import gates
+
+    monkeypatch.setattr(gates, "BY_CODE", {code: value for code, value in gates.BY_CODE.items() if code != "PM104"})
+    gate_of_codes.cache_clear()
+    try:
+        assert gate_of_codes(all_codes()) == GATE
+    finally:
+        gate_of_codes.cache_clear()
+
+
 def test_a_run_whose_files_the_prefilter_rules_out_does_not_import_libcst(tmp_path):
     """A pre-commit run on a commit that touches no JAX code: no rule and no libcst is imported."""
     (tmp_path / "plain.py").write_text("import numpy as np\n\ndef pmapped_name():\n    return np.tree_map\n")
