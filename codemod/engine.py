@@ -194,7 +194,7 @@ def lint_module(module: cst.Module, path: str, rules: Sequence[type[Rule]],
 
 
 def sliced_module(data: bytes | str, path: str, rules: Sequence[type[Rule]],
-                   parsed: Parsed | None) -> tuple[cst.Module, str, Slice] | None:
+                  parsed: Parsed | None) -> tuple[cst.Module, str, Slice] | None:
     """The libcst module of the relevant slice of the file (codemod/slices.py), the file's text and
     the slice; None when the whole file is to be analysed (small, not valid for `ast`, nothing to
     leave out)."""
