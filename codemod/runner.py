@@ -327,13 +327,13 @@ def _with_progress(results, progress):
 def _fix_job(job: tuple[str, str, tuple[str, ...], bool, RuleOptions]):
     """One file of `run_fix`, read here (in the worker): ``(outcome, read)``; the outcome is None
     when the prefilter rules the file out, ``read`` false when the file could not be read."""
-    from codemod.fixer import FixOutcome
-
     path, shown, codes, unsafe, options = job
     try:
         with open(path, "rb") as handle:
             data = handle.read()
     except OSError as error:
+        from codemod.fixer import FixOutcome
+
         return FixOutcome(shown, b"", error=FileError.unreadable(shown, error)), False
     gate = _gate_for(codes)
     if not gate.text_match(data) and not gate.refers_to_names(data, _is_notebook(shown)):
@@ -341,12 +341,13 @@ def _fix_job(job: tuple[str, str, tuple[str, ...], bool, RuleOptions]):
     return fix_file(data, shown, rules_for(codes), unsafe=unsafe, options=options), True
 
 
-def run_fix(files: Sequence[str | Path], settings: Settings, rules: Sequence[type[Rule]], *, unsafe: bool,
-            jobs: int | None = None, progress: Callable[[int], None] | None = None,
+def run_fix(files: Sequence[str | Path], settings: Settings, rules: Sequence[type[Rule]] | Sequence[str], *,
+            unsafe: bool, jobs: int | None = None, progress: Callable[[int], None] | None = None,
             on_total: Callable[[int], None] | None = None) -> list:
     """``(path, FixOutcome)`` for every file that could need a fix or could not be read (path None);
-    nothing is written here. The workers read the files (no file's bytes through a pipe)."""
-    codes = tuple(rule.CODE for rule in rules)
+    nothing is written here. The workers read the files (no file's bytes through a pipe). ``rules``:
+    classes, or codes (a run whose files the prefilter all rules out loads no rule, nor libcst)."""
+    codes = tuple(rule if isinstance(rule, str) else rule.CODE for rule in rules)
     outcomes: list = []
     options = rule_options(settings)
     work: list[tuple[str, str, tuple[str, ...], bool, RuleOptions]] = []

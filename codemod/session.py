@@ -95,12 +95,12 @@ class Session:
         from codemod.runner import run_fix
 
         if not progress or not sys.stderr.isatty():
-            return run_fix(files, self.settings, self.rules, unsafe=unsafe, jobs=jobs)
+            return run_fix(files, self.settings, self.codes, unsafe=unsafe, jobs=jobs)
         from rich.progress import Progress
 
         with Progress(transient=True) as bar:
             task = bar.add_task("fixing", total=None, visible=False)
-            return run_fix(files, self.settings, self.rules, unsafe=unsafe, jobs=jobs,
+            return run_fix(files, self.settings, self.codes, unsafe=unsafe, jobs=jobs,
                            progress=lambda n: bar.advance(task, n),
                            on_total=lambda total: bar.update(task, total=total, visible=total >= PROGRESS_THRESHOLD))
 

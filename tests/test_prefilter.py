@@ -271,6 +271,28 @@ def test_a_run_whose_files_the_prefilter_rules_out_does_not_import_libcst(tmp_pa
     assert legacy.stdout.splitlines()[-2:] == ["exit 1", "['libcst', 'rules.base', 'rules.semantic']"]
 
 
+def test_a_fix_run_whose_files_the_prefilter_rules_out_does_not_import_libcst(tmp_path):
+    """The pre-commit fix hook on a commit that touches no JAX code."""
+    (tmp_path / "plain.py").write_text("import numpy as np\n\ndef pmapped_name():\n    return np.tree_map\n")
+    (tmp_path / "legacy.py").write_text("import jax\nx = jax.tree_map(abs, [1])\n")
+    script = (
+        "import sys\n"
+        "from codemod.cli import main\n"
+        "try:\n"
+        "    main(['fix', '--no-cache', '--jobs', '1', *sys.argv[1:]])\n"
+        "except SystemExit as exit:\n"
+        "    print('exit', exit.code)\n"
+        "print(sorted(m for m in ('libcst', 'rules.base', 'codemod.fixer') if m in sys.modules))\n"
+    )
+    plain = subprocess.run([sys.executable, "-c", script, "plain.py"], cwd=tmp_path, capture_output=True,
+                           text=True, check=True)
+    assert plain.stdout.splitlines()[-2:] == ["exit 0", "[]"], plain.stdout + plain.stderr
+    legacy = subprocess.run([sys.executable, "-c", script, "plain.py", "legacy.py"], cwd=tmp_path,
+                            capture_output=True, text=True, check=True)
+    assert legacy.stdout.splitlines()[-2:] == ["exit 0", "['codemod.fixer', 'libcst', 'rules.base']"], legacy.stdout
+    assert (tmp_path / "legacy.py").read_text() == "import jax\nx = jax.tree.map(abs, [1])\n"
+
+
 def test_the_cache_keeps_only_a_few_result_files_of_other_selections(tmp_path):
     from codemod.cache import KEEP_OTHER_RESULTS, ResultCache
     from codemod.diagnostics import FileResult
