@@ -22,6 +22,10 @@ calls, except calls that provably do nothing:
   libcst's default dispatch (a plain ``CSTVisitor`` or a batch of rules) and have no method for any
   class such a subtree can hold.
 
+A libcst matcher visitor (``MatcherDecoratableVisitor``, as libcst's import gatherers that `fix`
+runs) whose instance has no matchers and no decorated methods calls exactly what a plain visitor
+calls, and is walked as one; any other keeps its own callbacks, every one of them.
+
 ``install()`` also answers two questions libcst's scope analysis asks per file and per node the
 same way at less cost: which callbacks its providers have (remembered per class), and whether a
 node is assignment-like (one look-up by class instead of one ``ABCMeta`` call per listed class).
@@ -313,14 +317,31 @@ def _dispatch(visitor: CSTVisitor) -> _Dispatch | None:
     except KeyError:
         pass
     dispatch = None
-    if (cls.on_visit_attribute is CSTVisitor.on_visit_attribute
-            and cls.on_leave_attribute is CSTVisitor.on_leave_attribute):
+    plain = _matcher_callbacks(cls)
+    if plain or (cls.on_visit_attribute is CSTVisitor.on_visit_attribute
+                 and cls.on_leave_attribute is CSTVisitor.on_leave_attribute):
         real = [n for n in dir(cls) if n.startswith(("visit_", "leave_")) and _real(getattr(cls, n, None))]
         nodes, attributes = _methods(real)
-        default = cls.on_visit is CSTVisitor.on_visit and cls.on_leave is CSTVisitor.on_leave
+        default = plain or (cls.on_visit is CSTVisitor.on_visit and cls.on_leave is CSTVisitor.on_leave)
         dispatch = _Dispatch(nodes, attributes, default, _past_whitespace(cls))
     _dispatch_by_class[cls] = dispatch
     return dispatch
+
+
+def _matcher_callbacks(cls: type) -> bool:
+    """Whether ``cls`` is one of libcst's matcher visitors (``MatcherDecoratableVisitor``: its import
+    gatherers, say) with that class's own four callbacks. Those callbacks first test the visitor's
+    matchers and decorated methods; an instance that has none (`_plain_matcher_visitor`) is called
+    exactly as a plain ``CSTVisitor``."""
+    matchers = sys.modules.get("libcst.matchers._visitors")  # not loaded: no such visitor exists
+    base = getattr(matchers, "MatcherDecoratableVisitor", None)
+    return base is not None and issubclass(cls, base) and all(
+        getattr(cls, name) is getattr(base, name)
+        for name in ("on_visit", "on_leave", "on_visit_attribute", "on_leave_attribute"))
+
+
+def _plain_matcher_visitor(visitor: CSTVisitor) -> bool:
+    return not visitor._matchers and not visitor._extra_visit_funcs and not visitor._extra_leave_funcs
 
 
 _DYNAMIC = object()  # a callback that is not a plain function of the class: asked of the instance
@@ -375,9 +396,12 @@ def _default_callbacks(visitor: CSTVisitor):
 def walk(node: CSTNode, visitor: CSTVisitor) -> None:
     """Visit ``node``'s subtree with the read-only ``visitor`` as libcst would (see the module)."""
     dispatch = _dispatch(visitor)
+    if dispatch is not None and _matcher_callbacks(type(visitor)) and not _plain_matcher_visitor(visitor):
+        dispatch = None  # a matcher visitor with matchers: its own callbacks, every one of them
     on_visit, on_leave = visitor.on_visit, visitor.on_leave
-    if (dispatch is not None and type(visitor).on_visit is CSTVisitor.on_visit
-            and type(visitor).on_leave is CSTVisitor.on_leave and not hasattr(type(visitor), "__getattr__")):
+    if (dispatch is not None and not hasattr(type(visitor), "__getattr__")
+            and (type(visitor).on_visit is CSTVisitor.on_visit and type(visitor).on_leave is CSTVisitor.on_leave
+                 or _matcher_callbacks(type(visitor)))):
         on_visit, on_leave = _default_callbacks(visitor)
     if dispatch is not None and dispatch.module_only and node.__class__ is cst.Module:
         on_visit(node)  # (what it returns only decides whether to walk children that call nothing)

@@ -239,6 +239,89 @@ def test_per_class_callback_tables_call_what_libcst_calls():
     assert fastwalk._class_callback(_OddCallbacks, "visit_Call") is None  # libcst's no-op stub
 
 
+import libcst.matchers as m  # noqa: E402
+
+
+class _PlainMatcherVisitor(m.MatcherDecoratableVisitor):
+    """A matcher visitor without matchers (as libcst's import gatherers are): called as a plain
+    visitor, trivia skipped; every method call must be libcst's."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.calls: list[tuple] = []
+
+    def visit_Name(self, node):
+        self.calls.append(("Name", node))
+
+    def visit_Comma(self, node):
+        self.calls.append(("Comma", node))
+
+    def leave_Call(self, node):
+        self.calls.append(("/Call", node))
+
+    def visit_Call_func(self, node):
+        self.calls.append(("Call.func", node))
+
+    def visit_Lambda(self, node):
+        self.calls.append(("Lambda", node))
+        return False
+
+
+class _DecoratedMatcherVisitor(_PlainMatcherVisitor):
+    """The same with decorated methods and a gating matcher: every callback, as libcst makes them."""
+
+    @m.call_if_inside(m.FunctionDef())
+    def visit_Integer(self, node):
+        self.calls.append(("Integer in a function", node))
+
+    @m.visit(m.Attribute(attr=m.Name("shape")))
+    def shape(self, node):
+        self.calls.append(("shape", node))
+
+    @m.leave(m.Arg())
+    def left_arg(self, node):
+        self.calls.append(("/Arg", node))
+
+
+def test_matcher_visitors_get_every_method_call_in_order():
+    kinds = set()
+    for make in (_PlainMatcherVisitor, _DecoratedMatcherVisitor):
+        total = 0
+        for name, module in _parsed():
+            reference, fast = _both(module, make)
+            assert [(c[0], id(c[1])) for c in fast] == [(c[0], id(c[1])) for c in reference], (make, name)
+            total += len(reference)
+            kinds.update(c[0] for c in fast)
+        assert total > 1000, make
+    assert kinds >= {"Integer in a function", "shape", "/Arg", "Name", "Comma", "/Call", "Call.func", "Lambda"}
+    plain, decorated = _PlainMatcherVisitor(), _DecoratedMatcherVisitor()
+    assert fastwalk._matcher_callbacks(type(plain)) and fastwalk._plain_matcher_visitor(plain)
+    assert not fastwalk._plain_matcher_visitor(decorated)
+
+
+def test_libcsts_import_gatherers_find_what_they_find_with_libcsts_walk():
+    from libcst.codemod import CodemodContext
+    from libcst.codemod.visitors import GatherExportsVisitor, GatherImportsVisitor
+
+    for name, module in _parsed():
+        found = []
+        for walk in (fastwalk.libcst_walk, _no_change):
+            with walk():
+                imports, exports = GatherImportsVisitor(CodemodContext()), GatherExportsVisitor(CodemodContext())
+                module.visit(imports)
+                module.visit(exports)
+            found.append((imports.module_imports, imports.object_mapping, imports.module_aliases,
+                          imports.alias_mapping, [cst.Module([]).code_for_node(n) for n in imports.all_imports],
+                          exports.explicit_exported_objects))
+        assert found[0] == found[1], name
+
+
+def _no_change():
+    import contextlib
+
+    return contextlib.nullcontext()
+
+
 def test_a_batch_gets_every_method_call_in_order():
     total = 0
     for name, module in _parsed():
