@@ -198,24 +198,33 @@ def test_prefiltered_cached_and_full_runs_report_the_same(tmp_path, monkeypatch)
     assert cold == warm == parallel == full
 
 
-def test_a_run_answered_by_the_cache_does_not_import_libcst(tmp_path):
-    tree = tmp_path / "tree"
-    tree.mkdir()
-    _tree(tree)
+def _run_in_a_fresh_process(cwd: Path, argv: list[str], modules: tuple[str, ...]) -> tuple[str, list[str]]:
+    """``pmap-migrate ARGV`` in a new Python process: its output, then two lines: ``exit <code>`` and
+    which of ``modules`` it had imported by the end."""
     script = (
         "import sys\n"
         "from codemod.cli import main\n"
         "try:\n"
-        "    main(['check', sys.argv[1], '--exit-zero', '--jobs', '1'])\n"
-        "except SystemExit:\n"
-        "    pass\n"
-        "print('libcst loaded' if 'libcst' in sys.modules else 'libcst not loaded', file=sys.stderr)\n"
+        "    main(sys.argv[2:])\n"
+        "except SystemExit as exit:\n"
+        "    print('exit', exit.code)\n"
+        "print(sorted(m for m in sys.argv[1].split(',') if m in sys.modules))\n"
     )
-    runs = [subprocess.run([sys.executable, "-c", script, str(tree)], cwd=tmp_path, capture_output=True,
-                           text=True, check=True) for _ in range(2)]
-    assert runs[0].stderr.strip().endswith("libcst loaded")  # the cold run analyses files
-    assert runs[1].stderr.strip().endswith("libcst not loaded")
-    assert runs[0].stdout == runs[1].stdout and "PM101" in runs[1].stdout
+    done = subprocess.run([sys.executable, "-c", script, ",".join(modules), *argv], cwd=cwd, capture_output=True,
+                          text=True, check=True)
+    return done.stdout, done.stdout.splitlines()[-2:]
+
+
+def test_a_run_answered_by_the_cache_does_not_import_libcst(tmp_path):
+    tree = tmp_path / "tree"
+    tree.mkdir()
+    _tree(tree)
+    (cold, cold_last), (warm, warm_last) = [
+        _run_in_a_fresh_process(tmp_path, ["check", str(tree), "--exit-zero", "--jobs", "1"], ("libcst",))
+        for _ in range(2)]
+    assert cold_last == ["exit 0", "['libcst']"]  # the cold run analyses files
+    assert warm_last == ["exit 0", "[]"]
+    assert cold.splitlines()[:-2] == warm.splitlines()[:-2] and "PM101" in warm
 
 
 def test_each_rules_prefilter_inputs_are_its_declared_ones():
@@ -253,43 +262,25 @@ def test_a_run_whose_files_the_prefilter_rules_out_does_not_import_libcst(tmp_pa
     """A pre-commit run on a commit that touches no JAX code: no rule and no libcst is imported."""
     (tmp_path / "plain.py").write_text("import numpy as np\n\ndef pmapped_name():\n    return np.tree_map\n")
     (tmp_path / "legacy.py").write_text("import jax\nf = jax.pmap(lambda x: x)\n")
-    script = (
-        "import sys\n"
-        "from codemod.cli import main\n"
-        "try:\n"
-        "    main(['check', '--no-cache', '--jobs', '1', *sys.argv[1:]])\n"
-        "except SystemExit as exit:\n"
-        "    print('exit', exit.code)\n"
-        "print(sorted(m for m in ('libcst', 'rules.base', 'rules.semantic') if m in sys.modules))\n"
-    )
-    plain = subprocess.run([sys.executable, "-c", script, "plain.py"], cwd=tmp_path, capture_output=True,
-                           text=True, check=True)
-    assert plain.stdout.splitlines()[-2:] == ["exit 0", "[]"], plain.stdout + plain.stderr
-    legacy = subprocess.run([sys.executable, "-c", script, "plain.py", "legacy.py"], cwd=tmp_path,
-                            capture_output=True, text=True, check=True)
-    assert "PM101" in legacy.stdout
-    assert legacy.stdout.splitlines()[-2:] == ["exit 1", "['libcst', 'rules.base', 'rules.semantic']"]
+    check = ["check", "--no-cache", "--jobs", "1"]
+    modules = ("libcst", "rules.base", "rules.semantic")
+    out, last = _run_in_a_fresh_process(tmp_path, [*check, "plain.py"], modules)
+    assert last == ["exit 0", "[]"], out
+    out, last = _run_in_a_fresh_process(tmp_path, [*check, "plain.py", "legacy.py"], modules)
+    assert "PM101" in out
+    assert last == ["exit 1", "['libcst', 'rules.base', 'rules.semantic']"]
 
 
 def test_a_fix_run_whose_files_the_prefilter_rules_out_does_not_import_libcst(tmp_path):
     """The pre-commit fix hook on a commit that touches no JAX code."""
     (tmp_path / "plain.py").write_text("import numpy as np\n\ndef pmapped_name():\n    return np.tree_map\n")
     (tmp_path / "legacy.py").write_text("import jax\nx = jax.tree_map(abs, [1])\n")
-    script = (
-        "import sys\n"
-        "from codemod.cli import main\n"
-        "try:\n"
-        "    main(['fix', '--no-cache', '--jobs', '1', *sys.argv[1:]])\n"
-        "except SystemExit as exit:\n"
-        "    print('exit', exit.code)\n"
-        "print(sorted(m for m in ('libcst', 'rules.base', 'codemod.fixer') if m in sys.modules))\n"
-    )
-    plain = subprocess.run([sys.executable, "-c", script, "plain.py"], cwd=tmp_path, capture_output=True,
-                           text=True, check=True)
-    assert plain.stdout.splitlines()[-2:] == ["exit 0", "[]"], plain.stdout + plain.stderr
-    legacy = subprocess.run([sys.executable, "-c", script, "plain.py", "legacy.py"], cwd=tmp_path,
-                            capture_output=True, text=True, check=True)
-    assert legacy.stdout.splitlines()[-2:] == ["exit 0", "['codemod.fixer', 'libcst', 'rules.base']"], legacy.stdout
+    fix = ["fix", "--no-cache", "--jobs", "1"]
+    modules = ("libcst", "rules.base", "codemod.fixer")
+    out, last = _run_in_a_fresh_process(tmp_path, [*fix, "plain.py"], modules)
+    assert last == ["exit 0", "[]"], out
+    out, last = _run_in_a_fresh_process(tmp_path, [*fix, "plain.py", "legacy.py"], modules)
+    assert last == ["exit 0", "['codemod.fixer', 'libcst', 'rules.base']"], out
     assert (tmp_path / "legacy.py").read_text() == "import jax\nx = jax.tree.map(abs, [1])\n"
 
 
