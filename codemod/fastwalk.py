@@ -259,10 +259,15 @@ class _Dispatch:
     """How to call one visitor class (or one batch of rules) for each node class."""
 
     def __init__(self, names: set[str], attribute_classes: set[str], default_nodes: bool,
-                 past_whitespace: bool = False) -> None:
+                 past_whitespace: bool = False, *, by_class: bool = False, matcher: bool = False) -> None:
         # names: node class names with a visit_/leave_ method; attribute_classes: node class names
-        # with an attribute method; default_nodes: on_visit/on_leave are libcst's dispatch.
+        # with an attribute method; default_nodes: on_visit/on_leave are libcst's dispatch (or a
+        # matcher visitor's, which are libcst's for an instance without matchers). by_class: the
+        # visitor class's own callbacks may be replaced by `_default_callbacks` (per-class tables);
+        # matcher: a matcher visitor's class, for which that holds only per instance.
         self.attribute_classes = attribute_classes
+        self.by_class = by_class
+        self.matcher = matcher
         self.skip: set[type] = set(WHITESPACE_LEAVES) if past_whitespace else set()
         # Callbacks for the module node only (libcst's metadata providers, which walk the tree
         # themselves from there): below the module nothing is called.
@@ -317,13 +322,14 @@ def _dispatch(visitor: CSTVisitor) -> _Dispatch | None:
     except KeyError:
         pass
     dispatch = None
-    plain = _matcher_callbacks(cls)
-    if plain or (cls.on_visit_attribute is CSTVisitor.on_visit_attribute
-                 and cls.on_leave_attribute is CSTVisitor.on_leave_attribute):
+    matcher = _matcher_callbacks(cls)
+    if matcher or (cls.on_visit_attribute is CSTVisitor.on_visit_attribute
+                   and cls.on_leave_attribute is CSTVisitor.on_leave_attribute):
         real = [n for n in dir(cls) if n.startswith(("visit_", "leave_")) and _real(getattr(cls, n, None))]
         nodes, attributes = _methods(real)
-        default = plain or (cls.on_visit is CSTVisitor.on_visit and cls.on_leave is CSTVisitor.on_leave)
-        dispatch = _Dispatch(nodes, attributes, default, _past_whitespace(cls))
+        default = matcher or (cls.on_visit is CSTVisitor.on_visit and cls.on_leave is CSTVisitor.on_leave)
+        dispatch = _Dispatch(nodes, attributes, default, _past_whitespace(cls),
+                             by_class=default and not hasattr(cls, "__getattr__"), matcher=matcher)
     _dispatch_by_class[cls] = dispatch
     return dispatch
 
@@ -396,12 +402,10 @@ def _default_callbacks(visitor: CSTVisitor):
 def walk(node: CSTNode, visitor: CSTVisitor) -> None:
     """Visit ``node``'s subtree with the read-only ``visitor`` as libcst would (see the module)."""
     dispatch = _dispatch(visitor)
-    if dispatch is not None and _matcher_callbacks(type(visitor)) and not _plain_matcher_visitor(visitor):
+    if dispatch is not None and dispatch.matcher and not _plain_matcher_visitor(visitor):
         dispatch = None  # a matcher visitor with matchers: its own callbacks, every one of them
     on_visit, on_leave = visitor.on_visit, visitor.on_leave
-    if (dispatch is not None and not hasattr(type(visitor), "__getattr__")
-            and (type(visitor).on_visit is CSTVisitor.on_visit and type(visitor).on_leave is CSTVisitor.on_leave
-                 or _matcher_callbacks(type(visitor)))):
+    if dispatch is not None and dispatch.by_class:
         on_visit, on_leave = _default_callbacks(visitor)
     if dispatch is not None and dispatch.module_only and node.__class__ is cst.Module:
         on_visit(node)  # (what it returns only decides whether to walk children that call nothing)
