@@ -71,13 +71,15 @@ class FixOutcome:
         return self.fixed is not None and self.fixed != self.original
 
 
+def may_apply(d: Diagnostic, unsafe: bool) -> bool:
+    """What a diagnostic shows of `applicable`: active, with a fix the run may apply."""
+    return d.state is State.ACTIVE and d.fix is not None and (unsafe or d.fix.applicability is Applicability.SAFE)
+
+
 def applicable(finding: Finding, unsafe: bool) -> bool:
-    d = finding.diagnostic
-    if d.state is not State.ACTIVE or finding.fix is None or d.fix is None:
+    if finding.fix is None or not may_apply(finding.diagnostic, unsafe):
         return False
-    if not finding.fix.all_edits(finding.node) and not finding.fix.add_imports:
-        return False
-    return unsafe or d.fix.applicability is Applicability.SAFE
+    return bool(finding.fix.all_edits(finding.node) or finding.fix.add_imports)
 
 
 def _span(analysis: Analysis, node: cst.CSTNode) -> tuple[tuple[int, int], tuple[int, int]]:
@@ -309,8 +311,7 @@ def _last_round(data: bytes, path: str, rules: Sequence[type[Rule]], options: Ru
         return None
     module, source, kept = sliced
     found = lint_module(module, path, rules, options, source, kept)
-    if any(d.state is State.ACTIVE and d.fix is not None and (unsafe or d.fix.applicability is Applicability.SAFE)
-           for d in found):
+    if any(may_apply(d, unsafe) for d in found):
         return None
     return found
 
