@@ -74,6 +74,7 @@ def parse_python(data: bytes) -> Parsed | None:
 
 
 _MAIN = re.compile(r"__name__|__main__")
+_EMPTY = re.compile(r"[ \t\f]*(?:#|[\r\n]|\Z)")  # a blank or comment-only line
 
 
 @dataclass(eq=False)
@@ -86,6 +87,7 @@ class _Unit:
     binds: set[str] = field(default_factory=set)  # module-level names and attribute names bound
     chains: list[tuple[str, list[str]]] = field(default_factory=list)
     imported: list[str] = field(default_factory=list)  # what its import statements name (`from a import *`: a.*)
+    strings: list[tuple[int, int]] = field(default_factory=list)  # (first, last) line of each multi-line string
     member_of: int | None = None  # a class member: the index of its class's unit
 
 
@@ -113,6 +115,7 @@ def _scan(unit: _Unit) -> None:
 
 _FUNCTIONS = (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda)
 _COMPREHENSIONS = (ast.ListComp, ast.SetComp, ast.DictComp, ast.GeneratorExp)
+_STRINGS = (ast.Constant, ast.JoinedStr)  # a multi-line one's lines are its value, blank or `#` alike
 
 
 def _free_reads(node: ast.AST, unit: _Unit) -> None:
@@ -198,6 +201,8 @@ def _free_reads(node: ast.AST, unit: _Unit) -> None:
             unit.imported.extend(alias.name for alias in current.names)
         elif isinstance(current, ast.ImportFrom) and current.module and not current.level:
             unit.imported.extend(f"{current.module}.{alias.name}" for alias in current.names)
+        elif isinstance(current, _STRINGS) and current.end_lineno != current.lineno:
+            unit.strings.append((current.lineno, current.end_lineno))
         stack.extend((child, scope) for child in child_nodes(current))
     unit.binds |= binds[0]
     unit.loads |= reads[0]
@@ -352,7 +357,14 @@ def _blank(lines: list[str], units: list[_Unit], kept: list[bool]) -> tuple[list
         target = keep_line if kept[i] else drop_line
         for n in range(unit.first, unit.last + 1):
             target[n] = True
-    dropped = [n for n in range(1, len(lines) + 1) if drop_line[n] and not keep_line[n]]
+    in_string = [False] * (len(lines) + 2)
+    for unit in units:
+        for first, last in unit.strings:
+            in_string[first + 1:last + 1] = [True] * (last - first)
+    # Blank and comment-only lines (outside strings) go too: libcst makes an `EmptyLine` and its
+    # parts of each, and no rule reads them (`noqa` comments are read from the file's text).
+    dropped = [n for n in range(1, len(lines) + 1)
+               if drop_line[n] and not keep_line[n] or not in_string[n] and _EMPTY.match(lines[n - 1])]
     if not dropped:
         return None
     out = list(lines)

@@ -142,9 +142,42 @@ def test_the_analysed_slice_leaves_blanked_lines_out_and_knows_where_each_line_i
     assert "unrelated" not in cut.text and cut.total == text.count("\n")
     for number, line in enumerate(cut.text.split("\n")[:-1], start=1):
         assert blanked[cut.line_in_file(number) - 1] == line  # every kept line, where it is in the file
-    assert [n for n in range(1, cut.total + 1) if n not in cut.lines] == [3, 4, 6, 7, 8]  # only what was blanked
+    # What was blanked, and the blank lines (2, 5, 9, and the 60 at the end).
+    assert [n for n in range(1, cut.total + 1) if n not in cut.lines] == [2, 3, 4, 5, 6, 7, 8, 9, *range(12, 72)]
     assert cut.line_in_file(len(cut.lines) + 1) == cut.total + 1
     ast.parse(cut.text)
+
+
+def test_blank_and_comment_lines_are_left_out_except_inside_strings():
+    text = (
+        "import jax\n"
+        "  # an indented comment\n"
+        "\f\n"
+        "def train(x):\n"
+        '    """Doc.\n'
+        "\n"
+        "    # not a comment: the docstring's text\n"
+        '    """\n'
+        "\n"
+        "    # a comment\n"
+        "    step = jax.pmap(lambda v: v,  # trailing\n"
+        "                    # inside brackets\n"
+        "                    axis_name='i')\n"
+        "    note = f'''{x}\n"
+        "# in an f-string\n"
+        "'''\n"
+        "    return step(x)[0], note, b'''\n"
+        "\t\n"
+        "'''\n"
+    ) + "\n" * 60
+    parsed = slices.parse_python(text.encode())
+    cut = slices.relevant_slice(parsed.text, parsed.tree, GATE)
+    assert [n for n in range(1, 20) if n not in cut.lines] == [2, 3, 9, 10, 12]
+    assert "# trailing" in cut.text  # a comment after code stays with its line
+    original = [n.value for n in ast.walk(parsed.tree) if isinstance(n, ast.Constant)]
+    assert [n.value for n in ast.walk(ast.parse(cut.text)) if isinstance(n, ast.Constant)] == original
+    whole, sliced = _both(text.encode())
+    assert sliced.diagnostics == whole.diagnostics and whole.diagnostics
 
 
 def test_closure_keeps_definitions_and_uses_of_what_pmap_touches():
