@@ -37,9 +37,11 @@ if TYPE_CHECKING:
 _GAP = rb"(?:\s|\\|#[^\n]*\n)*"  # a comment runs to its line's end: one way to match, no backtracking blow-up
 _BLANKS = rb"[\s\\]"
 _STAR = re.compile(rb"import" + _BLANKS + rb"*\*")
-# A run of ASCII word characters: every identifier in Python source is one, or (with letters
-# beyond ASCII) holds the ASCII runs that are the only way a name's component can be spelled in it.
-_WORD = re.compile(rb"\w+")
+# The runs of ASCII word characters (``\w`` of a bytes pattern): every identifier in Python source
+# is one, or (with letters beyond ASCII) holds the ASCII runs that are the only way a name's
+# component can be spelled in it. Every other byte becomes a space, and ``split()`` lists the runs
+# (half the time of ``re.findall(rb"\w+")``, same words).
+_NOT_WORD_TO_SPACE = bytes(c if chr(c).isascii() and (chr(c).isalnum() or c == ord("_")) else 32 for c in range(256))
 
 
 @dataclass(frozen=True)
@@ -139,7 +141,7 @@ class Gate:
         first component must occur in the bytes at all (most files that do not use jax are out)."""
         if self.firsts and not any(first in data for first in self.firsts):
             return False
-        words = self.words.intersection(_WORD.findall(data))
+        words = self.words.intersection(data.translate(_NOT_WORD_TO_SPACE).split())
         if not words:
             return False
         spelled = [text for text in self.texts if words.issuperset(text.parts)]

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import ast
 import json
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -21,7 +22,7 @@ from click.testing import CliRunner
 from codemod.cli import main
 from codemod.engine import lint_bytes
 from codemod.notebooks import lint_notebook
-from codemod.prefilter import Gate, referenced_names
+from codemod.prefilter import _NOT_WORD_TO_SPACE, Gate, referenced_names
 from rules import all_codes, all_rules
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -129,6 +130,18 @@ def test_every_way_to_spell_a_reference_is_admitted(code):
     data = code.encode()
     assert GATE.needs_parse(data)
     assert _findings(data, "m.py") != [] or "import *" in code
+
+
+@pytest.mark.parametrize("data", [
+    bytes(range(256)) * 3,
+    "jax.pmap(f)\nλ_jax = tree_map  # naïve\t\x0cjax_2.x\n".encode(),
+    "import jax as j\r\nj . tree_util.tree_map(f)\\\n".encode("latin-1"),
+    b"", b"___", b"\xff\xfejax\x00pmap",
+])
+def test_the_words_of_the_source_are_the_ascii_word_runs(data):
+    """`spells_names` lists a file's words by translating every other byte to a space: exactly the
+    runs a bytes pattern's ``\\w+`` finds."""
+    assert data.translate(_NOT_WORD_TO_SPACE).split() == re.findall(rb"\w+", data)
 
 
 def test_a_file_the_parser_rejects_is_left_to_libcst():
