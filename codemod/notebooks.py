@@ -131,6 +131,27 @@ class Notebook:
             cell = next(c for c in self.included if c.index == cell_index)
             cell.problem = replace(parsed, line=line)
 
+    def sliced(self, rules: Sequence[type[Rule]]):
+        """``(module, python, slice)``: the relevant slice of the module (codemod/slices.py) parsed by
+        libcst, the module's text and the slice; None when the module is to be analysed whole
+        (settle() then parses it). Only where libcst parses whatever Python's parser accepts, as it
+        accepted each included cell: no cell can then need leaving out, which settle() checks."""
+        from codemod.engine import sliced_module
+        from codemod.slices import AST_WITHIN_LIBCST, parse_python
+
+        if not self.included or not AST_WITHIN_LIBCST:
+            return None
+        python = self.module()
+        try:
+            data = python.encode("utf-8")
+        except UnicodeEncodeError:  # a lone surrogate escaped in the JSON
+            return None
+        parsed = parse_python(data)
+        if parsed is None or parsed.text != python:  # a coding cookie in the first cell, say
+            return None
+        sliced = sliced_module(data, self.path, rules, parsed)
+        return None if sliced is None else (sliced[0], python, sliced[2])
+
     def locator(self, python: str) -> Callable[[int], tuple[int, int]] | None:
         """Maps a line of ``python`` (this notebook's module, possibly fixed) to ``(cell, line)``;
         None when the cell markers are not all there, in order."""
@@ -491,11 +512,17 @@ def lint_notebook(data: bytes, path: str, rules: Sequence[type[Rule]], options: 
     result = FileResult(path, parsed=True)
     try:
         notebook = load(data, path)
-        python = notebook.settle()
         found: list[Diagnostic] = []
-        if notebook.included:
+        sliced = notebook.sliced(rules)
+        if sliced is not None:  # as a large module is: through its relevant slice
+            module, python, cut = sliced
             locate = notebook.locator(python)
-            found = [notebook.place(d, locate) for d in lint_module(notebook.tree, path, rules, options)]
+            found = [notebook.place(d, locate) for d in lint_module(module, path, rules, options, python, cut)]
+        else:
+            python = notebook.settle()
+            if notebook.included:
+                locate = notebook.locator(python)
+                found = [notebook.place(d, locate) for d in lint_module(notebook.tree, path, rules, options)]
         result.diagnostics = sorted(found + notebook.cell_errors(gate_of(tuple(rules))), key=Diagnostic.sort_key)
     except NotebookError as error:
         result.error = error.error

@@ -250,6 +250,47 @@ def test_cells_are_one_module_for_names():
     assert {(d.cell, d.line, d.code) for d in found if d.code == "PM101"} >= {(3, 1, "PM101"), (3, 2, "PM101")}
 
 
+def _sliced_and_whole(data: bytes, monkeypatch) -> tuple:
+    """A notebook's result through its relevant slice (slicing forced on, whatever its size) and
+    analysed whole, and whether the first went through a slice."""
+    from codemod import slices
+    from codemod.notebooks import Notebook, lint_notebook
+    from rules import all_rules
+
+    monkeypatch.setattr(slices, "MIN_LINES", 0)
+    used = []
+    original = Notebook.sliced
+
+    def recording(self, rules):
+        found = original(self, rules)
+        used.append(found is not None)
+        return found
+
+    monkeypatch.setattr(Notebook, "sliced", recording)
+    cut = lint_notebook(data, "nb.ipynb", all_rules())
+    monkeypatch.setattr(Notebook, "sliced", lambda self, rules: None)
+    whole = lint_notebook(data, "nb.ipynb", all_rules())
+    return cut, whole, used == [True]
+
+
+UNRELATED_CELL = "def helper_{i}(values):\n    # unrelated\n    return [v * 2 for v in values]\n"
+
+
+@pytest.mark.parametrize("name", [p.name for p in FIXTURES.glob("*.ipynb")] + ["generated"])
+def test_a_notebook_gives_the_same_findings_through_its_slice(name, monkeypatch):
+    if name == "generated":  # legacy code among unrelated cells, magics and a broken cell
+        cells = [UNRELATED_CELL.format(i=i) for i in range(3)]
+        cells[1:1] = ["import jax\n%matplotlib inline", "step = jax.pmap(lambda x: x)\n\n# c\nout = step(x)[0]",
+                      "!pip install jax\ndef broken(:\n    jax.pmap(f)", "y = jax.device_put_replicated(x, devs)"]
+        data = notebook(*cells).encode()
+    else:
+        data = (FIXTURES / name).read_bytes()
+    cut, whole, sliced = _sliced_and_whole(data, monkeypatch)
+    assert cut.diagnostics == whole.diagnostics and cut.error == whole.error
+    if name in ("generated", "training.ipynb"):
+        assert sliced and whole.diagnostics
+
+
 # --- the idiomatic option ------------------------------------------------------------------------
 
 def _classic_loop_notebook() -> bytes:
