@@ -109,12 +109,13 @@ class Analysis:
 
 def analyse(module: cst.Module, path: str, rules: Sequence[type[Rule]],
             options: RuleOptions | None = None, source: str | None = None, *,
-            all_positions: bool = True, sliced: Slice | None = None) -> Analysis:
+            all_positions: bool = True, sliced: Slice | None = None, edit_targets: bool = True) -> Analysis:
     """Every finding of ``rules`` on ``module``, with suppression and guard states set. ``source``:
     the file's text when ``module`` is a slice of it (its `noqa` comments count), ``sliced`` that
     slice (findings are placed on the file's lines). The analysis has every node's position unless
     ``all_positions`` is false (then those of the reported nodes and of their fixes' edit targets,
-    and of whatever precedes the last of them)."""
+    and of whatever precedes the last of them; without ``edit_targets``, only of the reported nodes:
+    `check` places findings, it does not apply fixes)."""
     if not rules:
         return Analysis(module, [], {})
     wrapper = MetadataWrapper(module, unsafe_skip_copy=True)
@@ -126,7 +127,7 @@ def analyse(module: cst.Module, path: str, rules: Sequence[type[Rule]],
     # edits overlap): code generation for positions stops after the last of them.
     needed = None if all_positions else [
         *(report.node for _, report in context.reports),
-        *(edit.target for _, report in context.reports if report.fix is not None
+        *(edit.target for _, report in context.reports if edit_targets and report.fix is not None
           for edit in report.fix.all_edits(report.node))]
     positions = node_positions(module, needed)
     suppressions = Suppressions(module.code if source is None else source)
@@ -190,7 +191,7 @@ def lint_module(module: cst.Module, path: str, rules: Sequence[type[Rule]],
                 options: RuleOptions | None = None, source: str | None = None,
                 sliced: Slice | None = None) -> list[Diagnostic]:
     return [f.diagnostic for f in analyse(module, path, rules, options, source, all_positions=False,
-                                          sliced=sliced).findings]
+                                          sliced=sliced, edit_targets=False).findings]
 
 
 def sliced_module(data: bytes | str, path: str, rules: Sequence[type[Rule]],
