@@ -904,11 +904,31 @@ class _Unindented(cst.CSTTransformer):
         return updated_node.with_changes(indent=False) if updated_node.comment is None else updated_node
 
 
+class _IndentedEmptyLine(cst.CSTVisitor):
+    """Whether ``_Unindented`` would change anything: an empty line without a comment that carries
+    indentation, reached as it reaches them. Most generated code holds none, and then the copy of
+    every generated node that a transformer's walk makes is not needed."""
+
+    def __init__(self, model) -> None:
+        super().__init__()
+        self.model = model
+        self.found = False
+
+    def on_visit(self, node: cst.CSTNode) -> bool:
+        if self.found or node in self.model.parents:
+            return False
+        if isinstance(node, cst.EmptyLine) and node.indent and node.comment is None:
+            self.found = True
+        return not self.found
+
+
 def _unindented(model, node):
     if isinstance(node, cst.FlattenSentinel):
-        return cst.FlattenSentinel([n.visit(_Unindented(model)) for n in node.nodes])
+        return cst.FlattenSentinel([_unindented(model, n) for n in node.nodes])
     if isinstance(node, cst.CSTNode):
-        return node.visit(_Unindented(model))
+        finder = _IndentedEmptyLine(model)
+        node.visit(finder)
+        return node.visit(_Unindented(model)) if finder.found else node
     return node
 
 

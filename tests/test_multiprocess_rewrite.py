@@ -211,3 +211,25 @@ def test_fixed_program_still_runs_as_one_process(fixed, legacy, name):
     reference = _checks(_one_process(jaxenv.LEGACY, legacy / f"{name}.py"), f"{name} on one process, legacy pmap")
     candidate = _checks(_one_process(jaxenv.NEW_311, target), f"fixed {name} on one process, jax 0.10.2")
     _same(reference, candidate, f"{name} on one process")
+
+
+def test_generated_code_is_copied_to_unindent_its_empty_lines_only_when_it_has_such_lines():
+    """`_unindented` takes the indentation off generated empty lines without a comment; code without
+    any is returned as it is (no copy), and code of the original module is never entered."""
+    from types import SimpleNamespace
+
+    import libcst as cst
+
+    from rules.multiprocess_rewrite import _unindented
+
+    original = cst.parse_statement("if x:\n\n    y = 1\n")
+    model = SimpleNamespace(parents={original: None})
+    plain = cst.parse_statement("def f():\n    return 1\n")
+    assert _unindented(model, plain) is plain
+    spaced = cst.parse_statement("def f():\n    a = 1\n\n    # kept\n    return a\n")
+    out = _unindented(model, spaced)
+    lines = [line for s in out.body.body for line in s.leading_lines]
+    assert [(line.indent, line.comment is None) for line in lines] == [(False, True), (True, False)]
+    assert out.deep_equals(spaced.with_deep_changes(spaced.body.body[1], leading_lines=lines))
+    wrapper = cst.FlattenSentinel([plain, original])
+    assert list(_unindented(model, wrapper).nodes) == [plain, original]  # the original: not entered
