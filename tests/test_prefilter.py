@@ -309,3 +309,47 @@ def test_the_cache_keeps_only_a_few_result_files_of_other_selections(tmp_path):
     left = sorted(p.name for p in directory.glob("results-*.pickle"))
     assert len(left) == KEEP_OTHER_RESULTS + 1
     assert f"results-key{KEEP_OTHER_RESULTS + 4}.pickle" in left  # the newest stays
+
+
+MANY_FORMS = '''
+import a.b as c, d
+from .e import (f as g, h)
+from i import *
+global_name: int = 1
+async def k(p, /, q: "T" = 1, *r, s=2, **t) -> None:
+    global global_name
+    async with u as (v, w), x:
+        async for y in z: pass
+    def inner():
+        nonlocal p
+    try:
+        pass
+    except (E1, E2) as err:
+        raise X from err
+    finally:
+        del v[0], w.attr
+    match p:
+        case {"k": 1, **rest}: pass
+        case Point(x=0, y=[1, *others]) | None as found: pass
+        case str() if (n := len(p)) > 2: pass
+    return [i async for i in z if not i] or {k: -v for k, v in t.items()} and f"{p!r:>{q}}" + (lambda: p)()
+@decorator(1)
+class L(Base, metaclass=M):
+    attr: list[int]
+    x = yield_ = 3 if p else b"bytes" @ 2
+'''
+
+
+@pytest.mark.parametrize("path", [Path(ast.__file__), Path(json.__file__).parent / "decoder.py", "many forms"],
+                         ids=str)
+def test_child_nodes_lists_every_child_node_but_contexts_and_operators(path):
+    """The fields `node_fields` passes over never hold a node the prefilter or the slicer looks at."""
+    from codemod.prefilter import child_nodes
+
+    source = MANY_FORMS if path == "many forms" else path.read_text(encoding="utf-8")
+    leaves = (ast.expr_context, ast.operator, ast.cmpop, ast.unaryop, ast.boolop)
+    seen = 0
+    for node in ast.walk(ast.parse(source)):
+        assert child_nodes(node) == [c for c in ast.iter_child_nodes(node) if not isinstance(c, leaves)]
+        seen += 1
+    assert seen > 150
