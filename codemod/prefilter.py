@@ -241,7 +241,8 @@ _LEAF_FIELDS = {
 
 def node_fields(cls: type) -> tuple[str, ...]:
     """The fields of an `ast` class that may hold child nodes, in order, without the expression
-    contexts (``Load``, ``Store``, ``Del``: nothing here looks at them, and every name has one)."""
+    contexts (``Load``, ``Store``, ``Del``: nothing here looks at them, and every name has one) and
+    the fields ``_LEAF_FIELDS`` lists for the class."""
     try:
         return _NODE_FIELDS[cls]
     except KeyError:
