@@ -516,13 +516,13 @@ def lint_notebook(data: bytes, path: str, rules: Sequence[type[Rule]], options: 
         sliced = notebook.sliced(rules)
         if sliced is not None:  # as a large module is: through its relevant slice
             module, python, cut = sliced
-            locate = notebook.locator(python)
-            found = [notebook.place(d, locate) for d in lint_module(module, path, rules, options, python, cut)]
+            found = lint_module(module, path, rules, options, python, cut)
         else:
             python = notebook.settle()
             if notebook.included:
-                locate = notebook.locator(python)
-                found = [notebook.place(d, locate) for d in lint_module(notebook.tree, path, rules, options)]
+                found = lint_module(notebook.tree, path, rules, options)
+        locate = notebook.locator(python)
+        found = [notebook.place(d, locate) for d in found]
         result.diagnostics = sorted(found + notebook.cell_errors(gate_of(tuple(rules))), key=Diagnostic.sort_key)
     except NotebookError as error:
         result.error = error.error
