@@ -242,13 +242,11 @@ _LEAF_FIELDS = {
 def node_fields(cls: type) -> tuple[str, ...]:
     """The fields of an `ast` class that may hold child nodes, in order, without the expression
     contexts (``Load``, ``Store``, ``Del``: nothing here looks at them, and every name has one) and
-    the fields ``_LEAF_FIELDS`` lists for the class."""
-    try:
-        return _NODE_FIELDS[cls]
-    except KeyError:
-        leaves = _LEAF_FIELDS.get(cls.__name__, ())
-        fields = _NODE_FIELDS[cls] = tuple(name for name in cls._fields if name != "ctx" and name not in leaves)
-        return fields
+    the fields ``_LEAF_FIELDS`` lists for the class. Remembered in ``_NODE_FIELDS``, where the walks
+    look first (one dictionary look-up per node)."""
+    leaves = _LEAF_FIELDS.get(cls.__name__, ())
+    fields = _NODE_FIELDS[cls] = tuple(name for name in cls._fields if name != "ctx" and name not in leaves)
+    return fields
 
 
 def child_nodes(node: ast.AST) -> list[ast.AST]:
