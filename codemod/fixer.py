@@ -20,6 +20,7 @@ from itertools import chain
 import libcst as cst
 from libcst.codemod import CodemodContext
 from libcst.codemod.visitors import AddImportsVisitor, RemoveImportsVisitor
+from libcst.helpers import get_full_name_for_node
 from libcst.matchers import _visitors as matcher_visitors
 
 from codemod.diagnostics import Applicability, Diagnostic, FileError, State
@@ -155,24 +156,137 @@ def _import_head(module: cst.Module) -> int:
     (where the new imports go), and the statement after those (it may get an empty line before it)."""
     body = module.body
     end = 1
-    while end < len(body) and isinstance(body[end], cst.SimpleStatementLine) \
-            and all(isinstance(small, (cst.Import, cst.ImportFrom)) for small in body[end].body):
+    while end < len(body) and _is_import_line(body[end]):
         end += 1
     return min(end + 1, len(body))
 
 
-def _add_imports(module: cst.Module, context: CodemodContext) -> cst.Module:
-    """libcst's `AddImportsVisitor` on the module, with what it scheduled in ``context``.
+def _is_import_line(statement: cst.CSTNode) -> bool:
+    return isinstance(statement, cst.SimpleStatementLine) and all(
+        isinstance(small, (cst.Import, cst.ImportFrom)) for small in statement.body)
 
-    It reads and changes only the statements `_import_head` counts (the imports at the top, where
-    it also puts new ones), but its transform copies the whole module and walks every node: it runs
-    on a module of those statements, the rest of the body is put back after them, and a compound
-    statement among them (a class or function, which none of its tests matches) stands in as a
-    ``pass`` line with the same leading lines, which get the empty line it may add."""
-    head = _import_head(module)
-    shell = list(module.body[:head])
+
+# Top-level packages whose import imports jax (the packages whose legacy names the rules fix).
+_JAX_FAMILY = frozenset({"jax", "jaxlib", "flax", "runtime_shim"})
+
+
+def _imports_jax(statement: cst.SimpleStatementLine) -> bool:
+    for small in statement.body:
+        if isinstance(small, cst.Import):
+            modules = [get_full_name_for_node(alias.name) or "" for alias in small.names]
+        elif isinstance(small, cst.ImportFrom) and not small.relative and small.module is not None:
+            modules = [get_full_name_for_node(small.module) or ""]
+        else:
+            continue
+        if any(module.split(".")[0] in _JAX_FAMILY for module in modules):
+            return True
+    return False
+
+
+class _Reads(cst.CSTVisitor):
+    """Whether a statement reads one of ``names`` (attribute names and keywords aside)."""
+
+    def __init__(self, names: frozenset[str]) -> None:
+        super().__init__()
+        self.names = names
+        self.found = False
+
+    def on_visit(self, node: cst.CSTNode) -> bool:
+        if self.found:
+            return False
+        if isinstance(node, cst.Name):
+            self.found = node.value in self.names
+            return False
+        if isinstance(node, cst.Attribute):
+            node.value.visit(self)
+            return False
+        if isinstance(node, cst.Arg) and node.keyword is not None:
+            node.value.visit(self)
+            return False
+        return True
+
+
+def _present(module: cst.Module) -> set[tuple[str, str | None, str | None]]:
+    """The imports of the module's top-level import lines, as (module, name, asname)."""
+    found = set()
+    for statement in module.body:
+        if not _is_import_line(statement):
+            continue
+        for small in statement.body:
+            if isinstance(small, cst.Import):
+                for alias in small.names:
+                    found.add((get_full_name_for_node(alias.name), None, _asname(alias)))
+            elif not small.relative and small.module is not None and not isinstance(small.names, cst.ImportStar):
+                source = get_full_name_for_node(small.module)
+                for alias in small.names:
+                    found.add((source, get_full_name_for_node(alias.name), _asname(alias)))
+    return found
+
+
+def _asname(alias: cst.ImportAlias) -> str | None:
+    return None if alias.asname is None else get_full_name_for_node(alias.asname.name)
+
+
+def _bound_names(specs: Iterable) -> frozenset[str]:
+    return frozenset(spec.asname or spec.name or spec.module.split(".")[0] for spec in specs)
+
+
+def _import_window(module: cst.Module, names: frozenset[str]) -> tuple[int, int] | None:
+    """Where new imports binding ``names`` go, as the slice of the module's statements that
+    libcst's `AddImportsVisitor` is run on (it puts them after the imports at the start of the
+    slice); None: the imports at the top of the module, its own choice.
+
+    Its choice is wrong when code runs after the imports at the top and before jax is imported: a
+    program that sets `JAX_ENABLE_X64` or `JAX_PLATFORMS` in `os.environ` before `import jax`
+    would have jax imported before that (jax reads them at import time: other numbers, other
+    devices). The new imports (jax's own modules, numpy, the shim) then go after the last import
+    before the first statement that reads them, when jax is imported by then, else just before
+    that statement."""
+    body = module.body
+    top = 1 if body and _is_docstring(body[0]) else 0  # where libcst puts them: after the imports at the top
+    while top < len(body) and _is_import_line(body[top]):
+        top += 1
+    use = next((i for i in range(len(body)) if not _is_import_line(body[i]) and _reads(body[i], names)), len(body))
+    jax_at = next((i for i in range(use) if _is_import_line(body[i]) and _imports_jax(body[i])), None)
+    runs_code = any(not _is_import_line(body[i]) and not isinstance(body[i], (cst.FunctionDef, cst.ClassDef))
+                    for i in range(top, use if jax_at is None else min(jax_at, use)))
+    if not runs_code:
+        return None
+    if jax_at is not None:
+        last = max(i for i in range(jax_at, use) if _is_import_line(body[i]))
+        start = last
+        while start > top and _is_import_line(body[start - 1]):
+            start -= 1
+        return start, min(last + 2, len(body))
+    return use, use + 1
+
+
+def _is_docstring(statement: cst.CSTNode) -> bool:
+    return isinstance(statement, cst.SimpleStatementLine) and len(statement.body) == 1 and isinstance(
+        statement.body[0], cst.Expr) and isinstance(statement.body[0].value, (cst.SimpleString, cst.ConcatenatedString))
+
+
+def _reads(statement: cst.CSTNode, names: frozenset[str]) -> bool:
+    reads = _Reads(names)
+    statement.visit(reads)
+    return reads.found
+
+
+def _add_imports(module: cst.Module, context: CodemodContext, names: frozenset[str] = frozenset()) -> cst.Module:
+    """libcst's `AddImportsVisitor` on the module, with what it scheduled in ``context``; the new
+    imports bind ``names`` (`_import_window` says where they go).
+
+    It reads and changes only the statements of that window (by default those `_import_head`
+    counts: the imports at the top, where it also puts new ones), but its transform copies the
+    whole module and walks every node: it runs on a module of those statements, the rest of the
+    body is put back around them, and a compound statement among them (a class or function, which
+    none of its tests matches) stands in as a ``pass`` line with the same leading lines, which get
+    the empty line it may add."""
+    window = _import_window(module, names) if names else None
+    start, end = window if window is not None else (0, _import_head(module))
+    shell = list(module.body[start:end])
     stubbed = {i: statement for i, statement in enumerate(shell) if isinstance(statement, cst.BaseCompoundStatement)}
-    if head == len(module.body) and not stubbed:
+    if start == 0 and end == len(module.body) and not stubbed:
         return AddImportsVisitor(context).transform_module(module)
     for i, statement in stubbed.items():
         shell[i] = cst.SimpleStatementLine(body=[cst.Pass()], leading_lines=statement.leading_lines)
@@ -182,7 +296,7 @@ def _add_imports(module: cst.Module, context: CodemodContext) -> cst.Module:
     offset = len(done) - len(shell)
     for i, statement in stubbed.items():
         done[i + offset] = statement.with_changes(leading_lines=done[i + offset].leading_lines)
-    return module.with_changes(body=(*done, *module.body[head:]))
+    return module.with_changes(body=(*module.body[:start], *done, *module.body[end:]))
 
 
 class _RemoveImports(RemoveImportsVisitor):
@@ -238,9 +352,14 @@ def apply(module: cst.Module, chosen: Sequence[Finding],
     adds = [spec for f in chosen for spec in f.fix.add_imports]
     removes = [spec for f in chosen for spec in f.fix.remove_imports]
     if adds:
-        for spec in dict.fromkeys(adds):
+        # An import the module has already, anywhere among its top-level lines, is not added
+        # again (libcst looks only at the lines where it puts new ones).
+        present = _present(module)
+        adds = [spec for spec in dict.fromkeys(adds) if (spec.module, spec.name, spec.asname) not in present]
+        for spec in adds:
             AddImportsVisitor.add_needed_import(context, spec.module, spec.name, spec.asname)
-        module = _add_imports(module, context)
+        if adds:
+            module = _add_imports(module, context, _bound_names(adds))
     if removes:
         for spec in dict.fromkeys(removes):
             RemoveImportsVisitor.remove_unused_import(context, spec.module, spec.name, spec.asname)
