@@ -3,11 +3,14 @@
 The forms are the ones verified in `fixtures/programs/README.md` ("Helpers around pmap"):
 
 * a replicated stack (`device_put_replicated`, flax `replicate`):
-  `jax.tree.map(lambda leaf: jax.device_put(np.broadcast_to(leaf, (len(devs), *np.shape(leaf))),
-  NamedSharding(Mesh(devs, ("i",)), P("i"))), x)` -- one row per device, on exactly `devs`, in
-  their order, which is what the rewritten pmap's mesh (`jax.local_devices()[:n]`) accepts
-  without a reshard; the mesh axis name does not matter, the device list does;
-* a sharded stack (`device_put_sharded`): the same with `np.stack` of the shards;
+  `jax.tree.map(lambda leaf: jax.make_array_from_single_device_arrays((len(devs), *np.shape(leaf)),
+  NamedSharding(Mesh(devs, ("i",)), P("i")), [jax.device_put(leaf, device)[None] for device in
+  devs]), x)` -- one row per device, on exactly `devs`, in their order, which is what the
+  rewritten pmap's mesh (`jax.local_devices()[:n]`) accepts without a reshard; the mesh axis name
+  does not matter, the device list does. Each device receives only its own copy, and typed PRNG
+  key leaves (`jax.random.key`) go through unchanged, as they did in legacy;
+* a sharded stack (`device_put_sharded`): the same with row i from shard i
+  (`zip(leaves, devs, strict=True)`);
 * one device's row of a stacked value (`out[0]`, `unreplicate`):
   `out.addressable_shards[0].data.squeeze(0)`, exact when every value `out` may hold is a 1-D
   stack with one row per device (pmap outputs, the stacks above) in a single-process program,
@@ -392,36 +395,44 @@ def is_assignment_target(model: SemanticModel, node: cst.CSTNode) -> bool:
 
 # ---------------------------------------------------------------------------- text templates
 
-def layout_call(func: str, args: list[str], column: int, unit: str) -> str:
-    """``func(a, b)`` on one line when it is short, else one argument per hanging-indented line
-    (indented relative to the statement at ``column``)."""
-    flat = f"{func}({', '.join(args)})"
-    if "\n" not in flat and column + len(flat) <= LINE_LIMIT - 30:
-        return flat
-    return f"{func}(\n" + ",\n".join(unit + a for a in args) + ")"
-
-
 def sharding_text(devices: str, spec: str = f"P({AXIS})", axis: str = AXIS) -> str:
     return f"NamedSharding(Mesh({devices}, ({axis},)), {spec})"
 
 
 def replicate_text(jax: str, tree: str, devices: str, column: int, unit: str) -> str:
-    leaf = _fresh_param("leaf", devices)
-    stacked = f"np.broadcast_to({leaf}, (len({devices}), *np.shape({leaf})))"
-    return _tree_map_put(jax, f"{leaf}", stacked, devices, [tree], column, unit)
+    leaf = _fresh_param("leaf", devices, jax)
+    device = _fresh_param("device", devices, jax, leaf)
+    rows = f"{jax}.device_put({leaf}, {device})[None] for {device} in {devices}"
+    return _tree_map_stack(jax, leaf, f"np.shape({leaf})", rows, devices, [tree], column, unit)
 
 
 def stack_text(jax: str, shards: str, devices: str, column: int, unit: str) -> str:
-    leaves = _fresh_param("leaves", devices)
-    return _tree_map_put(jax, f"*{leaves}", f"np.stack({leaves})", devices, [f"*{shards}"], column, unit)
+    leaves = _fresh_param("leaves", devices, jax)
+    leaf = _fresh_param("leaf", devices, jax, leaves)
+    device = _fresh_param("device", devices, jax, leaves, leaf)
+    rows = (f"{jax}.device_put({leaf}, {device})[None] "
+            f"for {leaf}, {device} in zip({leaves}, {devices}, strict=True)")
+    return _tree_map_stack(jax, f"*{leaves}", f"np.shape({leaves}[0])", rows, devices, [f"*{shards}"], column, unit)
 
 
-def _tree_map_put(jax: str, params: str, value: str, devices: str, trees: list[str], column: int, unit: str) -> str:
-    put = f"{jax}.device_put({value}, {sharding_text(devices)})"
-    lam = f"lambda {params}: {put}"
-    if column + 2 * len(unit) + len(lam) > LINE_LIMIT:
-        lam = f"lambda {params}: {jax}.device_put(\n{unit * 2}{value},\n{unit * 2}{sharding_text(devices)})"
-    return layout_call(f"{jax}.tree.map", [lam, *trees], column, unit)
+def _tree_map_stack(jax: str, params: str, shape: str, rows: str, devices: str, trees: list[str],
+                    column: int, unit: str) -> str:
+    """`jax.tree.map(lambda <params>: <the stack of every leaf's rows>, *trees)`: one (1, ...) row
+    per device, put on that device and assembled without any device compute. A typed PRNG key
+    leaf goes through as is (a NumPy stack would raise TypeError), and each device holds only its
+    own copy."""
+    inner = len(unit) * 2
+    shape = f"(len({devices}), *{shape})"
+    head = f"{shape}, {sharding_text(devices)},"
+    lines = [head] if column + inner + len(head) <= LINE_LIMIT else [f"{shape},", f"{sharding_text(devices)},"]
+    comprehension = f"[{rows}])"
+    if column + inner + len(comprehension) > LINE_LIMIT:
+        put, _, loop = rows.partition(" for ")
+        comprehension = f"[{put}\n{unit * 2} for {loop}])"
+    lines.append(comprehension)
+    lam = f"lambda {params}: {jax}.make_array_from_single_device_arrays(\n" + "\n".join(
+        unit * 2 + line for line in lines)
+    return f"{jax}.tree.map(\n" + ",\n".join(unit + a for a in (lam, *trees)) + ")"
 
 
 def _fresh_param(base: str, *texts: str) -> str:
@@ -720,7 +731,8 @@ def stack_fix(placement: Placement, call: cst.Call, reference: cst.BaseExpressio
     text = (stack_text if sharded else replicate_text)(jax, tree_text, devices_text, column, unit)
     replacement = keep_parens(call, cst.parse_expression(text))
     removal = removal_spec(model, reference)
-    summary = f"{what} -> `jax.device_put` of the same stack with `NamedSharding(Mesh(devices), P('i'))`"
+    summary = (f"{what} -> the same stack, one row put on each device and assembled with "
+               "`NamedSharding(Mesh(devices), P('i'))`")
     applicability = "safe"
     if python_numbers(tree):
         applicability, summary = "unsafe", summary + "; " + WEAK_TYPES

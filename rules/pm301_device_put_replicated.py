@@ -28,8 +28,8 @@ class DevicePutReplicated(Rule):
     ```
 
     ## Use instead
-    The same stack, placed explicitly (one `device_put` per leaf of a host-side broadcast view, so
-    no device holds more than its own copy):
+    The same stack, placed explicitly (one row put on each device, then assembled without any
+    device compute, so no device holds more than its own copy):
     ```python
     import jax
     import numpy as np
@@ -37,8 +37,9 @@ class DevicePutReplicated(Rule):
 
     devices = jax.local_devices()
     params = jax.tree.map(
-        lambda leaf: jax.device_put(np.broadcast_to(leaf, (len(devices), *np.shape(leaf))),
-                                    NamedSharding(Mesh(devices, ("i",)), P("i"))),
+        lambda leaf: jax.make_array_from_single_device_arrays(
+            (len(devices), *np.shape(leaf)), NamedSharding(Mesh(devices, ("i",)), P("i")),
+            [jax.device_put(leaf, device)[None] for device in devices]),
         params)
     ```
     Each row lives on the device of the same index in `devices`, as before, so the result feeds a
@@ -52,7 +53,7 @@ class DevicePutReplicated(Rule):
     Python number literal is replicated directly (`device_put_replicated(0.1, devs)`, `{"lr":
     0.1}`): legacy kept it weakly typed, the NumPy stack is strongly typed (same printed values
     and dtype; promotion with bfloat16/float16 differs). Typed PRNG key arrays (`jax.random.key`)
-    cannot go through NumPy and raise `TypeError`: replicate `jax.random.key_data(k)`.
+    are replicated as they were (each row is the key itself, put on its device).
     Where that form does not apply (the function used as a value, multi-process programs, calls
     in a class body, `*args`) the reference becomes `runtime_shim.device_put_replicated`, the
     drop-in with the legacy result. A local alias (`dpr = jax.device_put_replicated`) is removed
@@ -84,9 +85,9 @@ class DevicePutReplicated(Rule):
                 "import jax\nimport numpy as np\nfrom jax.sharding import Mesh, NamedSharding, PartitionSpec as P\n\n"
                 "devices = jax.local_devices()\n"
                 "params = jax.tree.map(\n"
-                "    lambda leaf: jax.device_put(\n"
-                "        np.broadcast_to(leaf, (len(devices), *np.shape(leaf))),\n"
-                "        NamedSharding(Mesh(devices, (\"i\",)), P(\"i\"))),\n"
+                "    lambda leaf: jax.make_array_from_single_device_arrays(\n"
+                "        (len(devices), *np.shape(leaf)), NamedSharding(Mesh(devices, (\"i\",)), P(\"i\")),\n"
+                "        [jax.device_put(leaf, device)[None] for device in devices]),\n"
                 "    params)\n"
             ),
         ),
@@ -96,9 +97,9 @@ class DevicePutReplicated(Rule):
             expected=(
                 "import numpy as np\nimport jax\nfrom jax.sharding import Mesh, NamedSharding, PartitionSpec as P\n\n"
                 "params = jax.tree.map(\n"
-                "    lambda leaf: jax.device_put(\n"
-                "        np.broadcast_to(leaf, (len(devs), *np.shape(leaf))),\n"
-                "        NamedSharding(Mesh(devs, (\"i\",)), P(\"i\"))),\n"
+                "    lambda leaf: jax.make_array_from_single_device_arrays(\n"
+                "        (len(devs), *np.shape(leaf)), NamedSharding(Mesh(devs, (\"i\",)), P(\"i\")),\n"
+                "        [jax.device_put(leaf, device)[None] for device in devs]),\n"
                 "    p)\n"
             ),
         ),
@@ -111,9 +112,9 @@ class DevicePutReplicated(Rule):
                 "import jax\nimport numpy as np\nfrom jax.sharding import Mesh, NamedSharding, PartitionSpec as P\n"
                 "def main(devs):\n"
                 "    return jax.tree.map(\n"
-                "        lambda leaf: jax.device_put(\n"
-                "            np.broadcast_to(leaf, (len(devs), *np.shape(leaf))),\n"
-                "            NamedSharding(Mesh(devs, (\"i\",)), P(\"i\"))),\n"
+                "        lambda leaf: jax.make_array_from_single_device_arrays(\n"
+                "            (len(devs), *np.shape(leaf)), NamedSharding(Mesh(devs, (\"i\",)), P(\"i\")),\n"
+                "            [jax.device_put(leaf, device)[None] for device in devs]),\n"
                 "        {'lr': 0.1})\n"
             ),
         ),
@@ -137,9 +138,9 @@ class DevicePutReplicated(Rule):
                 "import jax\nimport numpy as np\nfrom jax.sharding import Mesh, NamedSharding, PartitionSpec as P\n\n"
                 "def main(p, devs):\n"
                 "    return jax.tree.map(\n"
-                "        lambda leaf: jax.device_put(\n"
-                "            np.broadcast_to(leaf, (len(devs), *np.shape(leaf))),\n"
-                "            NamedSharding(Mesh(devs, (\"i\",)), P(\"i\"))),\n"
+                "        lambda leaf: jax.make_array_from_single_device_arrays(\n"
+                "            (len(devs), *np.shape(leaf)), NamedSharding(Mesh(devs, (\"i\",)), P(\"i\")),\n"
+                "            [jax.device_put(leaf, device)[None] for device in devs]),\n"
                 "        p)\n"
             ),
         ),

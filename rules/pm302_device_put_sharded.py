@@ -27,7 +27,8 @@ class DevicePutSharded(Rule):
     ```
 
     ## Use instead
-    The same stack, placed explicitly (each leaf stacked on the host, then one `device_put`):
+    The same stack, placed explicitly (shard `k` put on `devices[k]` as a row, then assembled
+    without any device compute):
     ```python
     import jax
     import numpy as np
@@ -35,7 +36,9 @@ class DevicePutSharded(Rule):
 
     devices = jax.local_devices()
     batch = jax.tree.map(
-        lambda *leaves: jax.device_put(np.stack(leaves), NamedSharding(Mesh(devices, ("i",)), P("i"))),
+        lambda *leaves: jax.make_array_from_single_device_arrays(
+            (len(devices), *np.shape(leaves[0])), NamedSharding(Mesh(devices, ("i",)), P("i")),
+            [jax.device_put(leaf, device)[None] for leaf, device in zip(leaves, devices, strict=True)]),
         *per_device_batches)
     ```
     Row `k` lives on `devices[k]`, as before, so the result feeds a migrated pmap without a
@@ -46,7 +49,8 @@ class DevicePutSharded(Rule):
     every input legacy accepted (it required as many shards as devices, of one shape and dtype).
     A `devices` expression other than a name is bound once before the statement. Unsafe when the
     shards are visibly Python number literals (`[0.0, 1.0]`): legacy kept them weakly typed.
-    Typed PRNG key arrays cannot go through NumPy (`TypeError`). Where the form does not apply
+    Typed PRNG key shards (`jax.random.key`) are stacked as they were. As many shards as devices,
+    of one shape and dtype, or a `ValueError`, as in legacy. Where the form does not apply
     (the function used as a value, multi-process programs, a class body, `*args`) the reference
     becomes `runtime_shim.device_put_sharded`, the drop-in with the legacy result.
 
@@ -75,9 +79,9 @@ class DevicePutSharded(Rule):
                 "import jax\nimport numpy as np\nfrom jax.sharding import Mesh, NamedSharding, PartitionSpec as P\n\n"
                 "devices = jax.local_devices()\n"
                 "batch = jax.tree.map(\n"
-                "    lambda *leaves: jax.device_put(\n"
-                "        np.stack(leaves),\n"
-                "        NamedSharding(Mesh(devices, (\"i\",)), P(\"i\"))),\n"
+                "    lambda *leaves: jax.make_array_from_single_device_arrays(\n"
+                "        (len(devices), *np.shape(leaves[0])), NamedSharding(Mesh(devices, (\"i\",)), P(\"i\")),\n"
+                "        [jax.device_put(leaf, device)[None] for leaf, device in zip(leaves, devices, strict=True)]),\n"
                 "    *shards)\n"
             ),
         ),
@@ -86,7 +90,9 @@ class DevicePutSharded(Rule):
             expected=(
                 "import jax\nimport numpy as np\nfrom jax.sharding import Mesh, NamedSharding, PartitionSpec as P\n\n"
                 "batch = jax.tree.map(\n"
-                "    lambda *leaves: jax.device_put(np.stack(leaves), NamedSharding(Mesh(devs, (\"i\",)), P(\"i\"))),\n"
+                "    lambda *leaves: jax.make_array_from_single_device_arrays(\n"
+                "        (len(devs), *np.shape(leaves[0])), NamedSharding(Mesh(devs, (\"i\",)), P(\"i\")),\n"
+                "        [jax.device_put(leaf, device)[None] for leaf, device in zip(leaves, devs, strict=True)]),\n"
                 "    *[a, b])\n"
             ),
         ),
@@ -104,9 +110,10 @@ class DevicePutSharded(Rule):
                 "def to_devices(batch):\n"
                 "    devices = jax.local_devices()\n"
                 "    return jax.tree.map(\n"
-                "        lambda *leaves: jax.device_put(\n"
-                "            np.stack(leaves),\n"
-                "            NamedSharding(Mesh(devices, (\"i\",)), P(\"i\"))),\n"
+                "        lambda *leaves: jax.make_array_from_single_device_arrays(\n"
+                "            (len(devices), *np.shape(leaves[0])), NamedSharding(Mesh(devices, (\"i\",)), P(\"i\")),\n"
+                "            [jax.device_put(leaf, device)[None]\n"
+                "             for leaf, device in zip(leaves, devices, strict=True)]),\n"
                 "        *list(batch))\n"
             ),
         ),

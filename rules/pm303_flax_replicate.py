@@ -75,12 +75,12 @@ class FlaxReplicate(Rule):
     - `prefetch_to_device`: no fix (a generator with a prefetch queue; no expression replaces it).
     The helpers used as values (`map(common_utils.shard, ds)`) are not rewritten. The flax import
     goes once nothing uses it, a plain `import flax` / `import flax.jax_utils` too. The
-    `replicate` stack goes through NumPy: Python numbers held in the tree (not only literals)
-    become strongly typed there, as in flax's own `replicate` after 0.12.3, and a typed PRNG key
-    leaf (`jax.random.key`, not `PRNGKey`) cannot be converted (`TypeError` at run time, as for
-    PM301). Verified by running programs: `fixtures/programs_flax/`. Dropping the
-    device axis altogether (the idiomatic migration) changes every function that receives these
-    values and is not done automatically.
+    `replicate` stack is built from jax arrays per device: Python numbers held in the tree (not
+    only literals) become strongly typed there, as in flax's own `replicate` after 0.12.3; typed
+    PRNG key leaves (`jax.random.key`) are replicated as they were (as for PM301). Verified by
+    running programs: `fixtures/programs_flax/`. Dropping the device axis altogether (the
+    idiomatic migration) changes every function that receives these values and is not done
+    automatically.
 
     ## References
     - https://flax.readthedocs.io/en/latest/api_reference/flax.jax_utils.html
@@ -108,9 +108,9 @@ class FlaxReplicate(Rule):
                 "import jax\nimport numpy as np\nfrom jax.sharding import Mesh, NamedSharding, PartitionSpec as P\n\n"
                 "devices = jax.local_devices()\n"
                 "state = jax.tree.map(\n"
-                "    lambda leaf: jax.device_put(\n"
-                "        np.broadcast_to(leaf, (len(devices), *np.shape(leaf))),\n"
-                "        NamedSharding(Mesh(devices, (\"i\",)), P(\"i\"))),\n"
+                "    lambda leaf: jax.make_array_from_single_device_arrays(\n"
+                "        (len(devices), *np.shape(leaf)), NamedSharding(Mesh(devices, (\"i\",)), P(\"i\")),\n"
+                "        [jax.device_put(leaf, device)[None] for device in devices]),\n"
                 "    state)\n"
             ),
         ),

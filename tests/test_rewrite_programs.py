@@ -58,6 +58,7 @@ PLACEMENT_FIXES = {
     "index_output": {"PM201"},
     "index_rows": {"PM201", "PM202", "PM301", "PM302"},
     "placement_inputs": {"PM302", "PM304"},
+    "replicated_keys": {"PM201", "PM301", "PM302"},
     "removed_flags": {"PM104"},
     "unreplicate_tree_map": {"PM202"},
 }
