@@ -67,10 +67,12 @@ def _comments(source: str):
 
 
 _GUARD_EXCEPTIONS = frozenset({"AttributeError", "ImportError", "ModuleNotFoundError"})
+_JAX_PACKAGES = frozenset({"jax", "jaxlib"})
 
 
 def is_guarded(model: SemanticModel, node: cst.CSTNode) -> bool:
-    """True inside code written for both APIs: under ``if hasattr(jax, ...)`` / a jax version test,
+    """True inside code written for both APIs: under ``if hasattr(jax, ...)`` / a jax version test
+    (``jax.__version__``, or a call naming the package: ``version("jax")``),
     or in a ``try`` that catches AttributeError/ImportError (NPY201's rule, applied to jax)."""
     child = node
     for ancestor in model.ancestors(node):
@@ -97,6 +99,10 @@ class _ProbeFinder(cst.CSTVisitor):
         if isinstance(node.func, cst.Name) and node.func.value in ("hasattr", "getattr") and node.args:
             if any(q == "jax" or q.startswith("jax.") for q in self.model.qualified_names(node.args[0].value)):
                 self.found = True
+        # The installed jax's version asked by package name: `importlib.metadata.version("jax")`,
+        # a project's own `module_version("jax") < (0, 8, 2)`.
+        if any(isinstance(a.value, cst.SimpleString) and a.value.evaluated_value in _JAX_PACKAGES for a in node.args):
+            self.found = True
         return not self.found
 
     def visit_Attribute(self, node: cst.Attribute) -> bool:

@@ -70,7 +70,11 @@ class RemovedJaxApi(ImportRule):
     ...), `jax.xla_computation`, the pmap-era array types (`ShardedDeviceArray`, `DeviceArray`,
     `GlobalDeviceArray`, `KeyArray`), `PmapSharding` and the other old shardings, pmap's
     `ShardingSpec` machinery, `jax.lib.xla_bridge`, `jax.experimental.host_callback`,
-    `jax.ops.index_update`, `from jax.config import config` and more, each with its replacement.
+    `jax.ops.index_update`, `from jax.config import config`, what jax 0.10.0 removed with the
+    legacy pmap (its machinery in `jax.interpreters.pxla`: `parallel_callable`, `PmapExecutable`,
+    `MapTracer`, `shard_args`; `jax.ad_checkpoint.checkpoint` / `remat`, `jax.core.get_aval` and
+    other `jax.core` internals, `jax.lax.pvary`, `jnp.fix`, `jax.scipy.special.sph_harm`) and more,
+    each with its replacement.
 
     A name used through a reported import (`tree_map(f, x)` after `from jax import tree_map`) is
     not reported again: the import is what fails. Names other rules own are left to them:
@@ -105,18 +109,23 @@ class RemovedJaxApi(ImportRule):
     `jax.tree.map` and the other tree aliases, `xla_bridge.get_backend` ->
     `jax.extend.backend.get_backend`, `xla_bridge.device_count` -> `jax.device_count`, the
     experimental `PartitionSpec`, `from jax.config import config` -> `from jax import config`, the
-    moved `optimizers` / `stax` modules, ...). A from-import of a name that kept its name elsewhere
-    is imported from the new module (`from jax.sharding import PartitionSpec as P`); otherwise
-    its uses are rewritten (`tree_map(f, x)` -> `jax.tree.map(f, x)`) and the import goes once
-    unused, as does an unused import of a removed name. `lax.tie_in(x, y)` becomes `y`.
+    moved `optimizers` / `stax` modules, `jax.core.get_aval` -> `jax.typeof`, and
+    `jax.ad_checkpoint.checkpoint` / `remat` -> `jax.checkpoint` / `jax.remat`, wrappers that pass
+    every argument the old functions took to them, ...). A from-import of a name that kept its
+    name elsewhere is imported from the new module (`from jax.sharding import PartitionSpec as
+    P`); otherwise its uses are rewritten (`tree_map(f, x)` -> `jax.tree.map(f, x)`) and the
+    import goes once unused, as does an unused import of a removed name. `lax.tie_in(x, y)` becomes `y`.
     Unsafe: the old array types (`ShardedDeviceArray`, `DeviceArray`, `KeyArray`, ...) ->
     `jax.Array` outside annotations (isinstance checks accept every array now),
     `jax.xla_computation(f)(*args)` -> `jax.jit(f).lower(*args).compiler_ir("hlo")` (the same
     XlaComputation type; module name and details differ), the `jax.api` / `jax.linear_util`
-    module moves. No fix, with the manual route in the message: `PmapSharding` and the other old
-    shardings, `ShardingSpec`, `host_callback`, `jax.ops.index_update` & co., `xla_computation`
-    with other options. Uses under `if hasattr(jax, ...)`, a jax version test, or
-    `try: ... except (ImportError, AttributeError)` are compatibility code and not reported.
+    module moves, `jnp.fix` -> `jnp.trunc` (assumes no `out=`). No fix, with the manual route in
+    the message: `PmapSharding` and the other old shardings, `ShardingSpec`, `host_callback`,
+    `jax.ops.index_update` & co., `xla_computation` with other options, the pmap machinery,
+    `pvary` (its replacement `pcast` is not in 0.7.2), `sph_harm` (arguments reorder). Uses under
+    `if hasattr(jax, ...)`, a jax version test (`jax.__version__`, or a call naming the package:
+    `version("jax")`), or `try: ... except (ImportError, AttributeError)` are compatibility code and
+    not reported.
 
     ## References
     - https://docs.jax.dev/en/latest/changelog.html
@@ -172,8 +181,31 @@ class RemovedJaxApi(ImportRule):
             "    out = jax.tree.map(f, tree)\n"
         ),
         Valid("import jax\nname = 'jax.tree_map'\n# jax.tree_map(f, x)\n"),
+        # A version test naming the package (netket's own helper, importlib.metadata).
+        Valid(
+            "import jax\nfrom mylib import module_version\n"
+            "def pcast(x, axis_name):\n"
+            "    if module_version('jax') < (0, 8, 2):\n"
+            "        return jax.lax.pvary(x, axis_name)\n"
+            "    return jax.lax.pcast(x, axis_name, to='varying')\n"
+        ),
+        Valid(
+            "import importlib.metadata\nimport jax\n"
+            "if importlib.metadata.version(\"jax\") < \"0.4.26\":\n"
+            "    out = jax.tree_map(f, tree)\n"
+        ),
     ]
     INVALID = [
+        # Removed with the legacy pmap in 0.10.0: checkpoint's old home, a jax.core alias, jnp.fix.
+        Invalid("from jax.ad_checkpoint import checkpoint\nf = checkpoint(g, policy=p)\n", lines=(1,),
+                expected="from jax import checkpoint\nf = checkpoint(g, policy=p)\n"),
+        Invalid("import jax\naval = jax.core.get_aval(x)\n", lines=(2,),
+                expected="import jax\naval = jax.typeof(x)\n"),
+        Invalid("import jax.numpy as jnp\ny = jnp.fix(x)\n", lines=(2,),  # unsafe: assumes no out=
+                expected="import jax\n\ny = jax.numpy.trunc(x)\n"),
+        Invalid("from jax.interpreters import pxla\nrun = pxla.parallel_callable(f, *args)\n", lines=(2,),
+                expected="from jax.interpreters import pxla\nrun = pxla.parallel_callable(f, *args)\n"),
+        Invalid("import jax\nimport jax.numpy as jnp\ny = jax.lax.pvary(jnp.ones(3), 'i')\n", lines=(3,)),
         Invalid("import jax\nout = jax.tree_map(f, tree)\n", lines=(2,),
                 expected=(
                     "import jax\n"

@@ -128,6 +128,12 @@ _AT = "use the indexed-update syntax x.at[idx]"
 _ARRAY_TYPE = ("isinstance checks accept every jax.Array now, not only the old array type "
                "(annotations are unaffected)")
 _X64 = "use jax.config.update('jax_enable_x64', ...) (newer jax also has the jax.enable_x64 context manager)"
+_PMAP_MACHINERY = "the legacy pmap's machinery is gone: jax.pmap now traces to jit + shard_map"
+# RENAME_SAME entries whose replacement is not the same object but a `functools.wraps` wrapper of it
+# (`__wrapped__`, checked on 0.7.2 by tests/test_tables.py): jax.checkpoint / jax.remat are
+# `checkpoint_wrapper`, which only rejects `concrete=True` (an argument the removed function did not
+# take) and passes every other argument to it.
+FORWARDING_WRAPPERS = frozenset({"jax.ad_checkpoint.checkpoint", "jax.ad_checkpoint.remat"})
 REMOVED_NAMES: tuple[RemovedName, ...] = (
     # Tree utilities: top-level aliases removed in favour of jax.tree.* (= jax.tree_util.tree_*).
     RemovedName("jax.tree_map", "0.7.2", "jax.tree.map", rename=RENAME_SAME),
@@ -243,6 +249,36 @@ REMOVED_NAMES: tuple[RemovedName, ...] = (
                 "or set the jax_compilation_cache_dir option"),
     RemovedName("jax.experimental.enable_x64", "0.10.2", None, _X64),
     RemovedName("jax.experimental.disable_x64", "0.10.2", None, _X64),
+    # Removed in jax 0.10.0 with the legacy pmap (each checked present in 0.7.2, absent in 0.10.2
+    # and the newest jax): the legacy pmap's machinery, checkpoint's old home, jax.core internals
+    # whose public home (jax.extend.core) 0.7.2 lacks, and a few numerical functions.
+    RemovedName("jax.interpreters.pxla.MapTracer", "0.10.2", None, _PMAP_MACHINERY + " (values inside a pmap "
+                "are ordinary tracers)"),
+    RemovedName("jax.interpreters.pxla.PmapExecutable", "0.10.2", None, _PMAP_MACHINERY + "; lower and compile "
+                "through jax.jit: jax.jit(f).lower(*args).compile()"),
+    RemovedName("jax.interpreters.pxla.parallel_callable", "0.10.2", None, _PMAP_MACHINERY + "; use "
+                "jax.jit(jax.shard_map(...)) over a Mesh"),
+    RemovedName("jax.interpreters.pxla.shard_args", "0.10.2", None, "use jax.device_put(x, sharding)"),
+    RemovedName("jax.ad_checkpoint.checkpoint", "0.10.2", "jax.checkpoint", rename=RENAME_SAME),
+    RemovedName("jax.ad_checkpoint.remat", "0.10.2", "jax.remat", rename=RENAME_SAME),
+    RemovedName("jax.lax.pvary", "0.10.2", None, "use jax.lax.pcast(x, axis_name, to='varying') (jax 0.8 and later)"),
+    RemovedName("jax.core.get_aval", "0.10.2", "jax.typeof", rename=RENAME_SAME),
+    *(RemovedName(f"jax.core.{name}", "0.10.2", None, f"use jax.extend.core.{name} (jax 0.8 and later)")
+      for name in ("AbstractToken", "TraceTag", "mapped_aval", "unmapped_aval", "set_current_trace",
+                   "take_current_trace", "subjaxprs")),
+    RemovedName("jax.core.call_impl", "0.10.2", None, "no public replacement in the newest jax"),
+    RemovedName("jax.core.traverse_jaxpr_params", "0.10.2", None, "no public replacement"),
+    RemovedName("jax.interpreters.batching.NotMapped", "0.10.2", None,
+                "no public replacement (an unmapped axis is spelled None)"),
+    RemovedName("jax.interpreters.ad.reducing_transposes", "0.10.2", None, "jax no longer reads it: delete the "
+                "registration"),
+    RemovedName("jax.cloud_tpu_init.cloud_tpu_init", "0.10.2", None, "delete the call: jax initialises Cloud "
+                "TPUs itself"),
+    RemovedName("jax.numpy.fix", "0.10.2", "jax.numpy.trunc", rename=RENAME_SIMILAR,
+                assumes="no `out=` argument (the same values, dtypes and signs of zero otherwise; checked on 0.7.2)"),
+    RemovedName("jax.scipy.special.sph_harm", "0.10.2", "jax.scipy.special.sph_harm_y",
+                "sph_harm(m, n, theta, phi) is sph_harm_y(n, m, phi, theta): the degree and order swap, and "
+                "so do the two angles"),
     # Functional index updates.
     RemovedName("jax.ops.index_update", "0.7.2", None, f"{_AT}.set(y)"),
     RemovedName("jax.ops.index_add", "0.7.2", None, f"{_AT}.add(y)"),

@@ -48,8 +48,10 @@ def probe_request() -> dict:
         | set(tables.PJIT_GONE)
         | {tables.EXPERIMENTAL_MAPS_MODULE}
     )
-    same = [[e.name, e.replacement] for e in ALL_REMOVED if e.rename == tables.RENAME_SAME]
-    return {"names": names, "signatures": list(SIGNATURES), "identical": same}
+    same = [[e.name, e.replacement] for e in ALL_REMOVED
+            if e.rename == tables.RENAME_SAME and e.name not in tables.FORWARDING_WRAPPERS]
+    wrapped = [[e.name, e.replacement] for e in ALL_REMOVED if e.name in tables.FORWARDING_WRAPPERS]
+    return {"names": names, "signatures": list(SIGNATURES), "identical": same, "wraps": wrapped}
 
 
 def problems(answer: dict) -> list[str]:
@@ -71,6 +73,13 @@ def problems(answer: dict) -> list[str]:
     for old, same in answer.get("identical", {}).items():
         if same is False:
             found.append(f"{old} is marked RENAME_SAME but is not the same object as its replacement")
+    for old, wrapper in answer.get("wraps", {}).items():
+        if wrapper is False:
+            found.append(f"{old} is listed in FORWARDING_WRAPPERS but its replacement does not wrap it")
+    if version == LEGACY_VERSION:  # where both exist: the wrapper check must have run
+        missing = {e.name for e in ALL_REMOVED if e.name in tables.FORWARDING_WRAPPERS} - {
+            old for old, wrapper in answer.get("wraps", {}).items() if wrapper}
+        found += [f"{old}: not checked to be wrapped by its replacement" for old in sorted(missing)]
     found += [f"{name} (a spelling the rules recognise) does not exist" for name in EXPECTED_PRESENT if not have[name]]
 
     signatures = answer["signatures"]
@@ -110,6 +119,8 @@ def test_entries_are_well_formed():
         assert entry.rename in (None, tables.RENAME_SAME, tables.RENAME_SIMILAR), entry
         assert entry.rename is None or entry.replacement is not None, f"{entry.name}: a rename needs a replacement"
         assert (entry.rename == tables.RENAME_SIMILAR) == bool(entry.assumes), f"{entry.name}: assumes <=> similar"
+    for name in tables.FORWARDING_WRAPPERS:
+        assert tables.REMOVED_BY_NAME[name].rename == tables.RENAME_SAME, name
 
 
 def test_removed_names_leave_other_rules_alone():

@@ -4,9 +4,10 @@ Run as a script (``python api_probe.py``) it reads a JSON request on stdin and w
 on stdout, so the same probe checks the test interpreter's jax and the cached venvs' (legacy 0.7.2,
 newest). It imports only the standard library besides jax, and nothing from this repository.
 
-Request: ``{"names": [...], "signatures": [...], "identical": [[old, new], ...]}``. Answer:
-``{"version": "0.10.2", "names": {name: true|false}, "signatures": {name: [parameter, ...] | null},
-"identical": {old: true|false|null}}`` (null: one of the two does not exist).
+Request: ``{"names": [...], "signatures": [...], "identical": [[old, new], ...], "wraps": [[old, new],
+...]}``. Answer: ``{"version": "0.10.2", "names": {name: true|false}, "signatures": {name: [parameter,
+...] | null}, "identical": {old: true|false|null}, "wraps": {old: true|false|null}}`` (null: one of the
+two does not exist; ``wraps``: ``new.__wrapped__`` is ``old``, a ``functools.wraps`` wrapper).
 """
 
 from __future__ import annotations
@@ -75,6 +76,15 @@ def identical(old: str, new: str) -> bool | None:
     return a is b
 
 
+def wraps(old: str, new: str) -> bool | None:
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        a, b = resolve(old), resolve(new)
+    if a is _MISSING or b is _MISSING:
+        return None
+    return getattr(b, "__wrapped__", None) is a
+
+
 def answer(request: dict) -> dict:
     import jax
 
@@ -83,6 +93,7 @@ def answer(request: dict) -> dict:
         "names": {n: exists(n) for n in request.get("names", ())},
         "signatures": {n: parameters(n) for n in request.get("signatures", ())},
         "identical": {old: identical(old, new) for old, new in request.get("identical", ())},
+        "wraps": {old: wraps(old, new) for old, new in request.get("wraps", ())},
     }
 
 
