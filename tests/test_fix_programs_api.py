@@ -1,7 +1,8 @@
 """The PM4xx fixes judged by running programs: every legacy program in `fixtures/programs_api/`
-(experimental shard_map with check_rep= / auto=, experimental pjit, jax.lib.xla_bridge), fixed
-with every rule and unsafe fixes, must print on the current and on the newest jax what the
-original printed on jax 0.7.2; the same fixed file must also print it on jax 0.7.2 itself.
+(experimental shard_map with check_rep= / auto=, experimental pjit, jax.lib.xla_bridge, the renames
+of names jax 0.10.0 removed), fixed with every rule and unsafe fixes, must print on the current and
+on the newest jax what the original printed on jax 0.7.2; the same fixed file must also print it
+on jax 0.7.2 itself.
 
 Names removed before jax 0.7.2 (jax.tree_map, jax.experimental.maps, in_axis_resources=, ...)
 cannot run there: their fixes are covered by `fixtures/fix/` instead. Each environment runs the
