@@ -246,7 +246,41 @@ class Placement:
             return "the value may be a list or tuple of the output pytree, where `[0]` picks an element"
         if self.may_be_traced(at):
             return "the code may run under jit/pmap, where the value is a tracer"
+        if self.feeds_a_pmap(at):
+            return ("the row is passed to a pmap: read from its shard it is committed to that device, which the "
+                    "migrated pmap refuses (legacy's row was not committed)")
         return None
+
+    def feeds_a_pmap(self, row: cst.BaseExpression) -> bool:
+        """``row`` is an argument of a pmap call, directly or through the name it is assigned to
+        (`w0 = w[0]; p_step(w0, x)`), or a leaf of a tuple/list/dict display passed as one."""
+        model = self.model
+        target = None
+        parent = model.parent(row)
+        if isinstance(parent, cst.Assign) and len(parent.targets) == 1 and isinstance(parent.targets[0].target, cst.Name):
+            assignment = model.assignment_for_target(parent.targets[0].target)
+            if assignment is not None:
+                target = assignment
+        for call in model.pmap_calls():
+            for arg in call.args:
+                for value in _display_leaves(arg.value):
+                    if value is row:
+                        return True
+                    if target is not None and isinstance(value, cst.Name) and self._reaches(target, value):
+                        return True
+        return False
+
+    def _reaches(self, assignment, read: cst.Name) -> bool:
+        """``assignment`` may reach ``read``: among its reaching assignments, and before it in the
+        code or in a loop around both (a later binding reaches an earlier read only on a next pass)."""
+        model = self.model
+        if not any(a is assignment for a in model.reaching_assignments(read)):
+            return False
+        order = model._index.order
+        if assignment.node in order and read in order and order[assignment.node] > order[read]:
+            return any(isinstance(a, (cst.For, cst.While)) and model.is_within(assignment.node, a)
+                       for a in model.ancestors(read))
+        return True
 
     # ------------------------------------------------------------------ arrays, not pytrees
     def array_valued(self, value: cst.BaseExpression) -> bool:
@@ -449,6 +483,19 @@ def _mentions(text: str, name: str) -> bool:
 
 
 # ---------------------------------------------------------------------------- expressions
+
+def _display_leaves(node: cst.BaseExpression) -> Iterable[cst.BaseExpression]:
+    """``node``, or the leaves of the tuple/list/dict displays it is made of."""
+    if isinstance(node, (cst.Tuple, cst.List)):
+        for element in node.elements:
+            yield from _display_leaves(element.value)
+    elif isinstance(node, cst.Dict):
+        for element in node.elements:
+            if isinstance(element, cst.DictElement):
+                yield from _display_leaves(element.value)
+    else:
+        yield node
+
 
 def _cheap(node: cst.BaseExpression) -> bool:
     """A name, `a.b`, or `a[:4]` / `a[i]` of those: cheap and side-effect free to evaluate again."""

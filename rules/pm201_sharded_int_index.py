@@ -14,6 +14,12 @@ from rules.placement_rewrite import (
 )
 
 
+# Expressions that evaluate `out[i]` for several i and keep the rows together.
+_COMPREHENSIONS = (cst.ListComp, cst.SetComp, cst.DictComp, cst.GeneratorExp)
+_NOT_COMBINED = ("the row is not combined with another device's row (read from its shard it is committed to its "
+                 "device, legacy's `out[k]` was not: `out[0] + out[1]` would raise)")
+
+
 class ShardedIntIndex(Rule):
     """An integer index into the device axis of a pmap output.
 
@@ -52,12 +58,19 @@ class ShardedIntIndex(Rule):
     may hold (on every path to the index) is a stack with one row per device along a 1-D mesh: an
     output of a pmap (the migrated form, the new `jax.pmap` and `runtime_shim.pmap` all put row k on
     the k-th device of their mesh, and `addressable_shards` follows mesh order) or a
-    `device_put_replicated` / `device_put_sharded` / flax `replicate` stack. Safe for a literal
-    index; unsafe for `out[i]` (assumes `i` is an int, not a slice or an index array). No fix
-    where the value may come from elsewhere on some path (a host array before a loop, a
-    parameter), for outputs of nested pmaps (2-D meshes), in code that may run under jit (the
-    value would be a tracer), or in multi-process programs (the first addressable shard is not
-    row 0 of the global array).
+    `device_put_replicated` / `device_put_sharded` / flax `replicate` stack. One difference: the
+    row read from its shard is committed to its device, where legacy's `out[k]` was an
+    uncommitted array on that device. Nothing changes for a row that is printed, converted or
+    computed with on its own, but rows of two devices cannot be combined (`out[0] + out[1]`), and
+    a pmap refuses a committed row as an input. So: safe for `out[0]`; unsafe for another literal
+    index (assumes the row is not combined with another device's row) and for `out[i]` (assumes
+    that too, and that `i` is an int, not a slice or an index array). No fix for `out[i]` inside
+    a comprehension (the rows are gathered together), for a row passed to a pmap (directly or
+    through the name it is assigned to), where the value may come from elsewhere on some path (a
+    host array before a loop, a parameter), for outputs of nested pmaps (2-D meshes), in code
+    that may run under jit (the value would be a tracer), or in multi-process programs (the first
+    addressable shard is not row 0 of the global array). Those keep `out[k]`: correct on the new
+    jax, as a gather.
 
     ## References
     - https://docs.jax.dev/en/latest/migrate_pmap.html
@@ -142,6 +155,18 @@ class ShardedIntIndex(Rule):
                 "import jax\nfrom jax import lax\nstep = jax.pmap(lambda x: (lax.psum(x, 'i'), {'y': x + 1}), axis_name='i')\n"
                 "loss, aux = step(xs)\nprint(aux['y'].addressable_shards[0].data.squeeze(0))\n"
             ),
+        ),
+        # Not fixed: a row passed to a pmap (committed to its device, the migrated pmap refuses it),
+        # rows of several devices gathered by a comprehension.
+        Invalid(
+            "import jax\nimport jax.numpy as jnp\nstep = jax.pmap(lambda x: jnp.sin(x))\n"
+            "predict = jax.pmap(lambda w, x: x * w, in_axes=(None, 0))\n"
+            "out = step(xs)\nw0 = out[0]\nys = predict(w0, xs)\nrows = jnp.stack([out[i] for i in range(8)])\n",
+            lines=(6, 8),
+            expected=("import jax\nimport jax.numpy as jnp\nstep = jax.pmap(lambda x: jnp.sin(x))\n"
+                      "predict = jax.pmap(lambda w, x: x * w, in_axes=(None, 0))\n"
+                      "out = step(xs)\nw0 = out[0]\nys = predict(w0, xs)\n"
+                      "rows = jnp.stack([out[i] for i in range(8)])\n"),
         ),
         # Not fixed: the output may be a list of the pytree (`[0]` picks an element), or a traced value.
         Invalid(
@@ -235,10 +260,14 @@ class ShardedIntIndex(Rule):
             return None
         if placement_for(self.context).first_shard_reason(node, node.value) is not None:
             return None
+        if not literal_index(index) and any(isinstance(a, _COMPREHENSIONS) for a in self.model.ancestors(node)):
+            return None  # rows of several devices gathered together: committed rows cannot be combined
         replacement = keep_parens(node, row_of(node.value, index))
         summary = "read the row from the device that holds it (`addressable_shards`), without a cross-device gather"
-        if literal_index(index):
+        if literal_index(index) and self.model.module.code_for_node(index) == "0":
             return FixSpec("safe", summary, replacement=replacement)
-        return FixSpec("unsafe", summary + f"; assumes `{self.model.module.code_for_node(index)}` is an int "
-                                           "(a slice or an index array would select other rows)",
-                       replacement=replacement)
+        assumes = [_NOT_COMBINED]
+        if not literal_index(index):
+            assumes.insert(0, f"`{self.model.module.code_for_node(index)}` is an int (a slice or an index array "
+                              "would select other rows)")
+        return FixSpec("unsafe", summary + "; assumes " + " and ".join(assumes), replacement=replacement)

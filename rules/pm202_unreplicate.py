@@ -21,6 +21,10 @@ from rules.semantic import DEVICE_STACKED, FunctionLike, integer_index
 _OPERATOR_ITEMGETTER = frozenset({"operator.itemgetter"})
 
 
+_NOT_COMBINED = ("the leaves are not combined with another device's rows (read from their shards they are "
+                 "committed to their device, legacy's were not)")
+
+
 class Unreplicate(Rule):
     """Taking device 0's copy of every leaf of a pmap output.
 
@@ -64,10 +68,15 @@ class Unreplicate(Rule):
     `out` may hold is a pmap output (not of a nested pmap) or a per-device stack, whose leaves are
     arrays with one row per device in mesh order, in a single-process program and outside code
     that may run under jit: then shard k is row k, which is what `x[k]` read. Unsafe for a
-    non-literal index (`x[i]`: assumes an int). No fix for functions defined with `def` (they may
-    be used elsewhere), several trees, `is_leaf=`, values that may come from elsewhere on some
-    path, or multi-process programs (`runtime_shim.unreplicate` reads the shard that holds row 0
-    there).
+    non-literal index (`x[i]`: assumes an int). The leaves read from their shards are committed to
+    their device, where legacy's `x[k]` were not: the same for printing, converting or computing
+    with them, but a pmap refuses them as inputs and rows of two devices cannot be combined. So an
+    index other than 0 is unsafe too (assumes the leaves are not combined with another device's
+    rows), and there is no fix where the result, or the name it is assigned to, is passed to a
+    pmap (`x[0]` stays: a gather on the new jax, correct). No fix either for functions defined
+    with `def` (they may be used elsewhere), several trees, `is_leaf=`, values that may come from
+    elsewhere on some path, or multi-process programs (`runtime_shim.unreplicate` reads the shard
+    that holds row 0 there).
 
     ## References
     - https://flax.readthedocs.io/en/latest/api_reference/flax.jax_utils.html
@@ -108,6 +117,15 @@ class Unreplicate(Rule):
                 "for _ in range(3):\n    state = p_step(state)\n"
                 "final = jax.tree.map(lambda leaf: leaf.addressable_shards[0].data.squeeze(0), state)\n"
             ),
+        ),
+        # Not fixed: the unreplicated tree goes to a pmap, which refuses leaves committed to one device.
+        Invalid(
+            "import jax\np_step = jax.pmap(lambda s: s)\np_eval = jax.pmap(lambda p, x: x, in_axes=(None, 0))\n"
+            "state = p_step(state)\nparams = jax.tree_util.tree_map(lambda a: a[0], state)\nys = p_eval(params, xs)\n",
+            lines=(5,),
+            expected=("import jax\np_step = jax.pmap(lambda s: s)\np_eval = jax.pmap(lambda p, x: x, in_axes=(None, 0))\n"
+                      "state = p_step(state)\nparams = jax.tree_util.tree_map(lambda a: a[0], state)\n"
+                      "ys = p_eval(params, xs)\n"),
         ),
         # The flax idiom rebinding the name: the read is the value before this statement binds it.
         Invalid(
@@ -267,7 +285,8 @@ class Unreplicate(Rule):
             head = function.func.value if isinstance(function.func, cst.Attribute) else None
             if removal is None and isinstance(head, cst.Name) and head.value == "operator":
                 removal = ImportSpec("operator")  # `import operator`: removed only if nothing else uses it
-            return FixSpec("safe", summary, replacement=keep_parens(function, cst.parse_expression(text)),
+            applicability, note = ("safe", "") if code_of(index) == "0" else ("unsafe", "; assumes " + _NOT_COMBINED)
+            return FixSpec(applicability, summary + note, replacement=keep_parens(function, cst.parse_expression(text)),
                            target=function, remove_imports=(removal,) if removal is not None else ())
         if not isinstance(function, cst.Lambda):
             return None  # a def may be used elsewhere
@@ -280,6 +299,8 @@ class Unreplicate(Rule):
                 return None
             if not literal_index(index):
                 assumptions.append(f"`{code_of(index)}` is an int")
+            if code_of(index) != "0" and _NOT_COMBINED not in assumptions:
+                assumptions.append(_NOT_COMBINED)
             edits.append(Edit(subscript, keep_parens(subscript, row_of(subscript.value, index))))
         if not edits:
             return None

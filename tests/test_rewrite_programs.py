@@ -59,6 +59,7 @@ PLACEMENT_FIXES = {
     "index_rows": {"PM201", "PM202", "PM301", "PM302"},
     "placement_inputs": {"PM302", "PM304"},
     "replicated_keys": {"PM201", "PM301", "PM302"},
+    "row_flows": {"PM201"},
     "removed_flags": {"PM104"},
     "unreplicate_tree_map": {"PM202"},
 }
