@@ -14,7 +14,8 @@ The forms are the ones verified in `fixtures/programs/README.md` ("Helpers aroun
 * one device's row of a stacked value (`out[0]`, `unreplicate`):
   `out.addressable_shards[0].data.squeeze(0)`, exact when every value `out` may hold is a 1-D
   stack with one row per device (pmap outputs, the stacks above) in a single-process program,
-  outside traced code;
+  outside traced code; the row is committed to its device (legacy's was not), so not where it
+  reaches a pmap, which refuses it (`feeds_a_pmap`);
 * an input committed elsewhere: `jax.device_put(x, NamedSharding(Mesh(<the pmap's devices>,
   (axis,)), P(axis)))` at the call site, which is what legacy pmap did silently.
 
