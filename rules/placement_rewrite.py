@@ -50,6 +50,14 @@ _TEMPLATE = {
     "runtime_shim": ({"runtime_shim"}, SHIM),
 }
 _DEVICE_QUERIES = frozenset({"jax.devices", "jax.local_devices"})
+# Calls that take an array to the host (the first argument), and printing (any argument).
+_HOST_CONVERSIONS = frozenset({f"{prefix}{name}" for prefix in ("", "builtins.")
+                               for name in ("float", "int", "bool", "complex", "str", "repr", "format")}
+                              | {"numpy.asarray", "numpy.array", "jax.device_get"})
+_PRINTERS = frozenset({"print", "builtins.print"})
+# What a fix reading a row from its shard assumes unless the row goes straight to the host.
+ROW_COMMITTED = ("the row is used on its own (read from its shard it is committed to its device, legacy's "
+                 "`out[k]` was not: combined with another device's row or with a stacked array it raises)")
 # Calls that return arrays whatever they are given (array constructors and array functions).
 _ARRAY_MODULES = ("numpy.", "jax.numpy.", "jax.random.", "jax.nn.", "jax.scipy.")
 # Collectives return the structure of their first argument (arrays for arrays, dicts for dicts).
@@ -251,6 +259,27 @@ class Placement:
             return ("the row is passed to a pmap: read from its shard it is committed to that device, which the "
                     "migrated pmap refuses (legacy's row was not committed)")
         return None
+
+    def used_on_host(self, row: cst.BaseExpression) -> bool:
+        """``row`` goes straight to the host (`float(out[0])`, `print(...)`, `np.asarray(...)`,
+        `jax.device_get(...)`, `.item()`, `.tolist()`, an f-string): whether it is committed to
+        its device cannot matter there."""
+        model = self.model
+        parent = model.parent(row)
+        if isinstance(parent, cst.FormattedStringExpression):
+            return True
+        if isinstance(parent, cst.Attribute) and parent.value is row and parent.attr.value in ("item", "tolist"):
+            call = model.parent(parent)
+            return isinstance(call, cst.Call) and call.func is parent
+        if not isinstance(parent, cst.Arg) or parent.keyword is not None or parent.star:
+            return False
+        call = model.parent(parent)
+        if not isinstance(call, cst.Call):
+            return False
+        names = model.qualified_names(call.func)
+        if not names.isdisjoint(_PRINTERS):
+            return True
+        return call.args[0] is parent and not names.isdisjoint(_HOST_CONVERSIONS)
 
     def feeds_a_pmap(self, row: cst.BaseExpression) -> bool:
         """``row`` is an argument of a pmap call, directly or through the name it is assigned to

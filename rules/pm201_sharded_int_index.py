@@ -8,6 +8,7 @@ from rules.placement_rewrite import (
     is_assignment_target,
     keep_parens,
     literal_index,
+    ROW_COMMITTED,
     placement_for,
     row_of,
     single_index,
@@ -16,8 +17,6 @@ from rules.placement_rewrite import (
 
 # Expressions that evaluate `out[i]` for several i and keep the rows together.
 _COMPREHENSIONS = (cst.ListComp, cst.SetComp, cst.DictComp, cst.GeneratorExp)
-_NOT_COMBINED = ("the row is not combined with another device's row (read from its shard it is committed to its "
-                 "device, legacy's `out[k]` was not: `out[0] + out[1]` would raise)")
 
 
 class ShardedIntIndex(Rule):
@@ -60,17 +59,18 @@ class ShardedIntIndex(Rule):
     the k-th device of their mesh, and `addressable_shards` follows mesh order) or a
     `device_put_replicated` / `device_put_sharded` / flax `replicate` stack. One difference: the
     row read from its shard is committed to its device, where legacy's `out[k]` was an
-    uncommitted array on that device. Nothing changes for a row that is printed, converted or
-    computed with on its own, but rows of two devices cannot be combined (`out[0] + out[1]`), and
-    a pmap refuses a committed row as an input. So: safe for `out[0]`; unsafe for another literal
-    index (assumes the row is not combined with another device's row) and for `out[i]` (assumes
-    that too, and that `i` is an int, not a slice or an index array). No fix for `out[i]` inside
-    a comprehension (the rows are gathered together), for a row passed to a pmap (directly or
-    through the name it is assigned to), where the value may come from elsewhere on some path (a
-    host array before a loop, a parameter), for outputs of nested pmaps (2-D meshes), in code
-    that may run under jit (the value would be a tracer), or in multi-process programs (the first
-    addressable shard is not row 0 of the global array). Those keep `out[k]`: correct on the new
-    jax, as a gather.
+    uncommitted array on that device. Nothing changes for a row used on its own, but rows of two
+    devices cannot be combined (`out[0] + out[1]`), nor a row with a stacked array (a jitted
+    `f(out[0], out)`), and a pmap refuses a committed row as an input. So: safe for `out[0]` going
+    straight to the host (`float(...)`, `print(...)`, `np.asarray(...)`, `jax.device_get(...)`,
+    `.item()`, `.tolist()`, an f-string); unsafe otherwise (assumes the row is used on its own),
+    and for `out[i]` also assumes that `i` is an int, not a slice or an index array. No fix for
+    `out[i]` inside a comprehension (the rows are gathered together), for a row passed to a pmap
+    (directly or through the name it is assigned to), where the value may come from elsewhere on
+    some path (a host array before a loop, a parameter), for outputs of nested pmaps (2-D
+    meshes), in code that may run under jit (the value would be a tracer), or in multi-process
+    programs (the first addressable shard is not row 0 of the global array). Those keep `out[k]`:
+    correct on the new jax, as a gather.
 
     ## References
     - https://docs.jax.dev/en/latest/migrate_pmap.html
@@ -134,8 +134,8 @@ class ShardedIntIndex(Rule):
     ]
     INVALID = [
         Invalid("import jax\nstep = jax.pmap(f)\nout = step(x)\ny = out[0]\n", lines=(4,)),
-        # Fixed where every value of `out` is an array with one row per device: a literal index is
-        # safe, a variable one unsafe (applied here as --unsafe-fixes would).
+        # Fixed where every value of `out` is an array with one row per device: safe for `out[0]`
+        # going straight to the host, unsafe otherwise (applied here as --unsafe-fixes would).
         Invalid(
             "import jax\nimport jax.numpy as jnp\n@jax.pmap\ndef step(x):\n    return jnp.sin(x) * 2\n"
             "out = step(xs)\nfirst, last = out[0], out[-1]\nfor i in range(8):\n    print(out[i])\n",
@@ -264,9 +264,10 @@ class ShardedIntIndex(Rule):
             return None  # rows of several devices gathered together: committed rows cannot be combined
         replacement = keep_parens(node, row_of(node.value, index))
         summary = "read the row from the device that holds it (`addressable_shards`), without a cross-device gather"
-        if literal_index(index) and self.model.module.code_for_node(index) == "0":
+        if literal_index(index) and self.model.module.code_for_node(index) == "0" \
+                and placement_for(self.context).used_on_host(node):
             return FixSpec("safe", summary, replacement=replacement)
-        assumes = [_NOT_COMBINED]
+        assumes = [ROW_COMMITTED]
         if not literal_index(index):
             assumes.insert(0, f"`{self.model.module.code_for_node(index)}` is an int (a slice or an index array "
                               "would select other rows)")

@@ -21,8 +21,8 @@ from rules.semantic import DEVICE_STACKED, FunctionLike, integer_index
 _OPERATOR_ITEMGETTER = frozenset({"operator.itemgetter"})
 
 
-_NOT_COMBINED = ("the leaves are not combined with another device's rows (read from their shards they are "
-                 "committed to their device, legacy's were not)")
+_NOT_COMBINED = ("the leaves are used on their own (read from their shards they are committed to their device, "
+                 "legacy's were not: combined with another device's rows or with stacked arrays they raise)")
 
 
 class Unreplicate(Rule):
@@ -69,14 +69,15 @@ class Unreplicate(Rule):
     arrays with one row per device in mesh order, in a single-process program and outside code
     that may run under jit: then shard k is row k, which is what `x[k]` read. Unsafe for a
     non-literal index (`x[i]`: assumes an int). The leaves read from their shards are committed to
-    their device, where legacy's `x[k]` were not: the same for printing, converting or computing
-    with them, but a pmap refuses them as inputs and rows of two devices cannot be combined. So an
-    index other than 0 is unsafe too (assumes the leaves are not combined with another device's
-    rows), and there is no fix where the result, or the name it is assigned to, is passed to a
-    pmap (`x[0]` stays: a gather on the new jax, correct). No fix either for functions defined
-    with `def` (they may be used elsewhere), several trees, `is_leaf=`, values that may come from
-    elsewhere on some path, or multi-process programs (`runtime_shim.unreplicate` reads the shard
-    that holds row 0 there).
+    their device, where legacy's `x[k]` were not: the same for a tree used on its own, but a pmap
+    refuses them as inputs, and rows of two devices, or a row and a stacked array, cannot be
+    combined. So the fix is safe only for row 0 going straight to the host
+    (`jax.device_get(unreplicate(state))`, `print(...)`, `np.asarray(...)`); otherwise it is
+    unsafe (assumes the leaves are used on their own), and there is no fix where the result, or
+    the name it is assigned to, is passed to a pmap (`x[0]` stays: a gather on the new jax,
+    correct). No fix either for functions defined with `def` (they may be used elsewhere),
+    several trees, `is_leaf=`, values that may come from elsewhere on some path, or multi-process
+    programs (`runtime_shim.unreplicate` reads the shard that holds row 0 there).
 
     ## References
     - https://flax.readthedocs.io/en/latest/api_reference/flax.jax_utils.html
@@ -252,7 +253,11 @@ class Unreplicate(Rule):
             return None
         text = f"{jax}.tree.map(lambda leaf: {code_of(row_of(cst.Name('leaf'), cst.Integer('0')))}, {code_of(tree)})"
         removal = removal_spec(self.model, reference)
-        return FixSpec("safe", "read each leaf's row 0 from the device that holds it, without a cross-device gather",
+        summary = "read each leaf's row 0 from the device that holds it, without a cross-device gather"
+        applicability = "safe" if placement.used_on_host(call) else "unsafe"
+        if applicability == "unsafe":
+            summary += "; assumes " + _NOT_COMBINED
+        return FixSpec(applicability, summary,
                        replacement=keep_parens(call, cst.parse_expression(text)), target=call, add_imports=imports,
                        remove_imports=(removal,) if removal is not None else ())
 
@@ -285,7 +290,8 @@ class Unreplicate(Rule):
             head = function.func.value if isinstance(function.func, cst.Attribute) else None
             if removal is None and isinstance(head, cst.Name) and head.value == "operator":
                 removal = ImportSpec("operator")  # `import operator`: removed only if nothing else uses it
-            applicability, note = ("safe", "") if code_of(index) == "0" else ("unsafe", "; assumes " + _NOT_COMBINED)
+            on_host = code_of(index) == "0" and placement_for(self.context).used_on_host(node)
+            applicability, note = ("safe", "") if on_host else ("unsafe", "; assumes " + _NOT_COMBINED)
             return FixSpec(applicability, summary + note, replacement=keep_parens(function, cst.parse_expression(text)),
                            target=function, remove_imports=(removal,) if removal is not None else ())
         if not isinstance(function, cst.Lambda):
@@ -299,11 +305,12 @@ class Unreplicate(Rule):
                 return None
             if not literal_index(index):
                 assumptions.append(f"`{code_of(index)}` is an int")
-            if code_of(index) != "0" and _NOT_COMBINED not in assumptions:
-                assumptions.append(_NOT_COMBINED)
             edits.append(Edit(subscript, keep_parens(subscript, row_of(subscript.value, index))))
         if not edits:
             return None
+        if assumptions or any(code_of(single_index(s)) != "0" for s in finder.subscripts) \
+                or not placement_for(self.context).used_on_host(node):
+            assumptions.append(_NOT_COMBINED)
         if assumptions:
             return FixSpec("unsafe", summary + "; assumes " + ", ".join(assumptions), edits=tuple(edits))
         return FixSpec("safe", summary, edits=tuple(edits))
