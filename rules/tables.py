@@ -205,7 +205,8 @@ REMOVED_NAMES: tuple[RemovedName, ...] = (
     RemovedName("jax.interpreters.xla.device_put", "0.7.2", "jax.device_put"),
     # Not the same function: xla.canonicalize_dtype canonicalized values (checked on 0.7.2).
     RemovedName("jax.interpreters.xla.canonicalize_dtype", "0.10.2", "jax.dtypes.canonicalize_dtype",
-                "for a value rather than a dtype, check it with jax.core.valid_jaxtype"),
+                "for a value rather than a dtype, check it with jax.extend.core.valid_jaxtype "
+                "(jax.core.valid_jaxtype on jax 0.7.2; jax 0.12 has only the former)"),
     RemovedName("jax.interpreters.xla.translations", "0.7.2", None, _TRANSLATION),
     RemovedName("jax.interpreters.xla.backend_specific_translations", "0.7.2", None, _TRANSLATION),
     # Backend helpers: jax.lib.xla_bridge and the raw XLA client modules.
