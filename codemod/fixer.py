@@ -28,6 +28,7 @@ from codemod.engine import (Analysis, Finding, analyse, lint_module, one_line, p
                             sliced_module)
 from codemod.stack import on_deep_stack
 from rules.base import Edit, Rule, RuleOptions
+from rules.import_names import imported_names
 from rules.semantic import indent_unit
 
 MAX_ROUNDS = 8
@@ -171,16 +172,8 @@ _JAX_FAMILY = frozenset({"jax", "jaxlib", "flax", "runtime_shim"})
 
 
 def _imports_jax(statement: cst.SimpleStatementLine) -> bool:
-    for small in statement.body:
-        if isinstance(small, cst.Import):
-            modules = [get_full_name_for_node(alias.name) or "" for alias in small.names]
-        elif isinstance(small, cst.ImportFrom) and not small.relative and small.module is not None:
-            modules = [get_full_name_for_node(small.module) or ""]
-        else:
-            continue
-        if any(module.split(".")[0] in _JAX_FAMILY for module in modules):
-            return True
-    return False
+    return any(full.split(".")[0] in _JAX_FAMILY
+               for small in statement.body for _, full in imported_names(small))
 
 
 class _Reads(cst.CSTVisitor):

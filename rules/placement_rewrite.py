@@ -293,7 +293,7 @@ class Placement:
                 target = assignment
         for call in model.pmap_calls():
             for arg in call.args:
-                for value in _display_leaves(arg.value):
+                for value in iter_leaves(arg.value, starred=True):
                     if value is row:
                         return True
                     if target is not None and isinstance(value, cst.Name) and self._reaches(target, value):
@@ -513,19 +513,6 @@ def _mentions(text: str, name: str) -> bool:
 
 
 # ---------------------------------------------------------------------------- expressions
-
-def _display_leaves(node: cst.BaseExpression) -> Iterable[cst.BaseExpression]:
-    """``node``, or the leaves of the tuple/list/dict displays it is made of."""
-    if isinstance(node, (cst.Tuple, cst.List)):
-        for element in node.elements:
-            yield from _display_leaves(element.value)
-    elif isinstance(node, cst.Dict):
-        for element in node.elements:
-            if isinstance(element, cst.DictElement):
-                yield from _display_leaves(element.value)
-    else:
-        yield node
-
 
 def _cheap(node: cst.BaseExpression) -> bool:
     """A name, `a.b`, or `a[:4]` / `a[i]` of those: cheap and side-effect free to evaluate again."""
@@ -751,16 +738,17 @@ def spec_text(axis: int | None, name: str) -> str:
     return "P()" if axis is None else "P(" + "None, " * axis + f"{name})"
 
 
-def iter_leaves(value: cst.BaseExpression) -> Iterable[cst.BaseExpression]:
-    """The expressions a pytree argument is built from: `{"x": a, "y": b}`, `(a, [b])`, `a`."""
+def iter_leaves(value: cst.BaseExpression, *, starred: bool = False) -> Iterable[cst.BaseExpression]:
+    """The expressions a pytree argument is built from: `{"x": a, "y": b}`, `(a, [b])`, `a`;
+    ``starred``: also what a starred element unpacks (`(*[a, b],)`)."""
     if isinstance(value, (cst.Tuple, cst.List)):
         for element in value.elements:
-            if not isinstance(element, cst.StarredElement):
-                yield from iter_leaves(element.value)
+            if starred or not isinstance(element, cst.StarredElement):
+                yield from iter_leaves(element.value, starred=starred)
     elif isinstance(value, cst.Dict):
         for element in value.elements:
             if isinstance(element, cst.DictElement):
-                yield from iter_leaves(element.value)
+                yield from iter_leaves(element.value, starred=starred)
     else:
         yield value
 
