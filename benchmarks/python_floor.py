@@ -31,8 +31,8 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from codemod.prefilter import gate_of_codes  # noqa: E402
-from rules.gates import BY_CODE  # noqa: E402
+from codemod.prefilter import gate_of_codes
+from rules.gates import BY_CODE
 
 SUFFIXES = (".py", ".pyi")
 
