@@ -84,15 +84,20 @@ def is_guarded(model: SemanticModel, node: cst.CSTNode) -> bool:
     return False
 
 
-def _probes_jax(model: SemanticModel, test: cst.BaseExpression) -> bool:
-    probe = _ProbeFinder(model)
+def _probes_jax(model: SemanticModel, test: cst.BaseExpression, depth: int = 0) -> bool:
+    probe = _ProbeFinder(model, depth)
     test.visit(probe)
     return probe.found
 
 
+# How many names deep a test is followed to its value (`v = jax.__version_info__`, `if v >= ...`).
+_NAME_DEPTH = 3
+
+
 class _ProbeFinder(cst.CSTVisitor):
-    def __init__(self, model: SemanticModel) -> None:
+    def __init__(self, model: SemanticModel, depth: int = 0) -> None:
         self.model = model
+        self.depth = depth
         self.found = False
 
     def visit_Call(self, node: cst.Call) -> bool:
@@ -100,8 +105,10 @@ class _ProbeFinder(cst.CSTVisitor):
             if any(q == "jax" or q.startswith("jax.") for q in self.model.qualified_names(node.args[0].value)):
                 self.found = True
         # The installed jax's version asked by package name: `importlib.metadata.version("jax")`,
-        # a project's own `module_version("jax") < (0, 8, 2)`.
-        if any(isinstance(a.value, cst.SimpleString) and a.value.evaluated_value in _JAX_PACKAGES for a in node.args):
+        # a project's own `module_version("jax") < (0, 8, 2)`, or of the module: `module_version(jax)`.
+        if any(isinstance(a.value, cst.SimpleString) and a.value.evaluated_value in _JAX_PACKAGES
+               or isinstance(a.value, cst.Name) and not _JAX_PACKAGES.isdisjoint(self.model.qualified_names(a.value))
+               for a in node.args):
             self.found = True
         return not self.found
 
@@ -112,8 +119,17 @@ class _ProbeFinder(cst.CSTVisitor):
         return not self.found
 
     def visit_Name(self, node: cst.Name) -> None:
-        if not self.found and any(q in tables.JAX_VERSION_NAMES for q in self.model.qualified_names(node)):
+        if self.found:
+            return
+        if any(q in tables.JAX_VERSION_NAMES for q in self.model.qualified_names(node)):
             self.found = True
+        elif self.depth < _NAME_DEPTH:
+            # A name every assignment of which holds a jax version test (`jax_version = (jax.__version_info__
+            # if ... else ...)`): testing the name tests jax's version.
+            values = [self.model.assigned_value(getattr(assignment, "node", None))  # builtins have none
+                      for assignment in self.model.assignments_of(node)]
+            self.found = bool(values) and all(
+                value is not None and _probes_jax(self.model, value, self.depth + 1) for value in values)
 
 
 def _catches_api_errors(node: cst.Try) -> bool:

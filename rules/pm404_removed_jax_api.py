@@ -73,8 +73,11 @@ class RemovedJaxApi(ImportRule):
     `jax.ops.index_update`, `from jax.config import config`, what jax 0.10.0 removed with the
     legacy pmap (its machinery in `jax.interpreters.pxla`: `parallel_callable`, `PmapExecutable`,
     `MapTracer`, `shard_args`; `jax.ad_checkpoint.checkpoint` / `remat`, `jax.core.get_aval` and
-    other `jax.core` internals, `jax.lax.pvary`, `jnp.fix`, `jax.scipy.special.sph_harm`) and more,
-    each with its replacement.
+    other `jax.core` internals, `jax.lax.pvary`, `jnp.fix`, `jax.scipy.special.sph_harm`), what jax
+    0.11.0 removed (35 more `jax.core` internals such as `valid_jaxtype`, `new_jaxpr_eqn`,
+    `check_jaxpr`, most of them now in `jax.extend.core`; the mesh machinery left in
+    `jax.interpreters.pxla`: `MeshExecutable`, `op_sharding_to_indices`, ...; the
+    `jax.cloud_tpu_init` module) and more, each with its replacement.
 
     A name used through a reported import (`tree_map(f, x)` after `from jax import tree_map`) is
     not reported again: the import is what fails. Names other rules own are left to them:
@@ -83,7 +86,7 @@ class RemovedJaxApi(ImportRule):
 
     ## Why is this bad?
     These names raise `AttributeError` or `ImportError` on the jax releases without the legacy
-    pmap (0.10 and later); most were gone even earlier. Code that still names them cannot be
+    pmap (0.10 and later; those removed in 0.11.0 only warn on 0.10); most were gone even earlier. Code that still names them cannot be
     imported or crashes on first use after an upgrade.
 
     ## Example
@@ -194,6 +197,24 @@ class RemovedJaxApi(ImportRule):
             "if importlib.metadata.version(\"jax\") < \"0.4.26\":\n"
             "    out = jax.tree_map(f, tree)\n"
         ),
+        # The version of the module itself (netket), or a name holding a version test (kfac-jax).
+        Valid(
+            "import jax\nfrom mylib import module_version\n"
+            "if module_version(jax) >= (0, 10):\n"
+            "    from jax.extend.core import concrete_or_error\n"
+            "else:\n"
+            "    from jax.core import concrete_or_error\n"
+        ),
+        Valid(
+            "import jax\n"
+            "jax_version = (\n"
+            "    jax.__version_info__ if hasattr(jax, '__version_info__')\n"
+            "    else tuple(map(int, jax.__version__.split('.'))))\n"
+            "if jax_version >= (0, 10, 0):\n"
+            "    gensym = jax.extend.core.gensym\n"
+            "else:\n"
+            "    gensym = jax.core.gensym\n"
+        ),
     ]
     INVALID = [
         # Removed with the legacy pmap in 0.10.0: checkpoint's old home, a jax.core alias, jnp.fix.
@@ -206,6 +227,14 @@ class RemovedJaxApi(ImportRule):
         Invalid("from jax.interpreters import pxla\nrun = pxla.parallel_callable(f, *args)\n", lines=(2,),
                 expected="from jax.interpreters import pxla\nrun = pxla.parallel_callable(f, *args)\n"),
         Invalid("import jax\nimport jax.numpy as jnp\ny = jax.lax.pvary(jnp.ones(3), 'i')\n", lines=(3,)),
+        # Removed in jax 0.11.0 (still in 0.10.2).
+        Invalid("import jax\nnew = jax.device_count() > 1\nif new:\n    v = jax.core.gensym()\n", lines=(4,)),
+        Invalid("import jax\nif isinstance(x, int) and True:\n    v = jax.core.gensym()\n", lines=(3,)),
+        Invalid("import jax\nv = jax.__version__\nv = 'x'\nif v:\n    g = jax.core.gensym()\n", lines=(5,)),
+        Invalid("from jax.core import valid_jaxtype\nok = valid_jaxtype(x)\n", lines=(1,)),
+        Invalid("import jax\nfor eqn in jaxpr.eqns:\n    v = jax.core.gensym()\n", lines=(3,)),
+        Invalid("from jax.interpreters import pxla\nindices = pxla.op_sharding_to_indices(s, shape)\n", lines=(2,)),
+        Invalid("import jax.cloud_tpu_init\n", lines=(1,)),
         Invalid("import jax\nout = jax.tree_map(f, tree)\n", lines=(2,),
                 expected=(
                     "import jax\n"

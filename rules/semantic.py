@@ -336,6 +336,10 @@ class SemanticModel:
         except Exception:  # names libcst cannot resolve (e.g. in comprehensions of class bodies)
             return []
 
+    def assigned_value(self, target: cst.CSTNode) -> cst.BaseExpression | None:
+        """The value an assignment statement binds to ``target`` (a name it assigns), if any."""
+        return self._index.assigned_value.get(target)
+
     def assignment_for_target(self, target: cst.Name) -> BaseAssignment | None:
         scope = self.scope_of(target)
         if scope is None:

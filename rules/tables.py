@@ -83,8 +83,9 @@ class RemovedName:
     A module entry (``jax.lib.xla_bridge``) also covers everything imported from that module."""
 
     name: str  # fully qualified, as QualifiedNameProvider reports it
-    # The oldest checked release without it: "0.7.2" (gone before the pmap switch) or "0.10.2"
-    # (still in the legacy 0.7.2, gone by 0.10.2). Absent in the newest jax either way.
+    # The oldest checked release without it: "0.7.2" (gone before the pmap switch), "0.10.2"
+    # (still in the legacy 0.7.2, gone by 0.10.2) or "0.12" (still in 0.10.2, gone from the newest
+    # jax). Absent in the newest jax either way.
     absent_in: str
     replacement: str | None  # fully qualified, in 0.7.2 and the newest jax; None: no drop-in
     note: str = ""
@@ -280,6 +281,35 @@ REMOVED_NAMES: tuple[RemovedName, ...] = (
     RemovedName("jax.scipy.special.sph_harm", "0.10.2", "jax.scipy.special.sph_harm_y",
                 "sph_harm(m, n, theta, phi) is sph_harm_y(n, m, phi, theta): the degree and order swap, and "
                 "so do the two angles"),
+    # Removed in jax 0.11.0 (each checked present in 0.7.2 and 0.10.2, absent in the newest jax):
+    # jax.core internals, most of which moved to jax.extend.core in 0.10.0 (which 0.7.2 lacks, so
+    # the move is a message, not a fix), and the mesh machinery left in jax.interpreters.pxla.
+    *(RemovedName(f"jax.core.{name}", "0.12", None, f"use jax.extend.core.{name} (jax 0.10 and later)")
+      for name in ("CallPrimitive", "DebugInfo", "DropVar", "Effect", "Effects", "check_jaxpr",
+                   "concrete_or_error", "find_top_trace", "gensym", "get_opaque_trace_state",
+                   "jaxprs_in_params", "new_jaxpr_eqn", "no_effects", "nonempty_axis_env_DO_NOT_USE",
+                   "primal_dtype_to_tangent_dtype", "unsafe_am_i_under_a_jit_DO_NOT_USE",
+                   "unsafe_am_i_under_a_vmap_DO_NOT_USE", "unsafe_get_axis_names_DO_NOT_USE", "valid_jaxtype")),
+    *(RemovedName(f"jax.core.{name}", "0.12", None, f"use jax.errors.{name} (jax 0.10 and later)")
+      for name in ("InconclusiveDimensionOperation", "JaxprTypeError")),
+    *(RemovedName(f"jax.core.{name}", "0.12", None, "no public replacement")
+      for name in ("JaxprPpContext", "JaxprPpSettings", "OutputType", "abstract_token", "aval_mapping_handlers",
+                   "call", "concretization_function_error", "custom_typechecks", "is_concrete",
+                   "is_constant_dim", "is_constant_shape", "literalable_types", "no_axis_name", "trace_ctx")),
+    RemovedName("jax.interpreters.pxla.MeshExecutable", "0.12", None,
+                "lower and compile through jax.jit: jax.jit(f).lower(*args).compile()"),
+    RemovedName("jax.interpreters.pxla.MeshAxisName", "0.12", None, "an axis name is a str: use the Mesh's axis names"),
+    RemovedName("jax.interpreters.pxla.op_sharding_to_indices", "0.12", None,
+                "ask the sharding: sharding.devices_indices_map(shape)"),
+    RemovedName("jax.interpreters.pxla.are_hlo_shardings_equal", "0.12", None,
+                "compare the jax shardings: a.is_equivalent_to(b, ndim)"),
+    RemovedName("jax.interpreters.pxla.is_hlo_sharding_replicated", "0.12", None,
+                "ask the jax sharding: sharding.is_fully_replicated"),
+    *(RemovedName(f"jax.interpreters.pxla.{name}", "0.12", None, "jax internals; no public replacement")
+      for name in ("Index", "ArrayMapping", "array_mapping_to_axis_resources", "global_aval_to_result_handler",
+                   "global_result_handlers")),
+    RemovedName("jax.cloud_tpu_init", "0.12", None, "the module is gone: delete the import (jax initialises "
+                "Cloud TPUs itself)"),
     # Functional index updates.
     RemovedName("jax.ops.index_update", "0.7.2", None, f"{_AT}.set(y)"),
     RemovedName("jax.ops.index_add", "0.7.2", None, f"{_AT}.add(y)"),
