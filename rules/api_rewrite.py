@@ -61,7 +61,11 @@ class FixParts:
 
     def renamed(self, model: SemanticModel, node: cst.BaseExpression, qualified: str) -> cst.BaseExpression:
         """``qualified`` spelled at ``node`` in its place (keeping its parentheses); the imports that
-        takes are added, and the one ``node`` came from goes once unused."""
+        takes are added, and the one ``node`` came from goes once unused. A name that stays in the
+        module ``node`` reads it from keeps that spelling: `jnp.fix` -> `jnp.trunc`."""
+        module, _, last = qualified.rpartition(".")
+        if isinstance(node, cst.Attribute) and model.qualified_names(node.value) == {module}:
+            return node.with_changes(attr=cst.Name(last))
         expression, imports = qualified_expression(model, node, qualified)
         self.add_imports += imports
         self.drop_import_of(model, node)

@@ -223,7 +223,9 @@ class RemovedJaxApi(ImportRule):
         Invalid("import jax\naval = jax.core.get_aval(x)\n", lines=(2,),
                 expected="import jax\naval = jax.typeof(x)\n"),
         Invalid("import jax.numpy as jnp\ny = jnp.fix(x)\n", lines=(2,),  # unsafe: assumes no out=
-                expected="import jax\n\ny = jax.numpy.trunc(x)\n"),
+                expected="import jax.numpy as jnp\ny = jnp.trunc(x)\n"),
+        Invalid("import jax\ny = jax.numpy.fix(x)\n", lines=(2,),
+                expected="import jax\ny = jax.numpy.trunc(x)\n"),
         Invalid("from jax.interpreters import pxla\nrun = pxla.parallel_callable(f, *args)\n", lines=(2,),
                 expected="from jax.interpreters import pxla\nrun = pxla.parallel_callable(f, *args)\n"),
         Invalid("import jax\nimport jax.numpy as jnp\ny = jax.lax.pvary(jnp.ones(3), 'i')\n", lines=(3,)),
