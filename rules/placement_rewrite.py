@@ -467,7 +467,8 @@ def replicate_text(jax: str, tree: str, devices: str, column: int, unit: str) ->
     leaf = _fresh_param("leaf", devices, jax)
     device = _fresh_param("device", devices, jax, leaf)
     rows = f"{jax}.device_put({leaf}, {device})[None] for {device} in {devices}"
-    return _tree_map_stack(jax, leaf, f"np.shape({leaf})", rows, devices, [tree], column, unit)
+    weak = f"{jax}.numpy.broadcast_to({leaf}, (len({devices}), *np.shape({leaf})))"
+    return _tree_map_stack(jax, leaf, leaf, f"np.shape({leaf})", rows, weak, devices, [tree], column, unit)
 
 
 def stack_text(jax: str, shards: str, devices: str, column: int, unit: str) -> str:
@@ -476,26 +477,34 @@ def stack_text(jax: str, shards: str, devices: str, column: int, unit: str) -> s
     device = _fresh_param("device", devices, jax, leaves, leaf)
     rows = (f"{jax}.device_put({leaf}, {device})[None] "
             f"for {leaf}, {device} in zip({leaves}, {devices}, strict=True)")
-    return _tree_map_stack(jax, f"*{leaves}", f"np.shape({leaves}[0])", rows, devices, [f"*{shards}"], column, unit)
+    return _tree_map_stack(jax, f"*{leaves}", f"{leaves}[0]", f"np.shape({leaves}[0])", rows,
+                           f"{jax}.numpy.stack({leaves})", devices, [f"*{shards}"], column, unit)
 
 
-def _tree_map_stack(jax: str, params: str, shape: str, rows: str, devices: str, trees: list[str],
-                    column: int, unit: str) -> str:
+def _tree_map_stack(jax: str, params: str, first: str, shape: str, rows: str, weak: str, devices: str,
+                    trees: list[str], column: int, unit: str) -> str:
     """`jax.tree.map(lambda <params>: <the stack of every leaf's rows>, *trees)`: one (1, ...) row
     per device, put on that device and assembled without any device compute. A typed PRNG key
     leaf goes through as is (a NumPy stack would raise TypeError), and each device holds only its
-    own copy."""
+    own copy. A weakly typed leaf (``first``: a Python number, or an array computed from one) is
+    stacked by ``weak`` on one device and then put in place: the assembly would make it strongly
+    typed (legacy kept it weak, which decides the dtype when it meets a bfloat16 array)."""
     inner = len(unit) * 2
     shape = f"(len({devices}), *{shape})"
-    head = f"{shape}, {sharding_text(devices)},"
-    lines = [head] if column + inner + len(head) <= LINE_LIMIT else [f"{shape},", f"{sharding_text(devices)},"]
+    sharding = sharding_text(devices)
+    head = f"{shape}, {sharding},"
+    lines = [head] if column + inner + len(head) <= LINE_LIMIT else [f"{shape},", f"{sharding},"]
     comprehension = f"[{rows}])"
     if column + inner + len(comprehension) > LINE_LIMIT:
         put, _, loop = rows.partition(" for ")
         comprehension = f"[{put}\n{unit * 2} for {loop}])"
     lines.append(comprehension)
+    lines.append(f"if not {jax}.typeof({first}).weak_type")
+    put_weak = f"else {jax}.device_put({weak}, {sharding})"
+    if column + len(unit) + len(put_weak) > LINE_LIMIT:
+        put_weak = f"else {jax}.device_put(\n{unit * 2}{weak},\n{unit * 2}{sharding})"
     lam = f"lambda {params}: {jax}.make_array_from_single_device_arrays(\n" + "\n".join(
-        unit * 2 + line for line in lines)
+        unit * 2 + line for line in lines[:-1]) + "\n" + unit + lines[-1] + "\n" + unit + put_weak
     return f"{jax}.tree.map(\n" + ",\n".join(unit + a for a in (lam, *trees)) + ")"
 
 
@@ -544,25 +553,6 @@ def _literal_slices(node: cst.Subscript) -> bool:
         else:
             return False
     return True
-
-
-def python_numbers(node: cst.BaseExpression) -> bool:
-    """A Python number literal reaches the value directly (`1.0`, `{"lr": 0.1}`, `[0, 1]`): jax
-    kept such scalars weakly typed; a NumPy stack of them is strongly typed (same values and dtype,
-    different promotion with low-precision arrays)."""
-    if isinstance(node, (cst.Integer, cst.Float, cst.Imaginary)):
-        return True
-    if isinstance(node, cst.UnaryOperation):
-        return python_numbers(node.expression)
-    if isinstance(node, cst.Dict):
-        return any(isinstance(e, cst.DictElement) and python_numbers(e.value) for e in node.elements)
-    if isinstance(node, (cst.List, cst.Tuple, cst.Set)):
-        return any(python_numbers(e.value) for e in node.elements)
-    if isinstance(node, (cst.ListComp, cst.SetComp, cst.GeneratorExp)):
-        return python_numbers(node.elt)
-    if isinstance(node, cst.DictComp):
-        return python_numbers(node.value)
-    return False
 
 
 def call_arguments(call: cst.Call, names: tuple[str, ...]) -> dict[str, cst.BaseExpression]:
@@ -772,10 +762,6 @@ def helper_devices(model: SemanticModel, call: cst.Call) -> cst.BaseExpression |
 
 # ---------------------------------------------------------------------------- stacks
 
-WEAK_TYPES = ("Python number literals in it become strongly typed (legacy kept them weakly typed: same values "
-              "and dtype, different promotion with bfloat16/float16 arrays)")
-
-
 def stack_fix(placement: Placement, call: cst.Call, reference: cst.BaseExpression, tree: cst.BaseExpression,
               devices: cst.BaseExpression | str, *, sharded: bool, what: str) -> FixSpec:
     """``call`` (a replicate or sharded helper) -> the explicit `jax.device_put` of the same stack.
@@ -798,10 +784,7 @@ def stack_fix(placement: Placement, call: cst.Call, reference: cst.BaseExpressio
     removal = removal_spec(model, reference)
     summary = (f"{what} -> the same stack, one row put on each device and assembled with "
                "`NamedSharding(Mesh(devices), P('i'))`")
-    applicability = "safe"
-    if python_numbers(tree):
-        applicability, summary = "unsafe", summary + "; " + WEAK_TYPES
-    return FixSpec(applicability, summary, edits=(Edit(call, replacement), *edits),
+    return FixSpec("safe", summary, edits=(Edit(call, replacement), *edits),
                    add_imports=(*jax_imports, *imports), remove_imports=(removal,) if removal is not None else ())
 
 

@@ -39,7 +39,11 @@ class DevicePutReplicated(Rule):
     params = jax.tree.map(
         lambda leaf: jax.make_array_from_single_device_arrays(
             (len(devices), *np.shape(leaf)), NamedSharding(Mesh(devices, ("i",)), P("i")),
-            [jax.device_put(leaf, device)[None] for device in devices]),
+            [jax.device_put(leaf, device)[None] for device in devices])
+        if not jax.typeof(leaf).weak_type
+        else jax.device_put(
+            jax.numpy.broadcast_to(leaf, (len(devices), *np.shape(leaf))),
+            NamedSharding(Mesh(devices, ("i",)), P("i"))),
         params)
     ```
     Each row lives on the device of the same index in `devices`, as before, so the result feeds a
@@ -49,11 +53,12 @@ class DevicePutReplicated(Rule):
 
     ## Fix safety
     Calls are rewritten to the form above: safe, the same values, shapes, dtypes and devices.
-    A `devices` expression other than a name is bound once before the statement. Unsafe when a
-    Python number literal is replicated directly (`device_put_replicated(0.1, devs)`, `{"lr":
-    0.1}`): legacy kept it weakly typed, the NumPy stack is strongly typed (same printed values
-    and dtype; promotion with bfloat16/float16 differs). Typed PRNG key arrays (`jax.random.key`)
-    are replicated as they were (each row is the key itself, put on its device).
+    A `devices` expression other than a name is bound once before the statement. A weakly typed
+    leaf (a Python number such as `{"lr": 0.1}`, or an array computed from one) stays weakly
+    typed, as in legacy (its product with a bfloat16 array stays bfloat16): it is broadcast on
+    one device and put in place, since the assembly makes every array strongly typed. Typed PRNG
+    key arrays (`jax.random.key`) are replicated as they were (each row is the key itself, put on
+    its device).
     Where that form does not apply (the function used as a value, multi-process programs, calls
     in a class body, `*args`) the reference becomes `runtime_shim.device_put_replicated`, the
     drop-in with the legacy result. A local alias (`dpr = jax.device_put_replicated`) is removed
@@ -87,7 +92,11 @@ class DevicePutReplicated(Rule):
                 "params = jax.tree.map(\n"
                 "    lambda leaf: jax.make_array_from_single_device_arrays(\n"
                 "        (len(devices), *np.shape(leaf)), NamedSharding(Mesh(devices, (\"i\",)), P(\"i\")),\n"
-                "        [jax.device_put(leaf, device)[None] for device in devices]),\n"
+                "        [jax.device_put(leaf, device)[None] for device in devices])\n"
+                "    if not jax.typeof(leaf).weak_type\n"
+                "    else jax.device_put(\n"
+                "        jax.numpy.broadcast_to(leaf, (len(devices), *np.shape(leaf))),\n"
+                "        NamedSharding(Mesh(devices, (\"i\",)), P(\"i\"))),\n"
                 "    params)\n"
             ),
         ),
@@ -99,11 +108,15 @@ class DevicePutReplicated(Rule):
                 "params = jax.tree.map(\n"
                 "    lambda leaf: jax.make_array_from_single_device_arrays(\n"
                 "        (len(devs), *np.shape(leaf)), NamedSharding(Mesh(devs, (\"i\",)), P(\"i\")),\n"
-                "        [jax.device_put(leaf, device)[None] for device in devs]),\n"
+                "        [jax.device_put(leaf, device)[None] for device in devs])\n"
+                "    if not jax.typeof(leaf).weak_type\n"
+                "    else jax.device_put(\n"
+                "        jax.numpy.broadcast_to(leaf, (len(devs), *np.shape(leaf))),\n"
+                "        NamedSharding(Mesh(devs, (\"i\",)), P(\"i\"))),\n"
                 "    p)\n"
             ),
         ),
-        # A Python scalar was weakly typed in the legacy stack: unsafe (applied here, as --unsafe-fixes would).
+        # A Python number stays weakly typed: the branch on `jax.typeof(leaf).weak_type`.
         Invalid(
             "import jax\nimport numpy as np\nfrom jax.sharding import Mesh, NamedSharding, PartitionSpec as P\n"
             "def main(devs):\n    return jax.device_put_replicated({'lr': 0.1}, devs)\n",
@@ -114,7 +127,11 @@ class DevicePutReplicated(Rule):
                 "    return jax.tree.map(\n"
                 "        lambda leaf: jax.make_array_from_single_device_arrays(\n"
                 "            (len(devs), *np.shape(leaf)), NamedSharding(Mesh(devs, (\"i\",)), P(\"i\")),\n"
-                "            [jax.device_put(leaf, device)[None] for device in devs]),\n"
+                "            [jax.device_put(leaf, device)[None] for device in devs])\n"
+                "        if not jax.typeof(leaf).weak_type\n"
+                "        else jax.device_put(\n"
+                "            jax.numpy.broadcast_to(leaf, (len(devs), *np.shape(leaf))),\n"
+                "            NamedSharding(Mesh(devs, (\"i\",)), P(\"i\"))),\n"
                 "        {'lr': 0.1})\n"
             ),
         ),
@@ -140,7 +157,11 @@ class DevicePutReplicated(Rule):
                 "    return jax.tree.map(\n"
                 "        lambda leaf: jax.make_array_from_single_device_arrays(\n"
                 "            (len(devs), *np.shape(leaf)), NamedSharding(Mesh(devs, (\"i\",)), P(\"i\")),\n"
-                "            [jax.device_put(leaf, device)[None] for device in devs]),\n"
+                "            [jax.device_put(leaf, device)[None] for device in devs])\n"
+                "        if not jax.typeof(leaf).weak_type\n"
+                "        else jax.device_put(\n"
+                "            jax.numpy.broadcast_to(leaf, (len(devs), *np.shape(leaf))),\n"
+                "            NamedSharding(Mesh(devs, (\"i\",)), P(\"i\"))),\n"
                 "        p)\n"
             ),
         ),

@@ -38,7 +38,11 @@ class DevicePutSharded(Rule):
     batch = jax.tree.map(
         lambda *leaves: jax.make_array_from_single_device_arrays(
             (len(devices), *np.shape(leaves[0])), NamedSharding(Mesh(devices, ("i",)), P("i")),
-            [jax.device_put(leaf, device)[None] for leaf, device in zip(leaves, devices, strict=True)]),
+            [jax.device_put(leaf, device)[None] for leaf, device in zip(leaves, devices, strict=True)])
+        if not jax.typeof(leaves[0]).weak_type
+        else jax.device_put(
+            jax.numpy.stack(leaves),
+            NamedSharding(Mesh(devices, ("i",)), P("i"))),
         *per_device_batches)
     ```
     Row `k` lives on `devices[k]`, as before, so the result feeds a migrated pmap without a
@@ -47,8 +51,9 @@ class DevicePutSharded(Rule):
     ## Fix safety
     Calls are rewritten to the form above: safe, the same values, shapes, dtypes and devices for
     every input legacy accepted (it required as many shards as devices, of one shape and dtype).
-    A `devices` expression other than a name is bound once before the statement. Unsafe when the
-    shards are visibly Python number literals (`[0.0, 1.0]`): legacy kept them weakly typed.
+    A `devices` expression other than a name is bound once before the statement. Weakly typed
+    shards (Python numbers: `[0.0, 1.0]`) stay weakly typed, as in legacy: they are stacked on one
+    device and put in place.
     Typed PRNG key shards (`jax.random.key`) are stacked as they were. As many shards as devices,
     of one shape and dtype, or a `ValueError`, as in legacy. Where the form does not apply
     (the function used as a value, multi-process programs, a class body, `*args`) the reference
@@ -81,7 +86,9 @@ class DevicePutSharded(Rule):
                 "batch = jax.tree.map(\n"
                 "    lambda *leaves: jax.make_array_from_single_device_arrays(\n"
                 "        (len(devices), *np.shape(leaves[0])), NamedSharding(Mesh(devices, (\"i\",)), P(\"i\")),\n"
-                "        [jax.device_put(leaf, device)[None] for leaf, device in zip(leaves, devices, strict=True)]),\n"
+                "        [jax.device_put(leaf, device)[None] for leaf, device in zip(leaves, devices, strict=True)])\n"
+                "    if not jax.typeof(leaves[0]).weak_type\n"
+                "    else jax.device_put(jax.numpy.stack(leaves), NamedSharding(Mesh(devices, (\"i\",)), P(\"i\"))),\n"
                 "    *shards)\n"
             ),
         ),
@@ -92,7 +99,9 @@ class DevicePutSharded(Rule):
                 "batch = jax.tree.map(\n"
                 "    lambda *leaves: jax.make_array_from_single_device_arrays(\n"
                 "        (len(devs), *np.shape(leaves[0])), NamedSharding(Mesh(devs, (\"i\",)), P(\"i\")),\n"
-                "        [jax.device_put(leaf, device)[None] for leaf, device in zip(leaves, devs, strict=True)]),\n"
+                "        [jax.device_put(leaf, device)[None] for leaf, device in zip(leaves, devs, strict=True)])\n"
+                "    if not jax.typeof(leaves[0]).weak_type\n"
+                "    else jax.device_put(jax.numpy.stack(leaves), NamedSharding(Mesh(devs, (\"i\",)), P(\"i\"))),\n"
                 "    *[a, b])\n"
             ),
         ),
@@ -113,7 +122,9 @@ class DevicePutSharded(Rule):
                 "        lambda *leaves: jax.make_array_from_single_device_arrays(\n"
                 "            (len(devices), *np.shape(leaves[0])), NamedSharding(Mesh(devices, (\"i\",)), P(\"i\")),\n"
                 "            [jax.device_put(leaf, device)[None]\n"
-                "             for leaf, device in zip(leaves, devices, strict=True)]),\n"
+                "             for leaf, device in zip(leaves, devices, strict=True)])\n"
+                "        if not jax.typeof(leaves[0]).weak_type\n"
+                "        else jax.device_put(jax.numpy.stack(leaves), NamedSharding(Mesh(devices, (\"i\",)), P(\"i\"))),\n"
                 "        *list(batch))\n"
             ),
         ),

@@ -66,8 +66,7 @@ class FlaxReplicate(Rule):
     - `replicate(tree)` / `replicate(tree, devices)` -> the `device_put_replicated` form of PM301
       on `jax.local_devices()` (flax's default device order) or the given devices: safe, the same
       stack on the same devices (flax's own `replicate` called `jax.device_put_replicated`, removed
-      in jax 0.10.0, until flax 0.12.3); unsafe when Python number literals are replicated
-      directly (strongly typed afterwards). No fix in multi-process programs.
+      in jax 0.10.0, until flax 0.12.3). No fix in multi-process programs.
     - `shard(xs)` -> `jax.tree.map(lambda leaf: leaf.reshape((jax.local_device_count(), -1) +
       leaf.shape[1:]), xs)`, flax's own body (a host-side reshape): safe.
     - `shard_prng_key(key)` -> `jax.random.split(key, num=jax.local_device_count())`, flax's own
@@ -75,9 +74,9 @@ class FlaxReplicate(Rule):
     - `prefetch_to_device`: no fix (a generator with a prefetch queue; no expression replaces it).
     The helpers used as values (`map(common_utils.shard, ds)`) are not rewritten. The flax import
     goes once nothing uses it, a plain `import flax` / `import flax.jax_utils` too. The
-    `replicate` stack is built from jax arrays per device: Python numbers held in the tree (not
-    only literals) become strongly typed there, as in flax's own `replicate` after 0.12.3; typed
-    PRNG key leaves (`jax.random.key`) are replicated as they were (as for PM301). Verified by
+    `replicate` stack is built from jax arrays per device, except for weakly typed leaves (Python
+    numbers held in the tree), which stay weakly typed as in the legacy `replicate` (as for PM301);
+    typed PRNG key leaves (`jax.random.key`) are replicated as they were. Verified by
     running programs: `fixtures/programs_flax/`. Dropping the device axis altogether (the
     idiomatic migration) changes every function that receives these values and is not done
     automatically.
@@ -110,7 +109,11 @@ class FlaxReplicate(Rule):
                 "state = jax.tree.map(\n"
                 "    lambda leaf: jax.make_array_from_single_device_arrays(\n"
                 "        (len(devices), *np.shape(leaf)), NamedSharding(Mesh(devices, (\"i\",)), P(\"i\")),\n"
-                "        [jax.device_put(leaf, device)[None] for device in devices]),\n"
+                "        [jax.device_put(leaf, device)[None] for device in devices])\n"
+                "    if not jax.typeof(leaf).weak_type\n"
+                "    else jax.device_put(\n"
+                "        jax.numpy.broadcast_to(leaf, (len(devices), *np.shape(leaf))),\n"
+                "        NamedSharding(Mesh(devices, (\"i\",)), P(\"i\"))),\n"
                 "    state)\n"
             ),
         ),

@@ -3,7 +3,9 @@
 ``device_put_replicated`` / ``device_put_sharded`` return arrays stacked on a new leading
 axis with slice ``i`` on ``devices[i]``, as legacy jax did; their sharding is a
 ``NamedSharding`` over those devices instead of the removed ``PmapSharding``, which any
-shim pmap over the same devices accepts without a copy.
+shim pmap over the same devices accepts without a copy. A weakly typed leaf (a Python number)
+stays weakly typed, as in legacy: it is stacked on one device and then put in place (the
+assembly from per-device blocks would make it strongly typed).
 """
 
 from __future__ import annotations
@@ -45,6 +47,8 @@ def device_put_replicated(x: Any, devices: Sequence[Any]) -> Any:
     sharding = _stacked_sharding(devices)
 
     def replicate(leaf):
+        if jax.typeof(leaf).weak_type:
+            return jax.device_put(jax.numpy.broadcast_to(leaf, (len(devices), *np.shape(leaf))), sharding)
         # Transfer once, then device-to-device copies: no host round trip per device.
         first = jax.device_put(_with_new_axis(leaf), devices[0])
         return _assemble(sharding, devices, [first] * len(devices))
@@ -63,19 +67,22 @@ def device_put_sharded(shards: Sequence[Any], devices: Sequence[Any]) -> Any:
     sharding = _stacked_sharding(devices)
 
     def stack(*xs):
-        kinds = [(np.shape(x), jax.numpy.result_type(x)) for x in xs]
+        kinds = [(aval.shape, aval.dtype, aval.weak_type) for aval in map(jax.typeof, xs)]
         for a, b in zip(kinds, kinds[1:]):
             if a != b:
                 raise ValueError("the shards passed to device_put_sharded must have "
                                  f"consistent shape and dtype, but got {_aval(*a)} and "
                                  f"{_aval(*b)}.")
+        if kinds[0][2]:
+            return jax.device_put(jax.numpy.stack(xs), sharding)
         return _assemble(sharding, devices, [_with_new_axis(x) for x in xs])
 
     return jax.tree_util.tree_map(stack, *shards)
 
 
-def _aval(shape: tuple, dtype: Any) -> str:
-    return f"{np.dtype(dtype).name}{list(shape)}"
+def _aval(shape: tuple, dtype: Any, weak: bool) -> str:
+    """As jax prints an abstract value: `~float32[2,3]` (`~`: weakly typed)."""
+    return f"{'~' if weak else ''}{np.dtype(dtype).name}[{','.join(map(str, shape))}]"
 
 
 @functools.lru_cache(maxsize=4096)

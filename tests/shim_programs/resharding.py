@@ -5,7 +5,7 @@ device_put_* helpers, and a cheap unreplicate (``x[0]`` of pmap outputs)."""
 import jax
 import jax.numpy as jnp
 import numpy as np
-from _report import devices_of, show
+from _report import devices_of, show, show_error
 from jax import lax
 from jax.sharding import Mesh, NamedSharding
 from jax.sharding import PartitionSpec as P
@@ -64,6 +64,13 @@ show("sharded_into_pmap", center(shards))
 pairs = jax.device_put_sharded([(i, np.arange(i, i + 2)) for i in range(4)], devs[4:])
 show("sharded_tree", pairs)
 show("sharded_tree_devices", devices_of(pairs[1]))
+# Python numbers stay weakly typed (so a pmap computes in the bfloat16 of its other operand);
+# shards of mixed weak and strong types are refused, as mismatched shapes and dtypes are.
+show("weak_types", jax.tree_util.tree_map(lambda v: v.aval.weak_type, (tree, pairs)))
+lr = jax.device_put_replicated(0.5, devs)
+show("weak_into_pmap", jax.pmap(lambda a, b: (a * b).dtype == jnp.bfloat16)(lr, jnp.ones((n, 2), jnp.bfloat16)))
+show_error("mixed_weak_shards", lambda: jax.device_put_sharded([1.5, np.float32(2.5)], devs[:2]))
+show_error("mismatched_shards", lambda: jax.device_put_sharded([np.ones((2, 3)), np.ones((3, 2))], devs[:2]))
 
 # x[0] / tree_map(x[0]) on pmap outputs (what flax's unreplicate does)
 out = center(x)
