@@ -52,10 +52,6 @@ def check_axes_spec(kind: str, axes: Any) -> None:
     if not all(type(leaf) is int for leaf in jax.tree_util.tree_leaves(axes)):
         raise TypeError(f"pmap {kind} must be an int, None, or (nested) container "
                         f"with those types as leaves, but got {axes}.")
-    if kind == "out_axes" and any(leaf < 0 for leaf in jax.tree_util.tree_leaves(axes)):
-        # Legacy pmap died on an assertion here and the new jax.pmap returns a wrongly
-        # shaped array; a clear error is the only faithful choice.
-        raise ValueError(f"pmap out_axes must be non-negative, got {axes}.")
 
 
 def dynamic_in_axes(in_axes: Any, statics: tuple[int, ...], nargs: int) -> Any:
@@ -135,6 +131,10 @@ def flat_in_axes(dyn_in_axes: Any, dyn_args: tuple, kwargs: dict) -> list:
 
 
 def flat_out_axes(out_axes: Any, out: Any) -> list:
+    if any(leaf < 0 for leaf in jax.tree_util.tree_leaves(out_axes)):
+        # Legacy pmap died on an assertion when called (not when defined) and the new jax.pmap
+        # returns a wrongly shaped array; a clear error at the same moment is the faithful choice.
+        raise ValueError(f"pmap out_axes must be non-negative, got {out_axes}.")
     try:
         return broadcast(out_axes, out)
     except ValueError:
