@@ -21,6 +21,11 @@ from jax.sharding import PartitionSpec as P
 
 _STACK_AXIS = "_device_put_axis"
 
+try:  # the array type, for rows that are not committed to their device (``_uncommitted``)
+    from jax._src.array import ArrayImpl as _ArrayImpl
+except ImportError:  # pragma: no cover - a jax without it keeps committed rows
+    _ArrayImpl = None
+
 
 def _stacked_sharding(devices: Sequence[Any]) -> NamedSharding:
     return NamedSharding(Mesh(np.array(devices), (_STACK_AXIS,)), P(_STACK_AXIS))
@@ -100,8 +105,22 @@ def _first(x: Any) -> Any:
     if isinstance(x, jax.Array) and not isinstance(x, jax.core.Tracer) and x.ndim:
         pos = _row0_position(x.sharding, x.shape)
         if pos is not None:
-            return jax.lax.squeeze(x.addressable_data(pos), (0,))
+            return _uncommitted(jax.lax.squeeze(x.addressable_data(pos), (0,)))
     return x[0]
+
+
+def _uncommitted(row: jax.Array) -> jax.Array:
+    """``row`` (on one device) not committed to its device, as legacy's ``x[0]`` was: jit then
+    moves it next to arrays committed elsewhere instead of refusing the mix ("incompatible
+    devices"). The same buffer, no copy. jax has no public way to say this: the array type's own
+    constructor does it (checked on jax 0.7.2, 0.10.2 and 0.12); where it does not exist or
+    refuses (a typed PRNG key), the row stays committed."""
+    if _ArrayImpl is not None:
+        try:
+            return _ArrayImpl(row.aval, row.sharding, [row], committed=False)
+        except Exception:  # noqa: BLE001 - any refusal: the committed row is still the right value
+            pass
+    return row
 
 
 def unreplicate(tree: Any) -> Any:

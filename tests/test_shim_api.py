@@ -132,6 +132,9 @@ EXPECTED_BEHAVIOUR = {
     # unreplicate hands over device 0's block; x[0] is an 8-device computation (new jax)
     "unreplicate_value": [0.0, 2.0],
     "unreplicate_devices": 1,
+    "unreplicate_committed": False,
+    "unreplicate_with_elsewhere[0]": [1.0, 3.0],
+    "unreplicate_with_elsewhere[1]": [1.0, 3.0],
     "unreplicate_tree['a']": [0.0, 2.0],
     "unreplicate_tree['b'][0]": 1.0,
     "unreplicate_tree_devices[0]": 1,

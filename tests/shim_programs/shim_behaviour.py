@@ -40,6 +40,10 @@ out = decorated(x)
 first = runtime_shim.unreplicate(out)
 show("unreplicate_value", first)
 show("unreplicate_devices", len(first.devices()))
+# legacy's x[0] was not committed to its device: it mixes with arrays committed elsewhere
+elsewhere = jax.device_put(jnp.ones(2), jax.devices()[1])
+show("unreplicate_committed", first.committed)
+show("unreplicate_with_elsewhere", [jax.jit(lambda a, b: a + b)(first, elsewhere), first + elsewhere])
 show("index_0_devices", len(out[0].devices()))  # what x[0] costs under this jax
 tree = runtime_shim.unreplicate({"a": out, "b": (jax.pmap(lambda v: v.sum())(x),)})
 show("unreplicate_tree", tree)
