@@ -263,9 +263,14 @@ class Placement:
     def used_on_host(self, row: cst.BaseExpression) -> bool:
         """``row`` goes straight to the host (`float(out[0])`, `print(...)`, `np.asarray(...)`,
         `jax.device_get(...)`, `.item()`, `.tolist()`, an f-string): whether it is committed to
-        its device cannot matter there."""
+        its device cannot matter there. So does a part of it taken by integer indices and slices
+        (`float(out[0][1])`: the part is on the row's device too), or its `.shape`/`.dtype`."""
         model = self.model
         parent = model.parent(row)
+        while isinstance(parent, cst.Subscript) and parent.value is row and _integer_subscript(parent):
+            row, parent = parent, model.parent(parent)
+        if isinstance(parent, cst.Attribute) and parent.value is row and parent.attr.value in _METADATA:
+            return True
         if isinstance(parent, cst.FormattedStringExpression):
             return True
         if isinstance(parent, cst.Attribute) and parent.value is row and parent.attr.value in ("item", "tolist"):
@@ -426,6 +431,23 @@ def row_of(value: cst.BaseExpression, index: cst.BaseExpression) -> cst.BaseExpr
                            [cst.SubscriptElement(cst.Index(index))])
     data = cst.Attribute(shards, cst.Name("data"))
     return cst.Call(cst.Attribute(data, cst.Name("squeeze")), [cst.Arg(cst.Integer("0"))])
+
+
+# Attributes of an array that are read on the host, without its data.
+_METADATA = frozenset({"shape", "dtype", "ndim", "size", "nbytes"})
+
+
+def _integer_subscript(node: cst.Subscript) -> bool:
+    """``x[1]``, ``x[:, -1]``, ``x[2:4]``: indices and slice bounds that are integer literals (an
+    index array could live on another device)."""
+    for element in node.slice:
+        part = element.slice
+        if isinstance(part, cst.Index):
+            if part.star is not None or not literal_index(part.value):
+                return False
+        elif not all(bound is None or literal_index(bound) for bound in (part.lower, part.upper, part.step)):
+            return False
+    return True
 
 
 def literal_index(node: cst.BaseExpression) -> bool:

@@ -63,7 +63,8 @@ class ShardedIntIndex(Rule):
     devices cannot be combined (`out[0] + out[1]`), nor a row with a stacked array (a jitted
     `f(out[0], out)`), and a pmap refuses a committed row as an input. So: safe for `out[0]` going
     straight to the host (`float(...)`, `print(...)`, `np.asarray(...)`, `jax.device_get(...)`,
-    `.item()`, `.tolist()`, an f-string); unsafe otherwise (assumes the row is used on its own),
+    `.item()`, `.tolist()`, an f-string), also through integer indices and slices of the row
+    (`float(out[0][1])`) and for its `.shape`/`.dtype`; unsafe otherwise (assumes the row is used on its own),
     and for `out[i]` also assumes that `i` is an int, not a slice or an index array. No fix for
     `out[i]` inside a comprehension (the rows are gathered together), for a row passed to a pmap
     (directly or through the name it is assigned to), where the value may come from elsewhere on

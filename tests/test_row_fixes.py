@@ -31,6 +31,12 @@ def test_rows_going_straight_to_the_host_are_safe():
     assert fixes(body) == {1: "safe", 2: "safe", 3: "safe", 4: "safe", 5: "safe", 6: "safe", 7: "safe"}
 
 
+def test_parts_of_rows_taken_by_literal_indices_and_their_metadata_are_safe():
+    body = ("a = float(out[0][1])\nb = out[0][:, -1].tolist()\nc = np.asarray(out[0][2:4])\nn = out[0].shape\n"
+            "d = out[0].dtype\ne = float(out[0][i])\nf = out[0][1] * 2\n")
+    assert fixes(body) == {1: "safe", 2: "safe", 3: "safe", 4: "safe", 5: "safe", 6: "unsafe", 7: "unsafe"}
+
+
 def test_rows_kept_as_arrays_are_unsafe():
     body = "w = out[0]\ny = out[0] * 2\nz = out[3]\nparams = jax.tree.map(lambda x: x[0], out)\n"
     assert fixes(body) == {1: "unsafe", 2: "unsafe", 3: "unsafe", 4: "unsafe"}
