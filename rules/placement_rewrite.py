@@ -417,11 +417,50 @@ class Placement:
             if not assignments:
                 return False
             for assignment in assignments:
-                value = self.model._index.assigned_value.get(getattr(assignment, "node", None))
+                value = self.model.assigned_value(getattr(assignment, "node", None))
+                if value is None and self._differentiated_value(getattr(assignment, "node", None)):
+                    continue
                 if value is None or not self.is_array(value, depth + 1):
                     return False
             return True
         return False
+
+    def _differentiated_value(self, target: cst.CSTNode | None) -> bool:
+        """``target`` unpacks the value of a `jax.value_and_grad` call: `loss, grads = jax.value_and_grad(f)(p)`,
+        `(loss, aux), grads = ...(f, has_aux=True)(p)` (also through a name bound to the transform).
+        That value is what a differentiated function returns: a scalar array (jax refuses anything else)."""
+        model = self.model
+        if not isinstance(target, cst.Name):
+            return False
+        path: list[int] = []
+        node, parent = target, model.parent(target)
+        while isinstance(parent, cst.Element):
+            container = model.parent(parent)
+            if not isinstance(container, (cst.Tuple, cst.List)):
+                return False
+            path.insert(0, next(i for i, e in enumerate(container.elements) if e is parent))
+            node, parent = container, model.parent(container)
+        statement = model.parent(parent) if isinstance(parent, cst.AssignTarget) else None
+        if not isinstance(statement, cst.Assign) or len(statement.targets) != 1 or not isinstance(statement.value, cst.Call):
+            return False
+        transforms = [statement.value.func]
+        if isinstance(transforms[0], cst.Name):
+            transforms = [model.assigned_value(getattr(a, "node", None)) for a in model.reaching_assignments(transforms[0])]
+        if not transforms:
+            return False
+        for transform in transforms:
+            if not isinstance(transform, cst.Call) or model.qualified_names(transform.func).isdisjoint(_VALUE_AND_GRAD):
+                return False
+            has_aux = next((a.value for a in transform.args if a.keyword is not None and a.keyword.value == "has_aux"), None)
+            if has_aux is None or isinstance(has_aux, cst.Name) and has_aux.value == "False":
+                expected = [0]
+            elif isinstance(has_aux, cst.Name) and has_aux.value == "True":
+                expected = [0, 0]
+            else:
+                return False
+            if path != expected:
+                return False
+        return True
 
 
 def row_of(value: cst.BaseExpression, index: cst.BaseExpression) -> cst.BaseExpression:
@@ -433,6 +472,7 @@ def row_of(value: cst.BaseExpression, index: cst.BaseExpression) -> cst.BaseExpr
     return cst.Call(cst.Attribute(data, cst.Name("squeeze")), [cst.Arg(cst.Integer("0"))])
 
 
+_VALUE_AND_GRAD = frozenset({"jax.value_and_grad"})
 # Attributes of an array that are read on the host, without its data.
 _METADATA = frozenset({"shape", "dtype", "ndim", "size", "nbytes"})
 

@@ -239,6 +239,32 @@ class ShardedIntIndex(Rule):
             expected=("import jax\nstep = jax.pmap(lambda x: x * 2)\nout = step(xs)\n"
                       "for _ in range(2):\n    out = out[0]\n"),
         ),
+        # The value of `jax.value_and_grad` is a scalar array (jax allows nothing else): a pmean of it
+        # is a stacked array, its row can be read from its shard; the gradients (a pytree) cannot.
+        Invalid(
+            "import jax\nfrom jax import lax\n"
+            "@jax.pmap\ndef step(p, x):\n    loss, grads = jax.value_and_grad(f)(p, x)\n"
+            "    return lax.pmean(loss, 'i'), lax.pmean(grads, 'i')\n"
+            "loss, grads = step(p, x)\nprint(float(loss[0]))\ng = grads[0]\n",
+            lines=(8, 9),
+            expected=(
+                "import jax\nfrom jax import lax\n"
+                "@jax.pmap\ndef step(p, x):\n    loss, grads = jax.value_and_grad(f)(p, x)\n"
+                "    return lax.pmean(loss, 'i'), lax.pmean(grads, 'i')\n"
+                "loss, grads = step(p, x)\nprint(float(loss.addressable_shards[0].data.squeeze(0)))\ng = grads[0]\n"
+            ),
+        ),
+        Invalid(
+            "import jax\nfrom jax import lax\nvg = jax.value_and_grad(f, has_aux=True)\n"
+            "@jax.pmap\ndef step(p, x):\n    (loss, aux), grads = vg(p, x)\n    return lax.pmean(loss, 'i'), aux\n"
+            "loss, aux = step(p, x)\nprint(float(loss[0]), float(aux[0]))\n",
+            lines=(9, 9),
+            expected=(
+                "import jax\nfrom jax import lax\nvg = jax.value_and_grad(f, has_aux=True)\n"
+                "@jax.pmap\ndef step(p, x):\n    (loss, aux), grads = vg(p, x)\n    return lax.pmean(loss, 'i'), aux\n"
+                "loss, aux = step(p, x)\nprint(float(loss.addressable_shards[0].data.squeeze(0)), float(aux[0]))\n"
+            ),
+        ),
         # One device's slice is an ordinary array: indexing it again is not another gather.
         Invalid("import jax\nstep = jax.pmap(f)\nout = step(x)\nrow = out[0]\ncopy = row\nz = copy[0]\n", lines=(4,)),
         Invalid("from flax import jax_utils\nstate = jax_utils.replicate(state)\ns0 = state[0]\n", lines=(3,)),

@@ -62,6 +62,7 @@ PLACEMENT_FIXES = {
     "row_flows": {"PM201"},
     "removed_flags": {"PM104"},
     "unreplicate_tree_map": {"PM202"},
+    "loss_read": {"PM201", "PM202", "PM301"},
     "weak_scalars": {"PM301", "PM302"},
 }
 
