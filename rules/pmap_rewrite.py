@@ -131,6 +131,8 @@ class Plan:
     body_call: str  # how per_device calls the mapped function
     hoisted: list[str] = field(default_factory=list)
     unsafe_reasons: list[str] = field(default_factory=list)
+    # Unknown signature: the wrapper also takes keyword arguments (mapped on axis 0, as legacy did).
+    keywords: bool = False
 
 
 def _spec(axis: int | None, name: str) -> str:
@@ -184,6 +186,18 @@ def jitted_parts(plan: Plan, indent: str, name: str | None = None) -> tuple[list
     decorator = f"@functools.partial(jax.jit, {', '.join(jit_kwargs)})" if jit_kwargs else "@jax.jit"
     name = name or plan.name
     i1, i2 = indent, indent * 2
+    if plan.params is None and plan.keywords:
+        # Unknown signature, called with keywords (or used as a value): every argument, positional or
+        # keyword, mapped on axis 0, as legacy did; the function applies its own defaults.
+        head = [decorator, f"def {name}(*args, **kwargs):"]
+        body = [
+            f"{i1}def per_device(args, kwargs):  # each device holds a (1, ...) block; the pmap body saw the slice",
+            f"{i2}args, kwargs = jax.tree.map(lambda leaf: leaf.squeeze(0), (args, kwargs))",
+            f"{i2}return {_expand(plan.body_call, 0)}",
+        ]
+        call = (f"{i1}return jax.shard_map(per_device, mesh=mesh, in_specs=P({plan.axis}), out_specs=P({plan.axis}), "
+                f"check_vma=False)(args, kwargs)")
+        return head, body, plan.size or "jax.tree.leaves((args, kwargs))[0].shape[0]", call
     if plan.params is None:
         # Unknown signature: every positional argument mapped on axis 0 (checked by the planner).
         head = [decorator, f"def {name}(*args):"]
@@ -650,9 +664,27 @@ class Rewriter:
         risk = self._keyword_risk(site, params, opts)
         if risk is not None:
             opts["unsafe"].append(risk)
+        keywords = params is None and self._may_get_keywords(site)
+        if keywords:
+            assert body_call.endswith("(*args)"), body_call
+            body_call = body_call[: -len("(*args)")] + "(*args, **kwargs)"
         return Plan(name=name, params=params, axis=opts["axis"], in_axes=opts["in_axes"], out_axes=opts["out_axes"],
                     static=opts["static"], donate=opts["donate"], mesh_devices=opts["mesh_devices"],
-                    size=opts["size"], body_call=body_call, hoisted=hoisted, unsafe_reasons=opts["unsafe"])
+                    size=opts["size"], body_call=body_call, hoisted=hoisted, unsafe_reasons=opts["unsafe"],
+                    keywords=keywords)
+
+    def _may_get_keywords(self, site: TransformSite) -> bool:
+        """Some call of the pmapped function passes keyword arguments (or `**`), or it is used as a
+        value, where its callers cannot be seen."""
+        for call, called in self.model.pmap_calls().items():
+            if called is site and any(arg.keyword is not None or arg.star == "**" for arg in call.args):
+                return True
+        for assignment in site.bound_names:
+            for access in assignment.references:
+                parent = self.model.parent(access.node)
+                if not (isinstance(parent, cst.Call) and parent.func is access.node):
+                    return True
+        return False
 
     def _imports(self, plan: Plan) -> tuple[ImportSpec, ...]:
         specs = [ImportSpec("jax"), ImportSpec("jax.sharding", "Mesh"), ImportSpec("jax.sharding", "PartitionSpec", "P")]
