@@ -746,15 +746,16 @@ class Rewriter:
     def _decorator_fix(self, site: TransformSite, renderer=render) -> FixSpec:
         func = site.decorated
         assert func is not None
+        # Defaults, *args, **kwargs or keyword-only parameters: the wrapper cannot repeat the
+        # signature; it passes its arguments on (params None: every one mapped on axis 0).
         params = simple_params(func.params)
-        if params is None:
-            raise Unsupported("the pmapped function has defaults, *args, **kwargs or keyword-only parameters")
         if isinstance(func.asynchronous, cst.Asynchronous):
             raise Unsupported("async function")
         index = next(i for i, d in enumerate(func.decorators) if d is site.node)
         above, below = func.decorators[:index], func.decorators[index + 1:]
         body_name = self._unique_name("_" + func.name.value)
-        plan = self._plan(site, func.name.value, params, f"{body_name}({', '.join(params)})", [])
+        body_call = f"{body_name}(*args)" if params is None else f"{body_name}({', '.join(params)})"
+        plan = self._plan(site, func.name.value, params, body_call, [])
         indent = self.model.indent
         wrapper = cst.parse_module(renderer(plan, indent)).body
         wrapper_def = wrapper[-1]
