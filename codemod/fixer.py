@@ -295,10 +295,48 @@ def _add_imports(module: cst.Module, context: CodemodContext, names: frozenset[s
 class _RemoveImports(RemoveImportsVisitor):
     """libcst's `RemoveImportsVisitor`, whose transform (which copies every node it walks into)
     does not enter expressions and simple statements other than imports: it changes nothing but
-    import statements, and none can be inside those."""
+    import statements, and none can be inside those.
+
+    libcst drops a removed import line with the comments and blank lines above it (a docstring, a
+    blank line, `# tools`, `import functools`, `import os` became the docstring then `import os`):
+    here they go to the next statement of the same body (its own blank lines win over the removed
+    line's), or to the body's footer when nothing follows."""
+
+    def __init__(self, context: CodemodContext) -> None:
+        super().__init__(context)
+        self._pending: list[list[cst.EmptyLine]] = []  # per open body: lines of removed statements
+        self._given: dict[int, list[cst.EmptyLine]] = {}  # statement -> lines it takes over
 
     def on_visit(self, node: cst.CSTNode) -> bool:
+        if isinstance(node, (cst.Module, cst.IndentedBlock)):
+            self._pending.append([])
+        elif isinstance(node, cst.BaseStatement) and self._pending and self._pending[-1]:
+            self._given[id(node)], self._pending[-1] = self._pending[-1], []
         return super().on_visit(node) and not isinstance(node, _NO_IMPORTS_INSIDE)
+
+    def on_leave(self, original_node, updated_node):
+        result = super().on_leave(original_node, updated_node)
+        if isinstance(original_node, cst.BaseStatement):
+            given = self._given.pop(id(original_node), [])
+            if isinstance(result, cst.SimpleStatementLine) and not result.body:  # removed by its body
+                self._pending[-1] += [*given, *original_node.leading_lines]
+            elif given and isinstance(result, cst.BaseStatement):
+                result = result.with_changes(leading_lines=_joined_lines(given, result.leading_lines))
+        elif isinstance(original_node, (cst.Module, cst.IndentedBlock)):
+            left = [line for line in self._pending.pop() if line.comment is not None]
+            if left and isinstance(result, (cst.Module, cst.IndentedBlock)):
+                result = result.with_changes(footer=[*left, *result.footer])
+        return result
+
+
+def _joined_lines(taken: list[cst.EmptyLine], own: Sequence[cst.EmptyLine]) -> list[cst.EmptyLine]:
+    """The lines above a removed statement, then the next statement's own: what deleting only the
+    statement's own line leaves, except that a blank line where the two meet counts once."""
+    taken = list(taken)
+    if own and own[0].comment is None:
+        while taken and taken[-1].comment is None:
+            taken.pop()
+    return [*taken, *own]
 
 
 _NO_IMPORTS_INSIDE = (cst.BaseExpression, cst.Decorator, cst.Parameters, cst.Annotation, cst.Arg,

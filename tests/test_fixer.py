@@ -247,6 +247,7 @@ def _with_imports_removed(module: cst.Module, removed, own: bool) -> cst.Module:
 
 
 def test_removing_imports_gives_libcsts_own_result():
+    # (sources with no comment or blank line above a removed import: see the next test)
     sources = [*_IMPORT_MODULES,
                "import os\n\ndef f():\n    import os\n    return 1\n",
                "def f():\n    if x:\n        import json\n        from mathlib import sqrt, floor\n    return sqrt(2)\n",
@@ -259,6 +260,25 @@ def test_removing_imports_gives_libcsts_own_result():
             assert _with_imports_removed(module, removed, own=True).code == expected, (source, removed)
             changed += expected != source
     assert changed >= 10  # the cases do remove imports
+
+
+def test_removing_imports_keeps_the_comments_and_blank_lines_above_them():
+    # libcst drops them with the import line; here they stay, where the next statement starts.
+    cases = {
+        '"""Doc."""\n\n# the tools\nimport functools\nimport os\n\n# helpers\nimport jax.numpy as jnp\n\n'
+        "def f():\n    import json\n    return os.getcwd()\n":
+            '"""Doc."""\n\n# the tools\nimport os\n\n# helpers\n\ndef f():\n    return os.getcwd()\n',
+        "import os\n\nimport functools\n\nx = os.sep\n": "import os\n\nx = os.sep\n",
+        "import os\nx = os.sep\n# last\nimport functools\n": "import os\nx = os.sep\n# last\n",
+        "import os\nif x:\n    y = 1\n    # why\n    import json\nz = 2\n": "import os\nif x:\n    y = 1\n    # why\nz = 2\n",
+        "# a\nimport functools\n# b\nimport json\nimport os\n": "# a\n# b\nimport os\n",
+    }
+    removed = [("functools",), ("jax.numpy", None, "jnp"), ("json",)]
+    for source, expected in cases.items():
+        module = cst.parse_module(source)
+        assert _with_imports_removed(module, removed, own=True).code == expected, source
+        if "#" in source:  # the comments libcst loses
+            assert _with_imports_removed(module, removed, own=False).code != expected, source
 
 
 def test_a_fix_rebuilds_only_the_path_to_its_target():
