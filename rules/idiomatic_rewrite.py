@@ -944,7 +944,8 @@ class Idiomatic:
                 if not {q.name for q in scope.get_qualified_names_for(name)} <= meanings:
                     raise _Reject(f"the module binds `{name}` to something else")
         axis_word = self.axis.strip("\"'")
-        self.mesh = self.rewriter._unique_name(f"{axis_word}_mesh" if re.fullmatch(r"[A-Za-z_]\w*", axis_word)
+        literal = self.axis[:1] in "\"'"  # a constant's name (`_PMAP_AXIS_NAME`) makes no mesh name
+        self.mesh = self.rewriter._unique_name(f"{axis_word}_mesh" if literal and re.fullmatch(r"[A-Za-z_]\w*", axis_word)
                                                else "data_mesh")
         self._rename_mesh_in_edits()  # the placements above were built before the name was chosen
         indent = self.model.indent

@@ -316,7 +316,7 @@ class GlobalRewrite:
         helpers = self._helper_names
         if axis not in helpers:
             stem = axis.strip("\"'")
-            stem = stem if stem.isidentifier() else "pmap"
+            stem = stem if axis[:1] in "\"'" and stem.isidentifier() else "pmap"  # a literal's word only
             helpers[axis] = _Helpers(axis, self.rewriter._unique_name(f"{stem}_mesh"),
                                      self.rewriter._unique_name(f"{stem}_global"))
         return helpers[axis]

@@ -545,6 +545,8 @@ class Rewriter:
             axis = _DEFAULT_AXIS
         elif isinstance(axis_node, cst.SimpleString):
             axis = _code(axis_node)
+        elif isinstance(axis_node, cst.Name) and self._string_constant(axis_node):
+            axis = axis_node.value  # `_PMAP_AXIS_NAME = "data"`: the mesh axis follows the constant
         else:
             raise Unsupported("`axis_name` is not a string literal")
         static = _int_tuple(site.option("static_broadcasted_argnums"), "static_broadcasted_argnums")
@@ -628,6 +630,20 @@ class Rewriter:
             mesh_devices += "[: {size}]"
         return dict(axis=axis, static=static, donate=donate, in_axes=in_axes, out_axes=out_axes,
                     mesh_devices=mesh_devices, size=size, unsafe=unsafe)
+
+    def _string_constant(self, name: cst.Name) -> bool:
+        """``name`` is a module-level name bound once, to a string literal, and never rebound: the
+        body's collectives and the wrapper's mesh read the same value whenever they run."""
+        module_scope = self.model.scope_of(self.model.module)
+        if module_scope is None or self.model.scope_of(name) is None:
+            return False
+        assignments = self.model.assignments_of(name)
+        if len(assignments) != 1 or assignments[0].scope is not module_scope:
+            return False
+        if len(module_scope.assignments[name.value]) != 1:
+            return False
+        value = self.model.assigned_value(getattr(assignments[0], "node", None))
+        return isinstance(value, cst.SimpleString)
 
     def _keyword_risk(self, site: TransformSite, params: list[str] | None, opts: dict) -> str | None:
         """Legacy pmap maps keyword arguments on axis 0 whatever in_axes says; the wrapper gives a
