@@ -666,13 +666,19 @@ class Rewriter:
                 if arg.keyword is not None and arg.keyword.value in risky:
                     raise Unsupported(f"called with the keyword `{arg.keyword.value}`, which legacy pmap maps "
                                       "on axis 0 whatever in_axes says")
+        if self._used_as_value(site):
+            return (f"assumes callers pass {', '.join(sorted(risky))} positionally (legacy pmap maps "
+                    "keyword arguments on axis 0; the function is also used as a value here)")
+        return None
+
+    def _used_as_value(self, site: TransformSite) -> bool:
+        """A name the pmapped function is bound to is read other than as the callee of a call."""
         for assignment in site.bound_names:
             for access in assignment.references:
                 parent = self.model.parent(access.node)
                 if not (isinstance(parent, cst.Call) and parent.func is access.node):
-                    return (f"assumes callers pass {', '.join(sorted(risky))} positionally (legacy pmap maps "
-                            "keyword arguments on axis 0; the function is also used as a value here)")
-        return None
+                    return True
+        return False
 
     def _plan(self, site: TransformSite, name: str, params: list[str] | None, body_call: str,
               hoisted: list[str]) -> Plan:
@@ -695,12 +701,7 @@ class Rewriter:
         for call, called in self.model.pmap_calls().items():
             if called is site and any(arg.keyword is not None or arg.star == "**" for arg in call.args):
                 return True
-        for assignment in site.bound_names:
-            for access in assignment.references:
-                parent = self.model.parent(access.node)
-                if not (isinstance(parent, cst.Call) and parent.func is access.node):
-                    return True
-        return False
+        return self._used_as_value(site)
 
     def _imports(self, plan: Plan) -> tuple[ImportSpec, ...]:
         specs = [ImportSpec("jax"), ImportSpec("jax.sharding", "Mesh"), ImportSpec("jax.sharding", "PartitionSpec", "P")]
