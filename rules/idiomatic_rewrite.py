@@ -479,7 +479,7 @@ class Idiomatic:
             if index is None or index < anchor or self._step_argument(access) is None:
                 raise _Reject(f"the per-device value `{name}` is read by something other than a step")
             self._argument_kind(access, BATCH)
-        value = self.model._index.assigned_value.get(node)
+        value = self.model.assigned_value(node)
         merged = f"np.concatenate({name})" if value is not None and self._placement().is_array(value) \
             else f"jax.tree.map(np.concatenate, {name})"
         statement = cst.parse_statement(f"{name} = jax.device_put({merged}, {self._sharding(BATCH)})")
@@ -669,7 +669,7 @@ class Idiomatic:
         assignments = self._reaching(value)
         for assignment in assignments:
             node = getattr(assignment, "node", None)
-            assigned = self.model._index.assigned_value.get(node)
+            assigned = self.model.assigned_value(node)
             if assigned is not None:
                 if not self._array_like(assigned, depth + 1):
                     return False
@@ -709,7 +709,7 @@ class Idiomatic:
             return self._collective_over(value, axis)
         if isinstance(value, cst.Name):
             assignments = self._reaching(value)
-            values = [self.model._index.assigned_value.get(getattr(a, "node", None)) for a in assignments]
+            values = [self.model.assigned_value(getattr(a, "node", None)) for a in assignments]
             return bool(values) and all(isinstance(v, cst.Call) and self._collective_over(v, axis) for v in values)
         return False
 
@@ -729,7 +729,7 @@ class Idiomatic:
         if isinstance(node, cst.Name):
             assignments = self.model.assignments_of(node)
             if len(assignments) == 1:
-                value = self.model._index.assigned_value.get(getattr(assignments[0], "node", None))
+                value = self.model.assigned_value(getattr(assignments[0], "node", None))
                 return self._count(value, depth + 1)
         return None
 

@@ -305,7 +305,7 @@ class GlobalRewrite:
             if not assignments:
                 return False
             for assignment in assignments:
-                value = self.model._index.assigned_value.get(getattr(assignment, "node", None))
+                value = self.model.assigned_value(getattr(assignment, "node", None))
                 if value is None or not self._host_value(value, depth + 1):
                     return False
             return True

@@ -982,7 +982,7 @@ def devices_descriptor(model: SemanticModel, node: cst.BaseExpression, depth: in
     if isinstance(node, cst.Name):
         found = set()
         for assignment in model.reaching_assignments(node):
-            value = model._index.assigned_value.get(getattr(assignment, "node", None))
+            value = model.assigned_value(getattr(assignment, "node", None))
             if value is None:
                 return None
             found.add(devices_descriptor(model, value, depth + 1))

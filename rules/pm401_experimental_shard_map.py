@@ -381,7 +381,7 @@ class ExperimentalShardMap(ImportRule):
         assignments = self.model.assignments_of(mesh)
         if len(assignments) != 1:
             return None
-        value = self.model._index.assigned_value.get(getattr(assignments[0], "node", None))
+        value = self.model.assigned_value(getattr(assignments[0], "node", None))
         if not isinstance(value, cst.Call):
             return None
         position = next((p for n, p in _MESH_AXIS_NAMES.items() if self.model.matches(value.func, {n})), None)

@@ -403,7 +403,7 @@ class Rewriter:
             # a local alias: swap its definition, which covers every use
             for assignment in self.model.assignments_of(expr):
                 if isinstance(assignment, Assignment):
-                    value = self.model._index.assigned_value.get(assignment.node)
+                    value = self.model.assigned_value(assignment.node)
                     if value is not None:
                         found = self._pmap_reference(value)
                         if found is not None:

@@ -336,7 +336,7 @@ class SemanticModel:
         except Exception:  # names libcst cannot resolve (e.g. in comprehensions of class bodies)
             return []
 
-    def assigned_value(self, target: cst.CSTNode) -> cst.BaseExpression | None:
+    def assigned_value(self, target: cst.CSTNode | None) -> cst.BaseExpression | None:
         """The value an assignment statement binds to ``target`` (a name it assigns), if any."""
         return self._index.assigned_value.get(target)
 
