@@ -267,7 +267,7 @@ class Placement:
         (`float(out[0][1])`: the part is on the row's device too), or its `.shape`/`.dtype`."""
         model = self.model
         parent = model.parent(row)
-        while isinstance(parent, cst.Subscript) and parent.value is row and _integer_subscript(parent):
+        while isinstance(parent, cst.Subscript) and parent.value is row and _literal_slices(parent, names=False):
             row, parent = parent, model.parent(parent)
         if isinstance(parent, cst.Attribute) and parent.value is row and parent.attr.value in _METADATA:
             return True
@@ -477,19 +477,6 @@ _VALUE_AND_GRAD = frozenset({"jax.value_and_grad"})
 _METADATA = frozenset({"shape", "dtype", "ndim", "size", "nbytes"})
 
 
-def _integer_subscript(node: cst.Subscript) -> bool:
-    """``x[1]``, ``x[:, -1]``, ``x[2:4]``: indices and slice bounds that are integer literals (an
-    index array could live on another device)."""
-    for element in node.slice:
-        part = element.slice
-        if isinstance(part, cst.Index):
-            if part.star is not None or not literal_index(part.value):
-                return False
-        elif not all(bound is None or literal_index(bound) for bound in (part.lower, part.upper, part.step)):
-            return False
-    return True
-
-
 def literal_index(node: cst.BaseExpression) -> bool:
     if isinstance(node, cst.UnaryOperation) and isinstance(node.operator, cst.Minus):
         node = node.expression
@@ -561,12 +548,12 @@ def _tree_map_stack(jax: str, params: str, first: str, shape: str, rows: str, we
         put, _, loop = rows.partition(" for ")
         comprehension = f"[{put}\n{unit * 2} for {loop}])"
     lines.append(comprehension)
-    lines.append(f"if not {jax}.typeof({first}).weak_type")
     put_weak = f"else {jax}.device_put({weak}, {sharding})"
     if column + len(unit) + len(put_weak) > LINE_LIMIT:
         put_weak = f"else {jax}.device_put(\n{unit * 2}{weak},\n{unit * 2}{sharding})"
-    lam = f"lambda {params}: {jax}.make_array_from_single_device_arrays(\n" + "\n".join(
-        unit * 2 + line for line in lines[:-1]) + "\n" + unit + lines[-1] + "\n" + unit + put_weak
+    lam = (f"lambda {params}: {jax}.make_array_from_single_device_arrays(\n"
+           + "\n".join(unit * 2 + line for line in lines)
+           + f"\n{unit}if not {jax}.typeof({first}).weak_type\n{unit}{put_weak}")
     return f"{jax}.tree.map(\n" + ",\n".join(unit + a for a in (lam, *trees)) + ")"
 
 
@@ -596,13 +583,17 @@ def _cheap(node: cst.BaseExpression) -> bool:
     return False
 
 
-def _literal_slices(node: cst.Subscript) -> bool:
+def _literal_slices(node: cst.Subscript, *, names: bool = True) -> bool:
+    """``x[1]``, ``x[:, -1]``, ``x[2:4]``: indices and slice bounds that are integer literals, or
+    names unless ``names`` is false (a name could hold an index array on another device)."""
+    kinds = (cst.Integer, cst.Name) if names else (cst.Integer,)
+
     def plain(value: cst.BaseExpression | None) -> bool:
         if value is None:
             return True
         if isinstance(value, cst.UnaryOperation) and isinstance(value.operator, cst.Minus):
             value = value.expression
-        return isinstance(value, (cst.Integer, cst.Name))
+        return isinstance(value, kinds)
 
     for element in node.slice:
         part = element.slice
