@@ -299,8 +299,8 @@ class _RemoveImports(RemoveImportsVisitor):
 
     libcst drops a removed import line with the comments and blank lines above it (a docstring, a
     blank line, `# tools`, `import functools`, `import os` became the docstring then `import os`):
-    here they go to the next statement of the same body (its own blank lines win over the removed
-    line's), or to the body's footer when nothing follows."""
+    here they go to the next statement of the same body (a blank line where the two meet counts
+    once: `_joined_lines`), or, comments only, to the body's footer when nothing follows."""
 
     def __init__(self, context: CodemodContext) -> None:
         super().__init__(context)

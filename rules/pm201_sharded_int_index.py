@@ -53,25 +53,25 @@ class ShardedIntIndex(Rule):
     ```
 
     ## Fix safety
-    `out[k]` becomes `out.addressable_shards[k].data.squeeze(0)`, exact when every value `out`
-    may hold (on every path to the index) is a stack with one row per device along a 1-D mesh: an
-    output of a pmap (the migrated form, the new `jax.pmap` and `runtime_shim.pmap` all put row k on
-    the k-th device of their mesh, and `addressable_shards` follows mesh order) or a
-    `device_put_replicated` / `device_put_sharded` / flax `replicate` stack. One difference: the
-    row read from its shard is committed to its device, where legacy's `out[k]` was an
-    uncommitted array on that device. Nothing changes for a row used on its own, but rows of two
-    devices cannot be combined (`out[0] + out[1]`), nor a row with a stacked array (a jitted
-    `f(out[0], out)`), and a pmap refuses a committed row as an input. So: safe for `out[0]` going
-    straight to the host (`float(...)`, `print(...)`, `np.asarray(...)`, `jax.device_get(...)`,
-    `.item()`, `.tolist()`, an f-string), also through integer indices and slices of the row
-    (`float(out[0][1])`) and for its `.shape`/`.dtype`; unsafe otherwise (assumes the row is used on its own),
-    and for `out[i]` also assumes that `i` is an int, not a slice or an index array. No fix for
-    `out[i]` inside a comprehension (the rows are gathered together), for a row passed to a pmap
-    (directly or through the name it is assigned to), where the value may come from elsewhere on
-    some path (a host array before a loop, a parameter), for outputs of nested pmaps (2-D
-    meshes), in code that may run under jit (the value would be a tracer), or in multi-process
-    programs (the first addressable shard is not row 0 of the global array). Those keep `out[k]`:
-    correct on the new jax, as a gather.
+    `out[k]` becomes `out.addressable_shards[k].data.squeeze(0)`, exact when every value `out` may
+    hold (on every path to the index) is a stack with one row per device along a 1-D mesh: an output
+    of a pmap (the migrated form, the new `jax.pmap` and `runtime_shim.pmap` all put row k on the
+    k-th device of their mesh, and `addressable_shards` follows mesh order) or a
+    `device_put_replicated` / `device_put_sharded` / flax `replicate` stack. One difference: the row
+    read from its shard is committed to its device, where legacy's `out[k]` was an uncommitted array
+    on that device. Nothing changes for a row used on its own, but rows of two devices cannot be
+    combined (`out[0] + out[1]`), nor a row with a stacked array (a jitted `f(out[0], out)`), and a
+    pmap refuses a committed row as an input. So: safe for `out[0]` going straight to the host
+    (`float(...)`, `print(...)`, `np.asarray(...)`, `jax.device_get(...)`, `.item()`, `.tolist()`,
+    an f-string), also through integer indices and slices of the row (`float(out[0][1])`) and for
+    its `.shape`/`.dtype`; unsafe otherwise (assumes the row is used on its own), and for `out[i]`
+    also assumes that `i` is an int, not a slice or an index array. No fix for `out[i]` inside a
+    comprehension (the rows are gathered together), for a row passed to a pmap (directly or through
+    the name it is assigned to), where the value may come from elsewhere on some path (a host array
+    before a loop, a parameter), for outputs of nested pmaps (2-D meshes), in code that may run
+    under jit (the value would be a tracer), or in multi-process programs (the first addressable
+    shard is not row 0 of the global array). Those keep `out[k]`: correct on the new jax, as a
+    gather.
 
     ## References
     - https://docs.jax.dev/en/latest/migrate_pmap.html

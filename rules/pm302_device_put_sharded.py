@@ -50,14 +50,13 @@ class DevicePutSharded(Rule):
 
     ## Fix safety
     Calls are rewritten to the form above: safe, the same values, shapes, dtypes and devices for
-    every input legacy accepted (it required as many shards as devices, of one shape and dtype).
-    A `devices` expression other than a name is bound once before the statement. Weakly typed
-    shards (Python numbers: `[0.0, 1.0]`) stay weakly typed, as in legacy: they are stacked on one
-    device and put in place.
-    Typed PRNG key shards (`jax.random.key`) are stacked as they were. As many shards as devices,
-    of one shape and dtype, or a `ValueError`, as in legacy. Where the form does not apply
-    (the function used as a value, multi-process programs, a class body, `*args`) the reference
-    becomes `runtime_shim.device_put_sharded`, the drop-in with the legacy result.
+    every input legacy accepted (it required as many shards as devices, of one shape and dtype). A
+    `devices` expression other than a name is bound once before the statement. Weakly typed shards
+    (Python numbers: `[0.0, 1.0]`) stay weakly typed, as in legacy: they are stacked on one device
+    and put in place. Typed PRNG key shards (`jax.random.key`) are stacked as they were. As many
+    shards as devices, of one shape and dtype, or a `ValueError`, as in legacy. Where the form does
+    not apply (the function used as a value, multi-process programs, a class body, `*args`) the
+    reference becomes `runtime_shim.device_put_sharded`, the drop-in with the legacy result.
 
     ## References
     - https://docs.jax.dev/en/latest/migrate_pmap.html

@@ -85,9 +85,9 @@ class RemovedJaxApi(ImportRule):
     (PM402), the experimental `shard_map` (PM401) and `pjit` (PM403).
 
     ## Why is this bad?
-    These names raise `AttributeError` or `ImportError` on the jax releases without the legacy
-    pmap (0.10 and later; those removed in 0.11.0 only warn on 0.10); most were gone even earlier. Code that still names them cannot be
-    imported or crashes on first use after an upgrade.
+    These names raise `AttributeError` or `ImportError` on the jax releases without the legacy pmap
+    (0.10 and later; those removed in 0.11.0 only warn on 0.10); most were gone even earlier. Code
+    that still names them cannot be imported or crashes on first use after an upgrade.
 
     ## Example
     ```python
