@@ -54,17 +54,29 @@ class EnvUnavailable(RuntimeError):
 
 
 def find_interpreter(minor: str) -> str | None:
+    """A working interpreter of Python ``minor``: this one, ``python3.X`` on PATH, or pyenv's.
+    Each candidate is run first: a pyenv shim is on PATH for every installed version but fails
+    ("command not found") for one that is not selected."""
     if f"{sys.version_info.major}.{sys.version_info.minor}" == minor:
         return sys.executable
-    found = shutil.which(f"python{minor}")
-    if found:
-        return found
     try:
         root = subprocess.run(["pyenv", "root"], capture_output=True, text=True, check=True).stdout.strip()
     except (OSError, subprocess.CalledProcessError):
         root = str(Path.home() / ".pyenv")
-    candidates = sorted(glob.glob(f"{root}/versions/{minor}.*/bin/python"))
-    return candidates[-1] if candidates else None
+    candidates = [shutil.which(f"python{minor}"), *sorted(glob.glob(f"{root}/versions/{minor}.*/bin/python"))[::-1]]
+    for candidate in candidates:
+        if candidate and _runs_as(candidate, minor):
+            return candidate
+    return None
+
+
+def _runs_as(python: str, minor: str) -> bool:
+    try:
+        done = subprocess.run([python, "-c", "import sys; print('%d.%d' % sys.version_info[:2])"],
+                              capture_output=True, text=True, timeout=60)
+    except (OSError, subprocess.TimeoutExpired):
+        return False
+    return done.returncode == 0 and done.stdout.strip() == minor
 
 
 def python_for(env: JaxEnv) -> Path:
