@@ -88,6 +88,23 @@ class NestedPmap(Rule):
         # A pmapped callable passed to the outer pmap's caller, not into the pmapped body.
         Valid("import jax\np = jax.pmap(f)\nq = jax.pmap(g)\nrun(p, q)\n"),
         Valid("from flax import nnx\nstep = nnx.pmap(nnx.pmap(f))\n"),
+        # The function rebound to its own pmap: the argument is the plain function (the binding
+        # comes after it), at module level, in a function, and on `self` in `__init__`.
+        Valid("import jax\ndef step(x):\n    return x\nstep = jax.pmap(step)\ny = step(x)\n"),
+        Valid(
+            "import jax\n"
+            "def train(x):\n"
+            "    def epoch(y):\n        return y\n"
+            "    epoch = jax.pmap(epoch, axis_name='i')\n"
+            "    return epoch(x)\n"
+        ),
+        Valid(
+            "import jax\n"
+            "class Experiment:\n"
+            "    def __init__(self):\n"
+            "        self._update = jax.pmap(self._update, axis_name='i')\n"
+            "    def _update(self, x):\n        return x\n"
+        ),
     ]
     INVALID = [
         Invalid("import jax\nstep = jax.pmap(jax.pmap(f, 'j'), 'i')\n", lines=(2,)),
@@ -175,6 +192,22 @@ class NestedPmap(Rule):
             "def step(x):\n"
             "    def body(c, y):\n        return c, jax.pmap(g)(y)\n"
             "    return jax.lax.scan(body, 0, x)\n",
+            lines=(5,),
+        ),
+        # Rebound in a loop: the second pass pmaps the first pass's pmap.
+        Invalid(
+            "import jax\n"
+            "def step(x):\n    return x\n"
+            "for _ in range(2):\n    step = jax.pmap(step)\n",
+            lines=(5,),
+        ),
+        Invalid(
+            "import jax\n"
+            "class Experiment:\n"
+            "    def __init__(self):\n"
+            "        for _ in range(2):\n"
+            "            self._update = jax.pmap(self._update)\n"
+            "    def _update(self, x):\n        return x\n",
             lines=(5,),
         ),
     ]

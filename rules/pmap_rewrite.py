@@ -895,11 +895,14 @@ class Rewriter:
                 return params, _code(fun.body), []
         if isinstance(fun, cst.Name):
             defs = [f for f in self.model.resolve_functions(fun) if isinstance(f, cst.FunctionDef)]
-            if len(defs) == 1:
-                params = simple_params(defs[0].params)
-                if params is not None:
-                    return params, f"{fun.value}({', '.join(params)})", []
-            return None, f"{fun.value}(*args)", []
+            params = simple_params(defs[0].params) if len(defs) == 1 else None
+            called, hoisted = fun.value, []
+            if fun.value == target:  # `f = jax.pmap(f)`: the wrapper takes the name, keep the function
+                called = self._unique_name(f"{target}_body")
+                hoisted = [f"{called} = {fun.value}  # the function pmap was applied to"]
+            if params is not None:
+                return params, f"{called}({', '.join(params)})", hoisted
+            return None, f"{called}(*args)", hoisted
         # Any other expression (a bound method, partial(...), a call): evaluate it once, where pmap
         # evaluated it, under a name of its own.
         stem = fun.attr.value.lstrip("_") if isinstance(fun, cst.Attribute) else "_" + target

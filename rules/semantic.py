@@ -750,8 +750,13 @@ class SemanticModel:
         if isinstance(expr, cst.Name):
             if not self._callable_by_assignment:
                 return None
+            assignments = self.assignments_of(expr)
+            if not any(a in self._callable_by_assignment for a in assignments):
+                return None
+            # Only the bindings that reach the read: in `f = jax.pmap(f)` the argument is the plain
+            # function (the statement's own binding comes after it, unless a loop runs it again).
             found = None
-            for assignment in self.assignments_of(expr):
+            for assignment in self.reaching_assignments(expr):
                 site = self._callable_by_assignment.get(assignment)
                 if site is not None and (found is None or site.transform == PMAP):
                     found = site
@@ -761,8 +766,21 @@ class SemanticModel:
                 return None
             cls = self.enclosing_class(expr)
             if cls is not None:
-                return self._callable_by_attribute.get((id(cls), expr.attr.value))
+                site = self._callable_by_attribute.get((id(cls), expr.attr.value))
+                if site is not None and self._before_own_binding(expr, site):
+                    return None
+                return site
         return None
+
+    def _before_own_binding(self, expr: cst.Attribute, site: TransformSite) -> bool:
+        """``self.f`` read in the arguments of the very site that ``self.f = jax.pmap(self.f)`` binds
+        in ``__init__``, outside loops: it runs once per object, so the read sees the plain method
+        (or what an earlier statement stored), never this pmap."""
+        if not self.is_within(expr, site.node) or self._repeats(expr):
+            return False
+        function = next((a for a in self.ancestors(expr) if isinstance(a, (cst.FunctionDef, cst.Lambda))), None)
+        return isinstance(function, cst.FunctionDef) and function.name.value == "__init__" \
+            and self.parent(self.parent(function)) is self.enclosing_class(expr)  # a method of the class
 
     def transformed_call(self, call: cst.Call) -> TransformSite | None:
         """The site whose transformed function ``call`` calls, if any."""
