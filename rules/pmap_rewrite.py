@@ -33,6 +33,7 @@ from dataclasses import dataclass, field
 import libcst as cst
 from libcst.metadata import Assignment, BuiltinAssignment
 
+from rules import tables
 from rules.base import Edit, FixSpec, ImportSpec
 from rules.semantic import PMAP, SemanticModel, TransformSite
 
@@ -503,7 +504,7 @@ class Rewriter:
         statement, target = self._assignment_statement(outer.node)
         fun = chain[-1].fun
         assert statement is not None and fun is not None
-        params, body_call, hoisted = self._signature(fun, target)
+        params, body_call, hoisted = self._signature(fun, target, outer)
         if params is None:
             raise Unsupported("nested pmap of a function whose signature is unknown")
         axes = [_code(level.option("axis_name")) for level in chain]
@@ -794,7 +795,7 @@ class Rewriter:
         statement, target = self._assignment_statement(call)
         if statement is not None:
             # `step = jax.pmap(f, ...)`: the statement becomes the wrapper's definition.
-            params, body_call, hoisted = self._signature(fun, target)
+            params, body_call, hoisted = self._signature(fun, target, site)
             plan = self._plan(site, target, params, body_call, hoisted)
             new = cst.parse_module(renderer(plan, self.model.indent)).body
             first = new[0].with_changes(leading_lines=statement.leading_lines)
@@ -819,7 +820,7 @@ class Rewriter:
             anchor = statement
         base = self._base_name(call, fun)
         wrapper_name = self._unique_name(f"{base}_mapped")
-        params, body_call, hoisted = self._signature(fun, base)
+        params, body_call, hoisted = self._signature(fun, base, site)
         plan = self._plan(site, wrapper_name, params, body_call, hoisted)
         new = list(cst.parse_module(renderer(plan, self.model.indent)).body)
         # Separate the new definitions as the anchor is separated from what precedes it (comments
@@ -887,8 +888,9 @@ class Rewriter:
             return None, ""
         return line, target.value
 
-    def _signature(self, fun: cst.BaseExpression, target: str) -> tuple[list[str] | None, str, list[str]]:
-        """(params, body call, statements to hoist) for the mapped function expression."""
+    def _signature(self, fun: cst.BaseExpression, target: str, site: TransformSite
+                   ) -> tuple[list[str] | None, str, list[str]]:
+        """(params, body call, statements to hoist) for the mapped function expression of ``site``."""
         if isinstance(fun, cst.Lambda):
             params = simple_params(fun.params)
             if params is not None:
@@ -909,9 +911,64 @@ class Rewriter:
         hoisted_name = self._unique_name(stem or "_" + target)
         hoisted = [f"{hoisted_name} = {_code(fun)}  # evaluated once, where pmap evaluated it"]
         params = self._method_params(fun)
+        if params is None:
+            params = self._partial_params(fun, site)
         if params is not None:
             return params, f"{hoisted_name}({', '.join(params)})", hoisted
         return None, f"{hoisted_name}(*args)", hoisted
+
+    def _partial_params(self, fun: cst.BaseExpression, site: TransformSite) -> list[str] | None:
+        """The positional parameters of ``functools.partial(f, *bound, **keywords)`` when the wrapper
+        can repeat them exactly: ``f``'s plain parameters after the ``bound`` ones, up to the first
+        that a keyword binds (a positional argument reaching that one would bind it twice: a
+        TypeError either way), none of them with a default; every parameter after them is bound by
+        a keyword or has a default, and ``f`` (one undecorated def of this module) has no ``*args``
+        that positional arguments could reach. The partial also takes keywords for those later
+        parameters, which the wrapper does not: every call must be seen (the pmap bound to a name
+        that is only called, or called where it is built) and pass no other keyword."""
+        if not (isinstance(fun, cst.Call) and fun.args and self.model.matches(fun.func, tables.PARTIAL)):
+            return None
+        calls = self._visible_calls(site)
+        if calls is None:
+            return None
+        first, *rest = fun.args
+        if first.keyword is not None or first.star or any(arg.star for arg in rest):
+            return None
+        bound = [arg for arg in rest if arg.keyword is None]
+        keywords = {arg.keyword.value for arg in rest if arg.keyword is not None}
+        defs = [f for f in self.model.resolve_functions(first.value) if isinstance(f, cst.FunctionDef)]
+        if len(defs) != 1 or defs[0].decorators or not isinstance(first.value, cst.Name):
+            return None
+        params = defs[0].params
+        plain = [*params.posonly_params, *params.params][len(bound):]
+        if len(bound) > len(params.posonly_params) + len(params.params):
+            return None
+        if any(p.name.value in keywords for p in params.posonly_params):
+            return None  # a TypeError at every call
+        cut = next((i for i, p in enumerate(plain) if p.name.value in keywords), len(plain))
+        if cut == len(plain) and isinstance(params.star_arg, cst.Param):
+            return None  # extra positional arguments go to *args
+        if any(p.default is not None for p in plain[:cut]):
+            return None
+        later = [*plain[cut:], *params.kwonly_params]
+        if any(p.name.value not in keywords and p.default is None for p in later):
+            return None  # a parameter only a keyword could fill
+        names = [p.name.value for p in plain[:cut]]
+        for call in calls:
+            if any(arg.star or (arg.keyword is not None and arg.keyword.value not in names) for arg in call.args):
+                return None
+        return names
+
+    def _visible_calls(self, site: TransformSite) -> list[cst.Call] | None:
+        """Every call of the pmapped function, when all of them can be seen: the site called where it
+        is built (`jax.pmap(f)(x)`), or bound to names (not an attribute) that are only called."""
+        parent = self.model.parent(site.node)
+        if isinstance(parent, cst.Call) and parent.func is site.node:
+            return [parent]
+        if site.decorated is not None or site.bound_attribute is not None or not site.bound_names \
+                or self._used_as_value(site):
+            return None
+        return [call for call, called in self.model.pmap_calls().items() if called is site]
 
     def _method_params(self, fun: cst.BaseExpression) -> list[str] | None:
         """Parameters of ``self.method`` after ``self`` (plain methods only)."""
