@@ -48,12 +48,18 @@ is the first n devices and the conversions do nothing to arrays already there.
 the array itself, so a read of a name that may also hold host data (a NumPy stack before the first
 step) is exact too. Where the data flow is not visible -- the pmapped function used as a value,
 stored on `self`, a public module-level pmap of a library module (importers would get global
-arrays), a call or a read in traced code, an output updated in place -- the site keeps the shim
-(`Unsupported` says why); the module's other pmaps are still rewritten.
+arrays), a name bound more than once, an output updated in place or read in traced code -- the site
+gets the boundary form: the same definition, whose wrapper returns `host_local(...)` of the result
+(this process's rows, as legacy returned them) and raises on traced inputs, so no caller or read
+needs rewriting; an output fed back goes in without a copy (`batch_global` hands arrays whose rows
+already sit on this process's devices to `host_local_array_to_global_array`). A call that may be
+traced, options the mesh cannot express, or an `in_axes=None` argument from callers not seen keep
+the shim (`Unsupported` says why); the module's other pmaps are still rewritten.
 """
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass, field
 
 import libcst as cst
@@ -100,6 +106,10 @@ class _Site:
     in_axes: list | int | None = 0
     wrapper_name: str = ""
     inline_call: cst.Call | None = None  # `jax.pmap(f)(x)`: the call whose func is the site
+    # Why not every caller is seen (None: all are): the wrapper then takes and returns this
+    # process's rows, as legacy pmap did, and no read of its outputs is rewritten.
+    boundary: str | None = None
+    names: set[str] = field(default_factory=set)  # the names its definition took (kept when rendered again)
 
 
 class GlobalRewrite:
@@ -151,8 +161,18 @@ class GlobalRewrite:
                 self._fix = self._combined_fix()
                 return
             except _SiteFailure as failure:
-                self._reasons[id(failure.site.site)] = failure.why
-                candidates = [c for c in candidates if c is not failure.site]
+                entry = failure.site
+                if entry.boundary is None and self._boundary_admits(entry):
+                    # Its outputs' reads cannot be rewritten: it returns host-local rows instead,
+                    # which every read takes as it took legacy's.
+                    entry.boundary = failure.why
+                    try:
+                        self._define(entry)
+                        continue
+                    except Unsupported:
+                        pass
+                self._reasons[id(entry.site)] = failure.why
+                candidates = [c for c in candidates if c is not entry]
             except Unsupported as why:  # about the module, not one site (a name the helpers need is taken)
                 for candidate in candidates:
                     self._reasons[id(candidate.site)] = str(why)
@@ -183,18 +203,24 @@ class GlobalRewrite:
             index = next(i for i, d in enumerate(func.decorators) if d is site.node)
             if index > 0:
                 raise Unsupported("decorators above the pmap: the rewritten function is not traceable")
-            self._callable_only_called(site, func.name.value)
-        elif site.bound_attribute is not None:
-            raise Unsupported("the pmapped function is stored on an object: its callers are not visible here")
-        else:
-            statement, target = rewriter._assignment_statement(site.node)
-            if statement is not None:
-                self._callable_only_called(site, target)
+        try:
+            if site.is_decorator:
+                self._callable_only_called(site, site.decorated.name.value)
+            elif site.bound_attribute is not None:
+                raise Unsupported("the pmapped function is stored on an object: its callers are not visible here")
             else:
-                parent = self.model.parent(site.node)
-                if not (isinstance(parent, cst.Call) and parent.func is site.node):
-                    raise Unsupported("the pmapped function is used as a value: its callers are not visible here")
-                entry.inline_call = parent
+                statement, target = rewriter._assignment_statement(site.node)
+                if statement is not None:
+                    self._callable_only_called(site, target)
+                else:
+                    parent = self.model.parent(site.node)
+                    if not (isinstance(parent, cst.Call) and parent.func is site.node):
+                        raise Unsupported("the pmapped function is used as a value: its callers are not visible here")
+                    entry.inline_call = parent
+        except Unsupported as why:
+            # Callers not all seen: the wrapper converts at its boundary instead (host-local rows in
+            # and out), exact for any caller outside jax transformations (a traced one is refused at run time).
+            entry.boundary = str(why)
         entry.calls = [call for call, called in self.model.pmap_calls().items() if called is site]
         for call in entry.calls:
             if any(arg.star for arg in call.args):
@@ -203,14 +229,33 @@ class GlobalRewrite:
                 raise Unsupported("called in code that may be traced (jit, vmap, a lambda): the global arrays "
                                   "are built outside traced code")
         # The definition, as the faithful rewrite builds it, with the global renderer.
-        entry.fix = rewriter.definition_fix(site, lambda plan, indent: self._render(entry, plan, indent))
+        self._define(entry)
         plan = entry.plan
         assert plan is not None
         if plan.params is None and any(arg.keyword is not None for call in entry.calls for arg in call.args):
             raise Unsupported("called with keyword arguments, and the function's signature is not visible")
         entry.in_axes = plan.in_axes
         self._check_in_axes(entry)
+        if entry.boundary is not None and not self._boundary_admits(entry):
+            raise Unsupported(f"{entry.boundary}, and an in_axes=None argument from a caller not seen may be a "
+                              "committed jax.Array (jit refuses those with global arrays)")
         return entry
+
+    def _define(self, entry: _Site) -> None:
+        """The definition edits of ``entry`` (the faithful machinery with the global renderer); when
+        rendered again (as a boundary), with the same names."""
+        taken = self.rewriter.taken_names()
+        taken.difference_update(entry.names)
+        before = set(taken)
+        entry.fix = self.rewriter.definition_fix(entry.site, lambda plan, indent: self._render(entry, plan, indent))
+        entry.names = taken - before
+
+    @staticmethod
+    def _boundary_admits(entry: _Site) -> bool:
+        """Whether the site may take host-local rows from callers not seen: no in_axes=None
+        argument (which jit takes as it is, and refuses as a jax.Array committed to this process)."""
+        in_axes = entry.in_axes
+        return in_axes is not None and not (isinstance(in_axes, list) and None in in_axes)
 
     def _layout(self, site: TransformSite) -> Layout:
         node = site.option("out_axes")
@@ -322,6 +367,10 @@ class GlobalRewrite:
         return helpers[axis]
 
     def _render(self, entry: _Site, plan: Plan, indent: str) -> str:
+        if entry.boundary is not None and plan.params is None and not plan.keywords:
+            # Callers not seen may pass keywords: take them (mapped on axis 0, as legacy did).
+            plan = dataclasses.replace(plan, keywords=True, body_call=plan.body_call.removesuffix("(*args)")
+                                       + "(*args, **kwargs)")
         entry.plan = plan
         entry.wrapper_name = plan.name
         helpers = self._helpers(plan.axis)
@@ -333,7 +382,9 @@ class GlobalRewrite:
                   f"{i1}mesh = {helpers.mesh}({size} // jax.process_count())  # rows per process",
                   call, "", ""]
         default = f"P({plan.axis})"
-        if plan.params is None:
+        if plan.params is None and plan.keywords:
+            params, converted, forward = ["*args", "**kwargs"], [("args, kwargs", default)], "*args, **kwargs"
+        elif plan.params is None:
             params, converted, forward = ["*args"], [("args", default)], "*args"
         else:
             params = list(plan.params)
@@ -341,20 +392,36 @@ class GlobalRewrite:
             axes = plan.in_axes if isinstance(plan.in_axes, list) else [plan.in_axes] * len(mapped)
             converted = [(p, _spec(a, plan.axis)) for p, a in zip(mapped, axes) if a is not None]
             forward = ", ".join(plan.params)
-        lines += [
-            f"def {plan.name}({', '.join(params)}):",
-            f"{i1}# a pmap of a multi-process program (PM501): this process's rows in, global arrays over every",
-            f"{i1}# process's devices out (fed back as they are; reads take this process's rows)",
-            f"{i1}rows = jax.local_device_count() if jax.process_count() > 1 else {size}",
-        ]
-        if all(spec == default for _, spec in converted) and len(converted) > 1:
+        lines.append(f"def {plan.name}({', '.join(params)}):")
+        if entry.boundary is None:
+            lines += [
+                f"{i1}# a pmap of a multi-process program (PM501): this process's rows in, global arrays over every",
+                f"{i1}# process's devices out (fed back as they are; reads take this process's rows)",
+            ]
+        else:
+            checked = converted[0][0] if plan.params is None else \
+                f"({', '.join(plan.params)}{',' if len(plan.params) == 1 else ''})"
+            checked = f"({checked})" if checked == "args, kwargs" else checked
+            lines += [
+                f"{i1}# a pmap of a multi-process program (PM501) whose callers are not all seen here: this process's",
+                f"{i1}# rows in and out, as legacy pmap (global arrays over every process's devices inside)",
+                f"{i1}if any(isinstance(leaf, jax.core.Tracer) for leaf in jax.tree.leaves({checked})):",
+                f"{i1}{i1}raise NotImplementedError(\"a multi-process pmap called in traced code: use runtime_shim.pmap\")",
+            ]
+        lines.append(f"{i1}rows = jax.local_device_count() if jax.process_count() > 1 else {size}")
+        if converted == [("args, kwargs", default)]:
+            lines.append(f"{i1}args, kwargs = {helpers.to_global}((args, kwargs), rows)")
+        elif all(spec == default for _, spec in converted) and len(converted) > 1:
             names = ", ".join(name for name, _ in converted)
             lines.append(f"{i1}{names} = {helpers.to_global}(({names}), rows)")
         else:
             for name, spec in converted:
                 extra = "" if spec == default else f", {spec}"
                 lines.append(f"{i1}{name} = {helpers.to_global}({name}, rows{extra})")
-        lines.append(f"{i1}return {jit_name}({forward})")
+        result = f"{jit_name}({forward})"
+        if entry.boundary is not None:
+            result = f"{self.host_local_name()}({result})"
+        lines.append(f"{i1}return {result}")
         return "\n".join(lines) + "\n"
 
     def _helper_statements(self, helpers: _Helpers, indent: str) -> list[cst.BaseStatement]:
@@ -368,12 +435,16 @@ class GlobalRewrite:
             "\n\n"
             f"def {helpers.to_global}(tree, rows, spec=P({helpers.axis})):  # this process's rows -> global arrays\n"
             f"{i1}sharding = NamedSharding({helpers.mesh}(rows), spec)\n"
+            f"{i1}local = NamedSharding(sharding.mesh.local_mesh, spec)  # where this process's rows already are\n"
             "\n"
             f"{i1}def place(x):\n"
             f"{i2}if isinstance(x, jax.Array) and (x.sharding == sharding or not x.is_fully_addressable):\n"
             f"{i3}return x  # already global: an output fed back\n"
             f"{i2}if jax.process_count() == 1 and not isinstance(x, jax.Array):\n"
             f"{i3}return x  # one process: jit puts host data where it goes\n"
+            f"{i2}if isinstance(x, jax.Array) and x.sharding.is_equivalent_to(local, x.ndim) and "
+            "not jax.dtypes.issubdtype(x.dtype, jax.dtypes.prng_key):\n"
+            f"{i3}return multihost_utils.host_local_array_to_global_array(x, sharding.mesh, spec)  # no copy\n"
             f"{i2}return jax.make_array_from_process_local_data(sharding, x)\n"
             "\n"
             f"{i1}return jax.tree.map(place, tree)\n"
@@ -412,8 +483,11 @@ class GlobalRewrite:
         for entry in self._sites:
             assert entry.fix is not None
             site_edits = list(entry.fix.edits)
+            if entry.boundary is not None:
+                self.host_local_name()  # its wrapper returns host-local rows; its outputs are read as they are
             try:
-                site_edits += reads.for_calls(entry)
+                if entry.boundary is None:
+                    site_edits += reads.for_calls(entry)
                 for assignment in outputs.assignments():
                     if outputs.owner(assignment) is entry:
                         site_edits += reads.for_assignment(assignment)
@@ -446,12 +520,19 @@ class GlobalRewrite:
         self.rewriter._check_names_free()
         self.rewriter._check_names_free(self.rewriter.GLOBAL_TEMPLATE_NAMES)
         imports += [ImportSpec("functools"), ImportSpec("numpy", None, "np"), ImportSpec("jax.sharding", "NamedSharding")]
-        if self._host_local_used:
-            imports.append(_MULTIHOST)
-        names = ", ".join(f"`{e.wrapper_name}`" for e in self._sites)
-        summary = (f"rewrite {names} as `jax.jit(jax.shard_map(...))` over a global mesh of every process's devices "
-                   "(legacy pmap's order): host-local inputs become global arrays, outputs fed back stay global, "
-                   "reads take this process's rows (same values as legacy pmap)")
+        imports.append(_MULTIHOST)  # the helpers use it
+        inside = ", ".join(f"`{e.wrapper_name}`" for e in self._sites if e.boundary is None)
+        boundary = ", ".join(f"`{e.wrapper_name}`" for e in self._sites if e.boundary is not None)
+        mesh = "as `jax.jit(jax.shard_map(...))` over a global mesh of every process's devices (legacy pmap's order)"
+        at_boundary = ("taking and returning this process's rows as legacy pmap did (their callers or reads are not "
+                       "all seen here; called in traced code, they raise)")
+        if not inside:
+            summary = f"rewrite {boundary} {mesh}, {at_boundary} (same values as legacy pmap)"
+        else:
+            summary = (f"rewrite {inside} {mesh}: host-local inputs become global arrays, outputs fed back stay "
+                       "global, reads take this process's rows (same values as legacy pmap)")
+            if boundary:
+                summary += f"; and {boundary} the same way, {at_boundary}"
         return FixSpec("safe", summary, edits=tuple(edits), add_imports=tuple(dict.fromkeys(imports)),
                        remove_imports=tuple(dict.fromkeys(removes)), priority=1)
 
@@ -491,6 +572,8 @@ class GlobalRewrite:
         """Every name a call of a rewritten pmap binds, with the layout of what it receives."""
         outputs = _Outputs()
         for entry in self._sites:
+            if entry.boundary is not None:
+                continue  # host-local outputs: read as legacy's were
             for call in entry.calls:
                 for target in self.bound_targets(entry, call) or ():
                     if isinstance(target, cst.Name):

@@ -19,12 +19,16 @@ def _global_mesh_helpers(axis: str) -> str:
         "\n"
         f"def {axis}_global(tree, rows, spec=P(\"{axis}\")):  # this process's rows -> global arrays\n"
         f"    sharding = NamedSharding({axis}_mesh(rows), spec)\n"
+        "    local = NamedSharding(sharding.mesh.local_mesh, spec)  # where this process's rows already are\n"
         "\n"
         "    def place(x):\n"
         "        if isinstance(x, jax.Array) and (x.sharding == sharding or not x.is_fully_addressable):\n"
         "            return x  # already global: an output fed back\n"
         "        if jax.process_count() == 1 and not isinstance(x, jax.Array):\n"
         "            return x  # one process: jit puts host data where it goes\n"
+        "        if isinstance(x, jax.Array) and x.sharding.is_equivalent_to(local, x.ndim) and "
+        "not jax.dtypes.issubdtype(x.dtype, jax.dtypes.prng_key):\n"
+        "            return multihost_utils.host_local_array_to_global_array(x, sharding.mesh, spec)  # no copy\n"
         "        return jax.make_array_from_process_local_data(sharding, x)\n"
         "\n"
         "    return jax.tree.map(place, tree)\n"
@@ -94,11 +98,14 @@ class HostLocalInput(Rule):
     The data flow is visible when the pmapped function is bound to a name that is only ever called
     (not stored on `self`, passed as a value, nor a public module-level name of a library module;
     a script or a module that calls `jax.distributed.initialize()` at module level is a program),
-    no call or read runs in code that may be traced (a `main` handed to `absl.app.run` is not), and
-    no output is updated in place (`out += 1`). Options must be literals without `devices=`,
-    `backend=`, `axis_size=` or pytree `in_axes` prefixes; an `in_axes=None` argument must be a
-    Python or NumPy value (jit takes it on every process as it is).
-    Otherwise PM101's fix routes the site to `runtime_shim.pmap` and says why. The placement rules
+    and no output is updated in place (`out += 1`) or read in code that may be traced. Where it is
+    not, the pmap gets the boundary form: its wrapper takes and returns this process's rows (the
+    global result made host-local), so callers and reads stay as they are, and it raises when
+    called with traced values. Calls that may be traced (a `main` handed to `absl.app.run` is not),
+    options that are not literals or are `devices=`, `backend=`, `axis_size=`, pytree `in_axes`
+    prefixes, and an `in_axes=None` argument from callers not seen (it must be a Python or NumPy
+    value: jit takes it on every process as it is) keep the shim: PM101's fix routes such a site to
+    `runtime_shim.pmap` and says why. The placement rules
     still swap `device_put_replicated` / `device_put_sharded` for the shim's drop-ins in these
     modules (their host-local stacks are valid inputs of the rewritten pmaps).
 
@@ -161,6 +168,7 @@ class HostLocalInput(Rule):
                       "import jax.numpy as jnp\n"
                       "import numpy as np\n"
                       "from jax.sharding import Mesh, NamedSharding, PartitionSpec as P\n"
+                      "from jax.experimental import multihost_utils\n"
                       "\n"
                       "jax.distributed.initialize()\n"
                       "\n"
@@ -201,10 +209,44 @@ class HostLocalInput(Rule):
              "n = jax.process_count()\n"),
             lines=(5,),
             expected=("import jax\n"
+                      "import functools\n"
+                      "import jax.numpy as jnp\n"
+                      "import numpy as np\n"
+                      "from jax.sharding import Mesh, NamedSharding, PartitionSpec as P\n"
+                      "from jax.experimental import multihost_utils\n"
+                      "\n"
+                      "\n"
+                      + _global_mesh_helpers("i") +
+                      "def host_local(tree):  # global arrays -> this process's rows, as legacy pmap returned them\n"
+                      "    def local(x):\n"
+                      "        if isinstance(x, jax.Array) and not x.is_fully_addressable and isinstance(x.sharding, NamedSharding):\n"
+                      "            return multihost_utils.global_array_to_host_local_array(x, x.sharding.mesh, x.sharding.spec)\n"
+                      "        return x  # host data, and arrays of this process only, as they are\n"
+                      "\n"
+                      "    return jax.tree.map(local, tree)\n"
+                      "\n"
                       "\n"
                       "class Trainer:\n"
                       "    def __init__(self):\n"
-                      "        self.step = jax.pmap(f, axis_name=\"i\")\n"
+                      "        @jax.jit\n"
+                      "        def _step_mapped_sharded(*args, **kwargs):\n"
+                      "            def per_device(args, kwargs):  # each device holds a (1, ...) block; the pmap body saw the slice\n"
+                      "                args, kwargs = jax.tree.map(lambda leaf: leaf.squeeze(0), (args, kwargs))\n"
+                      "                return jax.tree.map(lambda leaf: jnp.expand_dims(leaf, 0), f(*args, **kwargs))\n"
+                      "\n"
+                      "            mesh = i_mesh(jax.tree.leaves((args, kwargs))[0].shape[0] // jax.process_count())  # rows per process\n"
+                      "            return jax.shard_map(per_device, mesh=mesh, in_specs=P(\"i\"), out_specs=P(\"i\"), check_vma=False)(args, kwargs)\n"
+                      "\n"
+                      "        def step_mapped(*args, **kwargs):\n"
+                      "            # a pmap of a multi-process program (PM501) whose callers are not all seen here: this process's\n"
+                      "            # rows in and out, as legacy pmap (global arrays over every process's devices inside)\n"
+                      "            if any(isinstance(leaf, jax.core.Tracer) for leaf in jax.tree.leaves((args, kwargs))):\n"
+                      "                raise NotImplementedError(\"a multi-process pmap called in traced code: use runtime_shim.pmap\")\n"
+                      "            rows = jax.local_device_count() if jax.process_count() > 1 else jax.tree.leaves((args, kwargs))[0].shape[0]\n"
+                      "            args, kwargs = i_global((args, kwargs), rows)\n"
+                      "            return host_local(_step_mapped_sharded(*args, **kwargs))\n"
+                      "\n"
+                      "        self.step = step_mapped\n"
                       "\n"
                       "n = jax.process_count()\n"),
         ),

@@ -747,12 +747,17 @@ class Rewriter:
         return FixSpec(applicability, summary, edits=edits, add_imports=self._imports(plan),
                        remove_imports=self.pmap_imports(expr))
 
-    def _unique_name(self, base: str) -> str:
+    def taken_names(self) -> set[str]:
+        """Every name the module binds, and those the rewrites have taken (the set itself)."""
         if self._taken_names is None:
             taken: set[str] = set()
             for scope in {id(s): s for s in self.model._scopes.values() if s is not None}.values():
                 taken.update(a.name for a in scope.assignments)
             self._taken_names = taken
+        return self._taken_names
+
+    def _unique_name(self, base: str) -> str:
+        self.taken_names()
         candidate = base
         counter = 2
         while candidate in self._taken_names:
@@ -820,7 +825,7 @@ class Rewriter:
             anchor = statement
         base = self._base_name(call, fun)
         wrapper_name = self._unique_name(f"{base}_mapped")
-        params, body_call, hoisted = self._signature(fun, base, site)
+        params, body_call, hoisted = self._signature(fun, base, site, named=False)
         plan = self._plan(site, wrapper_name, params, body_call, hoisted)
         new = list(cst.parse_module(renderer(plan, self.model.indent)).body)
         # Separate the new definitions as the anchor is separated from what precedes it (comments
@@ -888,9 +893,10 @@ class Rewriter:
             return None, ""
         return line, target.value
 
-    def _signature(self, fun: cst.BaseExpression, target: str, site: TransformSite
+    def _signature(self, fun: cst.BaseExpression, target: str, site: TransformSite, *, named: bool = True
                    ) -> tuple[list[str] | None, str, list[str]]:
-        """(params, body call, statements to hoist) for the mapped function expression of ``site``."""
+        """(params, body call, statements to hoist) for the mapped function expression of ``site``;
+        ``named``: the wrapper is defined under ``target`` itself (not a name of its own)."""
         if isinstance(fun, cst.Lambda):
             params = simple_params(fun.params)
             if params is not None:
@@ -899,7 +905,7 @@ class Rewriter:
             defs = [f for f in self.model.resolve_functions(fun) if isinstance(f, cst.FunctionDef)]
             params = simple_params(defs[0].params) if len(defs) == 1 else None
             called, hoisted = fun.value, []
-            if fun.value == target:  # `f = jax.pmap(f)`: the wrapper takes the name, keep the function
+            if named and fun.value == target:  # `f = jax.pmap(f)`: the wrapper takes the name, keep the function
                 called = self._unique_name(f"{target}_body")
                 hoisted = [f"{called} = {fun.value}  # the function pmap was applied to"]
             if params is not None:

@@ -25,7 +25,7 @@ from rules import all_rules
 ROOT = Path(__file__).resolve().parents[1]
 PROGRAMS = ROOT / "fixtures" / "programs_multiprocess"
 REPORT = Path(__file__).parent / "shim_programs" / "_report.py"  # what the programs import as `_report`
-NAMES = ("data_parallel_training", "collectives", "host_readback", "partial_steps")
+NAMES = ("data_parallel_training", "collectives", "host_readback", "partial_steps", "unseen_callers")
 FIXED_ENVS = {"jax-0.10.2": jaxenv.NEW_311, "newest": jaxenv.NEWEST, "jax-0.7.2": jaxenv.LEGACY}
 
 
@@ -112,7 +112,7 @@ def _same(reference: dict, candidate: dict, what: str) -> None:
 def test_every_pmap_becomes_plain_jax_and_the_fix_is_a_fixpoint(fixed, name):
     target, outcome = fixed[name]
     text = target.read_text()
-    assert "jax.pmap(" not in text and "runtime_shim.pmap" not in text, text
+    assert "jax.pmap(" not in text and "runtime_shim.pmap(" not in text, text
     assert "jax.shard_map(" in text and "make_array_from_process_local_data" in text
     summaries = [d.fix.summary for d in outcome.applied if d.code in ("PM101", "PM501")]
     assert summaries and all("global mesh" in s for s in summaries), summaries
@@ -121,12 +121,9 @@ def test_every_pmap_becomes_plain_jax_and_the_fix_is_a_fixpoint(fixed, name):
 
 
 KEPT = {  # fixtures/fix/pm501_kept_on_shim.py: line of the pmap -> why it keeps the shim
-    6: "public module-level pmap of a library module",
-    11: "stored on an object",
-    15: "used as a value",
-    19: "`devices=`",
-    23: "updated in place",
-    30: "traced",
+    9: "`devices=`",
+    13: "traced",
+    19: "in_axes=None argument from a caller not seen",
 }
 
 
@@ -139,9 +136,25 @@ def test_what_the_rewrite_cannot_see_keeps_the_shim_and_says_why():
         assert found[line].startswith("use `runtime_shim.pmap`") and reason in found[line], (line, found[line])
 
 
-def test_one_unreadable_output_shims_that_pmap_only():
-    """A pmap whose output the program updates in place keeps the shim; the other pmaps of the module
-    are still rewritten, and what they hand to the shimmed one is made host-local first."""
+def test_callers_not_seen_get_the_boundary_form():
+    """A pmap public at module level, stored on `self`, returned as a value or whose output is updated
+    in place: rewritten anyway, converting at its own boundary (host-local rows in and out)."""
+    source = (ROOT / "fixtures" / "fix" / "pm501_unseen_callers.py").read_bytes()
+    outcome = _fix(source, "pm501_unseen_callers.py")
+    text = outcome.fixed.decode()
+    assert "jax.pmap(" not in text and "runtime_shim.pmap(" not in text and "import runtime_shim" not in text, text
+    summaries = [d.fix.summary for d in outcome.applied if d.code == "PM101"]
+    assert len(summaries) == 1 and "taking and returning this process's rows" in summaries[0], summaries
+    assert all(f"`{name}`" in summaries[0] for name in ("step", "p_step_mapped", "fn_mapped", "scaled")), summaries
+    for wrapper in ("step", "p_step_mapped", "fn_mapped", "scaled"):
+        assert f"return host_local(_{wrapper}_sharded(" in text, wrapper
+    assert text.count("raise NotImplementedError(\"a multi-process pmap called in traced code") == 4
+    assert "out = scaled(batch)\n    out += np.ones" in text  # the output is read as it is
+
+
+def test_one_unreadable_output_gets_the_boundary_form_only():
+    """A pmap whose output the program updates in place returns host-local rows (its boundary form);
+    the other pmaps of the module keep global outputs, and what they hand to it goes in as it is."""
     source = b'''import jax
 import numpy as np
 
@@ -157,8 +170,11 @@ def run(batch):
 '''
     outcome = _fix(source, "mixed.py")
     text = outcome.fixed.decode()
-    assert "half = runtime_shim.pmap(" in text
-    assert "def double(x):" in text and "half(host_local(double(batch)))" in text, text
+    assert "runtime_shim.pmap(" not in text
+    assert "return host_local(_half_sharded(x))" in text and "return _double_sharded(x)" in text, text
+    assert "out = half(double(batch))\n    out += np.ones(4)" in text, text
+    summary = next(d.fix.summary for d in outcome.applied if d.code == "PM101")
+    assert "rewrite `double` as" in summary and "; and `half` the same way, taking and returning" in summary, summary
 
 
 def test_a_main_handed_to_absl_app_run_is_not_traced_code():

@@ -73,7 +73,7 @@ def find_interpreter(minor: str) -> str | None:
 def _runs_as(python: str, minor: str) -> bool:
     try:
         done = subprocess.run([python, "-c", "import sys; print('%d.%d' % sys.version_info[:2])"],
-                              capture_output=True, text=True, timeout=60)
+                              capture_output=True, text=True, timeout=60, check=False)
     except (OSError, subprocess.TimeoutExpired):
         return False
     return done.returncode == 0 and done.stdout.strip() == minor
