@@ -232,8 +232,13 @@ class GlobalRewrite:
         self._define(entry)
         plan = entry.plan
         assert plan is not None
-        if plan.params is None and any(arg.keyword is not None for call in entry.calls for arg in call.args):
-            raise Unsupported("called with keyword arguments, and the function's signature is not visible")
+        if plan.params is None and entry.boundary is None and \
+                any(arg.keyword is not None for call in entry.calls for arg in call.args):
+            # Keywords of a signature not seen: the boundary form takes *args and **kwargs.
+            entry.boundary = "called with keyword arguments, and the function's signature is not visible"
+            self._define(entry)
+            plan = entry.plan
+            assert plan is not None
         entry.in_axes = plan.in_axes
         self._check_in_axes(entry)
         if entry.boundary is not None and not self._boundary_admits(entry):
@@ -245,10 +250,12 @@ class GlobalRewrite:
         """The definition edits of ``entry`` (the faithful machinery with the global renderer); when
         rendered again (as a boundary), with the same names."""
         taken = self.rewriter.taken_names()
-        taken.difference_update(entry.names)
+        earlier = entry.names
+        taken.difference_update(earlier)
         before = set(taken)
         entry.fix = self.rewriter.definition_fix(entry.site, lambda plan, indent: self._render(entry, plan, indent))
-        entry.names = taken - before
+        entry.names = (taken - before) | earlier
+        taken.update(earlier)  # names taken once stay taken (the helpers', made on the first rendering only)
 
     @staticmethod
     def _boundary_admits(entry: _Site) -> bool:
@@ -399,9 +406,10 @@ class GlobalRewrite:
                 f"{i1}# process's devices out (fed back as they are; reads take this process's rows)",
             ]
         else:
-            checked = converted[0][0] if plan.params is None else \
-                f"({', '.join(plan.params)}{',' if len(plan.params) == 1 else ''})"
-            checked = f"({checked})" if checked == "args, kwargs" else checked
+            if plan.params is None:
+                checked = "(args, kwargs)" if plan.keywords else "args"
+            else:
+                checked = f"({', '.join(plan.params)}{',' if len(plan.params) == 1 else ''})"
             lines += [
                 f"{i1}# a pmap of a multi-process program (PM501) whose callers are not all seen here: this process's",
                 f"{i1}# rows in and out, as legacy pmap (global arrays over every process's devices inside)",
