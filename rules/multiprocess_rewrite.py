@@ -48,13 +48,14 @@ is the first n devices and the conversions do nothing to arrays already there.
 the array itself, so a read of a name that may also hold host data (a NumPy stack before the first
 step) is exact too. Where the data flow is not visible -- the pmapped function used as a value,
 stored on `self`, a public module-level pmap of a library module (importers would get global
-arrays), a name bound more than once, an output updated in place or read in traced code -- the site
-gets the boundary form: the same definition, whose wrapper returns `host_local(...)` of the result
+arrays), a name bound more than once, an output updated in place, a call or read in code that may
+be traced (a method, a decorated function, a callback) -- the site gets the boundary form: the same definition, whose wrapper returns `host_local(...)` of the result
 (this process's rows, as legacy returned them) and raises on traced inputs, so no caller or read
 needs rewriting; an output fed back goes in without a copy (`batch_global` hands arrays whose rows
-already sit on this process's devices to `host_local_array_to_global_array`). A call that may be
-traced, options the mesh cannot express, or an `in_axes=None` argument from callers not seen keep
-the shim (`Unsupported` says why); the module's other pmaps are still rewritten.
+already sit on this process's devices to `host_local_array_to_global_array`). A call seen to be
+traced (in a lambda or function handed to a `jax.*` callable or decorated by one), options the mesh
+cannot express, or an `in_axes=None` argument from callers not seen keep the shim (`Unsupported`
+says why); the module's other pmaps are still rewritten.
 """
 
 from __future__ import annotations
@@ -226,8 +227,12 @@ class GlobalRewrite:
             if any(arg.star for arg in call.args):
                 raise Unsupported("called with *args/**kwargs")
             if self.may_be_traced(call):
-                raise Unsupported("called in code that may be traced (jit, vmap, a lambda): the global arrays "
-                                  "are built outside traced code")
+                if self._surely_traced(call):
+                    raise Unsupported("called in code that may be traced (jit, vmap, a lambda): the global arrays "
+                                      "are built outside traced code")
+                # Likely not traced (a method, a function with a decorator of its own, a callback): the
+                # boundary form is exact there, and raises if it is traced after all.
+                entry.boundary = entry.boundary or "called in code that may be traced"
         # The definition, as the faithful rewrite builds it, with the global renderer.
         self._define(entry)
         plan = entry.plan
@@ -650,6 +655,53 @@ class GlobalRewrite:
             if isinstance(ancestor, cst.FunctionDef) and self._function_may_be_traced(ancestor, 0):
                 return True
         return False
+
+    def _surely_traced(self, node: cst.CSTNode, depth: int = 0) -> bool:
+        """Whether ``node`` is seen to run under a jax transformation: inside a lambda or function
+        handed to a `jax.*` callable, a function decorated by one, or called from such code."""
+        for ancestor in self.model.ancestors(node):
+            if isinstance(ancestor, cst.Lambda) and self._handed_to_jax(ancestor):
+                return True
+            if isinstance(ancestor, cst.FunctionDef) and self._function_surely_traced(ancestor, depth):
+                return True
+        return False
+
+    def _function_surely_traced(self, func: cst.FunctionDef, depth: int) -> bool:
+        if any(self._jax_callable(d.decorator) for d in func.decorators):
+            return True
+        if depth >= 8:
+            return False
+        name = func.name.value
+        scope = self.model.scope_of(func)
+        if isinstance(scope, ClassScope):  # a method: `jax.jit(self.step)`, `self.step` handed on
+            return any(self._handed_to_jax(node) for node in self.model._index.attributes.get(name, ()))
+        if scope is None:
+            return False
+        for assignment in scope.assignments[name]:
+            if getattr(assignment, "node", None) is not func:
+                continue
+            for access in assignment.references:
+                parent = self.model.parent(access.node)
+                if isinstance(parent, cst.Call) and parent.func is access.node:
+                    if self._surely_traced(parent, depth + 1):
+                        return True
+                elif self._handed_to_jax(access.node):
+                    return True
+        return False
+
+    def _handed_to_jax(self, node: cst.CSTNode) -> bool:
+        """``node`` is an argument of a call of a `jax.*` callable (`jax.jit(f)`, `lax.scan(body, ...)`)."""
+        arg = self.model.parent(node)
+        call = self.model.parent(arg) if isinstance(arg, cst.Arg) else None
+        return isinstance(call, cst.Call) and self._jax_callable(call.func)
+
+    def _jax_callable(self, node: cst.BaseExpression) -> bool:
+        """A `jax.*` or `flax.*` callable, also through `functools.partial(jax.jit, ...)`."""
+        if isinstance(node, cst.Call):
+            if self.model.matches(node.func, tables.PARTIAL) and node.args:
+                return self._jax_callable(node.args[0].value)
+            return self._jax_callable(node.func)
+        return any(n.startswith(("jax.", "flax.")) for n in self.model.qualified_names(node))
 
     def _function_may_be_traced(self, func: cst.FunctionDef, depth: int) -> bool:
         cached = self._traced.get(id(func))

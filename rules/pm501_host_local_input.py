@@ -101,8 +101,9 @@ class HostLocalInput(Rule):
     and no output is updated in place (`out += 1`) or read in code that may be traced. Where it is
     not, the pmap gets the boundary form: its wrapper takes and returns this process's rows (the
     global result made host-local), so callers and reads stay as they are, and it raises when
-    called with traced values. Calls that may be traced (a `main` handed to `absl.app.run` is not),
-    options that are not literals or are `devices=`, `backend=`, `axis_size=`, pytree `in_axes`
+    called with traced values. Calls seen to be traced (in a lambda or function handed to a `jax.*`
+    callable or decorated by one; a call that only may be, in a method, a function with a decorator
+    of its own, a callback, gets the boundary form), options that are not literals or are `devices=`, `backend=`, `axis_size=`, pytree `in_axes`
     prefixes, and an `in_axes=None` argument from callers not seen (it must be a Python or NumPy
     value: jit takes it on every process as it is) keep the shim: PM101's fix routes such a site to
     `runtime_shim.pmap` and says why. The placement rules
