@@ -534,8 +534,9 @@ class GlobalRewrite:
         self.rewriter._check_names_free(self.rewriter.GLOBAL_TEMPLATE_NAMES)
         imports += [ImportSpec("functools"), ImportSpec("numpy", None, "np"), ImportSpec("jax.sharding", "NamedSharding")]
         imports.append(_MULTIHOST)  # the helpers use it
-        inside = ", ".join(f"`{e.wrapper_name}`" for e in self._sites if e.boundary is None)
-        boundary = ", ".join(f"`{e.wrapper_name}`" for e in self._sites if e.boundary is not None)
+        # each name once (functions of different scopes may share one)
+        inside = ", ".join(dict.fromkeys(f"`{e.wrapper_name}`" for e in self._sites if e.boundary is None))
+        boundary = ", ".join(dict.fromkeys(f"`{e.wrapper_name}`" for e in self._sites if e.boundary is not None))
         mesh = "as `jax.jit(jax.shard_map(...))` over a global mesh of every process's devices (legacy pmap's order)"
         at_boundary = ("taking and returning this process's rows as legacy pmap did (their callers or reads are not "
                        "all seen here; called in traced code, they raise)")

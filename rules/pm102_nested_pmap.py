@@ -89,7 +89,7 @@ class NestedPmap(Rule):
         Valid("import jax\np = jax.pmap(f)\nq = jax.pmap(g)\nrun(p, q)\n"),
         Valid("from flax import nnx\nstep = nnx.pmap(nnx.pmap(f))\n"),
         # The function rebound to its own pmap: the argument is the plain function (the binding
-        # comes after it), at module level, in a function, and on `self` in `__init__`.
+        # comes after it), at module level, in a function, and on `self` in a method.
         Valid("import jax\ndef step(x):\n    return x\nstep = jax.pmap(step)\ny = step(x)\n"),
         Valid(
             "import jax\n"
@@ -102,6 +102,13 @@ class NestedPmap(Rule):
             "import jax\n"
             "class Experiment:\n"
             "    def __init__(self):\n"
+            "        self._update = jax.pmap(self._update, axis_name='i')\n"
+            "    def _update(self, x):\n        return x\n"
+        ),
+        Valid(
+            "import jax\n"
+            "class Experiment:\n"
+            "    def _train_init(self):\n"
             "        self._update = jax.pmap(self._update, axis_name='i')\n"
             "    def _update(self, x):\n        return x\n"
         ),

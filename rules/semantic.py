@@ -774,12 +774,15 @@ class SemanticModel:
 
     def _before_own_binding(self, expr: cst.Attribute, site: TransformSite) -> bool:
         """``self.f`` read in the arguments of the very site that ``self.f = jax.pmap(self.f)`` binds
-        in ``__init__``, outside loops: it runs once per object, so the read sees the plain method
-        (or what an earlier statement stored), never this pmap."""
+        in a method, outside loops: the read sees the plain method (or what an earlier statement
+        stored), not this pmap. Only a second run of the method on the same object (an `__init__`
+        runs once; `_train_init`-style set-up methods once in practice) would see it: not taken
+        for a nested pmap, which legacy could hardly have run either (its inner pmap would have
+        needed a second device axis in every per-device slice)."""
         if not self.is_within(expr, site.node) or self._repeats(expr):
             return False
         function = next((a for a in self.ancestors(expr) if isinstance(a, (cst.FunctionDef, cst.Lambda))), None)
-        return isinstance(function, cst.FunctionDef) and function.name.value == "__init__" \
+        return isinstance(function, cst.FunctionDef) \
             and self.parent(self.parent(function)) is self.enclosing_class(expr)  # a method of the class
 
     def transformed_call(self, call: cst.Call) -> TransformSite | None:
