@@ -110,6 +110,7 @@ class _Site:
     # Why not every caller is seen (None: all are): the wrapper then takes and returns this
     # process's rows, as legacy pmap did, and no read of its outputs is rewritten.
     boundary: str | None = None
+    unseen: bool = False  # some callers are not seen (their in_axes=None arguments are not checked)
     names: set[str] = field(default_factory=set)  # the names its definition took (kept when rendered again)
 
 
@@ -222,6 +223,7 @@ class GlobalRewrite:
             # Callers not all seen: the wrapper converts at its boundary instead (host-local rows in
             # and out), exact for any caller outside jax transformations (a traced one is refused at run time).
             entry.boundary = str(why)
+            entry.unseen = True
         entry.calls = [call for call, called in self.model.pmap_calls().items() if called is site]
         for call in entry.calls:
             if any(arg.star for arg in call.args):
@@ -264,10 +266,11 @@ class GlobalRewrite:
 
     @staticmethod
     def _boundary_admits(entry: _Site) -> bool:
-        """Whether the site may take host-local rows from callers not seen: no in_axes=None
-        argument (which jit takes as it is, and refuses as a jax.Array committed to this process)."""
+        """Whether the site may take the boundary form: every caller is seen (their in_axes=None
+        arguments were checked: Python or NumPy values), or there is no in_axes=None argument (which
+        jit takes as it is, and refuses as a jax.Array committed to this process)."""
         in_axes = entry.in_axes
-        return in_axes is not None and not (isinstance(in_axes, list) and None in in_axes)
+        return not entry.unseen or (in_axes is not None and not (isinstance(in_axes, list) and None in in_axes))
 
     def _layout(self, site: TransformSite) -> Layout:
         node = site.option("out_axes")
