@@ -49,9 +49,9 @@ the array itself, so a read of a name that may also hold host data (a NumPy stac
 step) is exact too. Where the data flow is not visible -- the pmapped function used as a value,
 stored on `self`, a public module-level pmap of a library module (importers would get global
 arrays), a name bound more than once, an output updated in place, a call or read in code that may
-be traced (a method, a decorated function, a callback) -- the site gets the boundary form: the same definition, whose wrapper returns `host_local(...)` of the result
-(this process's rows, as legacy returned them) and raises on traced inputs, so no caller or read
-needs rewriting; an output fed back goes in without a copy (`batch_global` hands arrays whose rows
+be traced (a method, a decorated function, a callback) -- the site gets the boundary form: the same
+definition, whose wrapper returns `host_local(...)` of the result (this process's rows, as legacy
+returned them) and raises on traced inputs, so no caller or read needs rewriting; an output fed back goes in without a copy (`batch_global` hands arrays whose rows
 already sit on this process's devices to `host_local_array_to_global_array`). A call seen to be
 traced (in a lambda or function handed to a `jax.*` callable or decorated by one), options the mesh
 cannot express, or an `in_axes=None` argument from callers not seen keep the shim (`Unsupported`
@@ -107,8 +107,8 @@ class _Site:
     in_axes: list | int | None = 0
     wrapper_name: str = ""
     inline_call: cst.Call | None = None  # `jax.pmap(f)(x)`: the call whose func is the site
-    # Why not every caller is seen (None: all are): the wrapper then takes and returns this
-    # process's rows, as legacy pmap did, and no read of its outputs is rewritten.
+    # Why the site takes the boundary form (None: the global form): its wrapper takes and returns
+    # this process's rows, as legacy pmap did, and no call or read of its outputs is rewritten.
     boundary: str | None = None
     unseen: bool = False  # some callers are not seen (their in_axes=None arguments are not checked)
     names: set[str] = field(default_factory=set)  # the names its definition took (kept when rendered again)
@@ -419,8 +419,8 @@ class GlobalRewrite:
             else:
                 checked = f"({', '.join(plan.params)}{',' if len(plan.params) == 1 else ''})"
             lines += [
-                f"{i1}# a pmap of a multi-process program (PM501) whose callers are not all seen here: this process's",
-                f"{i1}# rows in and out, as legacy pmap (global arrays over every process's devices inside)",
+                f"{i1}# a pmap of a multi-process program (PM501) whose callers or reads are not all followed here:",
+                f"{i1}# this process's rows in and out, as legacy pmap (global arrays over every process's devices inside)",
                 f"{i1}if any(isinstance(leaf, jax.core.Tracer) for leaf in jax.tree.leaves({checked})):",
                 f"{i1}{i1}raise NotImplementedError(\"a multi-process pmap called in traced code: use runtime_shim.pmap\")",
             ]

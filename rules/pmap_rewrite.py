@@ -946,9 +946,9 @@ class Rewriter:
         if len(defs) != 1 or defs[0].decorators or not isinstance(first.value, cst.Name):
             return None
         params = defs[0].params
-        plain = [*params.posonly_params, *params.params][len(bound):]
         if len(bound) > len(params.posonly_params) + len(params.params):
             return None
+        plain = [*params.posonly_params, *params.params][len(bound):]
         if any(p.name.value in keywords for p in params.posonly_params):
             return None  # a TypeError at every call
         cut = next((i for i, p in enumerate(plain) if p.name.value in keywords), len(plain))
