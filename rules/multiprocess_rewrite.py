@@ -465,7 +465,7 @@ class GlobalRewrite:
             "\n"
             f"{i1}return jax.tree.map(place, tree)\n"
         )
-        return list(cst.parse_module(text).body)
+        return self.rewriter.parse_generated(text)
 
     def host_local_name(self) -> str:
         """The module's one host-local view helper (written only if a read uses it)."""
@@ -485,7 +485,7 @@ class GlobalRewrite:
             "\n"
             f"{i1}return jax.tree.map(local, tree)\n"
         )
-        return list(cst.parse_module(text).body)
+        return self.rewriter.parse_generated(text)
 
     # ------------------------------------------------------------------ the fix
     def _combined_fix(self) -> FixSpec:
@@ -529,7 +529,7 @@ class GlobalRewrite:
             helper_statements += group
         edits.insert(0, Edit(anchor, before=tuple(helper_statements)))
         try:
-            edits = _compose(self.model, _spaced(self.model, edits))
+            edits = _compose(self.model, _spaced(self.model, edits, self.rewriter.plain_generated))
         except _Lost as lost:
             raise _SiteFailure(_owner_of(lost.edit.target, self._sites), "its rewrite overlaps the rewrite of "
                                "another part of the program") from None
@@ -1054,36 +1054,40 @@ class _Unindented(cst.CSTTransformer):
 class _IndentedEmptyLine(cst.CSTVisitor):
     """Whether ``_Unindented`` would change anything: an empty line without a comment that carries
     indentation, reached as it reaches them. Most generated code holds none, and then the copy of
-    every generated node that a transformer's walk makes is not needed."""
+    every generated node that a transformer's walk makes is not needed. Generated code parsed from
+    text without whitespace-only lines (``plain``: ids, `Rewriter.parse_generated`) holds none."""
 
-    def __init__(self, model) -> None:
+    def __init__(self, model, plain: dict[int, cst.CSTNode]) -> None:
         super().__init__()
         self.model = model
+        self.plain = plain
         self.found = False
 
     def on_visit(self, node: cst.CSTNode) -> bool:
-        if self.found or node in self.model.parents:
+        if self.found or node in self.model.parents or id(node) in self.plain:
             return False
         if isinstance(node, cst.EmptyLine) and node.indent and node.comment is None:
             self.found = True
         return not self.found
 
 
-def _unindented(model, node):
+def _unindented(model, node, plain: dict[int, cst.CSTNode]):
     if isinstance(node, cst.FlattenSentinel):
-        return cst.FlattenSentinel([_unindented(model, n) for n in node.nodes])
+        return cst.FlattenSentinel([_unindented(model, n, plain) for n in node.nodes])
     if isinstance(node, cst.CSTNode):
-        finder = _IndentedEmptyLine(model)
+        if id(node) in plain:
+            return node
+        finder = _IndentedEmptyLine(model, plain)
         node.visit(finder)
         return node.visit(_Unindented(model)) if finder.found else node
     return node
 
 
-def _spaced(model, edits: list[Edit]) -> list[Edit]:
+def _spaced(model, edits: list[Edit], plain: dict[int, cst.CSTNode]) -> list[Edit]:
     """Blank lines around generated definitions: before the first one, and before the statement that
     follows them (two at module level, one in a function)."""
-    out = [Edit(e.target, _unindented(model, e.replacement), tuple(_unindented(model, b) for b in e.before))
-           for e in edits]
+    out = [Edit(e.target, _unindented(model, e.replacement, plain),
+                tuple(_unindented(model, b, plain) for b in e.before)) for e in edits]
     replaced = {id(e.target): k for k, e in enumerate(out) if e.replacement is not None}
     follow: list[cst.CSTNode] = []
     for k, edit in enumerate(list(out)):

@@ -28,6 +28,7 @@ reproduces the legacy semantics at run time.
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass, field
 
 import libcst as cst
@@ -41,6 +42,33 @@ SHIM_IMPORT = ImportSpec("runtime_shim")
 KNOWN_OPTIONS = {"fun", "axis_name", "in_axes", "out_axes", "static_broadcasted_argnums", "donate_argnums",
                  "devices", "backend", "axis_size"}
 _DEFAULT_AXIS = '"i"'  # legacy pmap without axis_name: no collective can name the axis
+
+
+# A line of generated text that holds only whitespace: parsed, it is an empty line that carries the
+# indentation of its block (see `Rewriter.parse_generated`).
+_WHITESPACE_LINE = re.compile(r"^[ \t\f]+\r?$", re.MULTILINE)
+
+
+def _own_blank_lines_unindented(statement: cst.BaseStatement) -> cst.BaseStatement:
+    """A module-level statement whose own empty lines without a comment (in front of it, of its
+    decorators, after them) carry no indentation: at module level the same text, in a block no
+    trailing whitespace."""
+
+    def plain(lines):
+        return [line.with_changes(indent=False) if line.indent and line.comment is None else line for line in lines]
+
+    def indented(lines) -> bool:
+        return any(line.indent and line.comment is None for line in lines)
+
+    changes = {}
+    if indented(statement.leading_lines):
+        changes["leading_lines"] = plain(statement.leading_lines)
+    if isinstance(statement, (cst.FunctionDef, cst.ClassDef)):
+        if indented(statement.lines_after_decorators):
+            changes["lines_after_decorators"] = plain(statement.lines_after_decorators)
+        if any(indented(d.leading_lines) for d in statement.decorators):
+            changes["decorators"] = [d.with_changes(leading_lines=plain(d.leading_lines)) for d in statement.decorators]
+    return statement.with_changes(**changes) if changes else statement
 
 
 class Unsupported(Exception):
@@ -306,6 +334,9 @@ class Rewriter:
         self._global = None
         self._multi_process: bool | None = None
         self._taken_names: set[str] | None = None
+        # Generated statements (and their direct children) parsed from text without whitespace-only
+        # lines, by id (the dictionary keeps them alive): none of their empty lines carries indentation.
+        self.plain_generated: dict[int, cst.CSTNode] = {}
 
     # ------------------------------------------------------------ decisions
     def nested_nodes(self) -> set[int]:
@@ -530,7 +561,7 @@ class Rewriter:
             f"{i1}return jax.shard_map(per_device, mesh=mesh, in_specs={spec}, out_specs={spec}, "
             f"check_vma=False)({', '.join(params)})",
         ]) + "\n"
-        new = cst.parse_module(text).body
+        new = self.parse_generated(text)
         first = new[0].with_changes(leading_lines=statement.leading_lines)
         plan = Plan(name=target, params=params, axis=axes[0], in_axes=0, out_axes=0, static=(), donate=(),
                     mesh_devices="", size=None, body_call=body_call)
@@ -747,6 +778,22 @@ class Rewriter:
         return FixSpec(applicability, summary, edits=edits, add_imports=self._imports(plan),
                        remove_imports=self.pmap_imports(expr))
 
+    def parse_generated(self, text: str) -> list[cst.BaseStatement]:
+        """The statements of generated code ``text``, recorded in ``plain_generated`` (with their
+        direct children) when none of their empty lines carries indentation: the multi-process plan
+        then need not walk them looking for one (rules/multiprocess_rewrite.py, ``_unindented``).
+        libcst gives an empty line indentation when it starts with its block's: a line of only
+        whitespace anywhere, a blank line only at module level (whose indentation is none), in front
+        of a statement or a decorator or after the decorators; nested blocks' blank lines have none."""
+        body = list(cst.parse_module(text).body)
+        if _WHITESPACE_LINE.search(text) is None:
+            for k, statement in enumerate(body):
+                if isinstance(statement, (cst.SimpleStatementLine, cst.FunctionDef, cst.ClassDef)):
+                    body[k] = statement = _own_blank_lines_unindented(statement)
+                    for node in (statement, *statement.children):
+                        self.plain_generated[id(node)] = node
+        return body
+
     def taken_names(self) -> set[str]:
         """Every name the module binds, and those the rewrites have taken (the set itself)."""
         if self._taken_names is None:
@@ -780,7 +827,7 @@ class Rewriter:
         body_call = f"{body_name}(*args)" if params is None else f"{body_name}({', '.join(params)})"
         plan = self._plan(site, func.name.value, params, body_call, [])
         indent = self.model.indent
-        wrapper = cst.parse_module(renderer(plan, indent)).body
+        wrapper = self.parse_generated(renderer(plan, indent))
         wrapper_def = wrapper[-1]
         assert isinstance(wrapper_def, cst.FunctionDef)
         wrapper_def = wrapper_def.with_changes(decorators=[*above, *wrapper_def.decorators],
@@ -802,7 +849,7 @@ class Rewriter:
             # `step = jax.pmap(f, ...)`: the statement becomes the wrapper's definition.
             params, body_call, hoisted = self._signature(fun, target, site)
             plan = self._plan(site, target, params, body_call, hoisted)
-            new = cst.parse_module(renderer(plan, self.model.indent)).body
+            new = self.parse_generated(renderer(plan, self.model.indent))
             first = new[0].with_changes(leading_lines=statement.leading_lines)
             replacement = cst.FlattenSentinel([first, *new[1:]])
             return self._finish(site, plan, (Edit(statement, replacement),), f"`{target}`")
@@ -827,7 +874,7 @@ class Rewriter:
         wrapper_name = self._unique_name(f"{base}_mapped")
         params, body_call, hoisted = self._signature(fun, base, site, named=False)
         plan = self._plan(site, wrapper_name, params, body_call, hoisted)
-        new = list(cst.parse_module(renderer(plan, self.model.indent)).body)
+        new = self.parse_generated(renderer(plan, self.model.indent))
         # Separate the new definitions as the anchor is separated from what precedes it (comments
         # in its leading lines stay with it).
         blank = [line for line in anchor.leading_lines if line.comment is None]
