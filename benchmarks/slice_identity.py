@@ -53,7 +53,7 @@ def _both(job: tuple[str, tuple[str, ...]]) -> dict:
         was_sliced = text is not None
         fraction = kept_fraction(parsed.text, text)
         lines = nonblank_lines(parsed.text)
-        cut = relevant_slice(parsed.text, parsed.tree, gate, parsed.names[0])
+        cut = relevant_slice(parsed.text, parsed.tree, gate, parsed.names)
         analysed = cut.text if cut is not None else parsed.text
     # The floor under `check`'s cost on this file: libcst's parse alone of what it analyses (and
     # Python's own parser on the same text, for scale); the collector paused, as in the analysis.

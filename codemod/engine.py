@@ -205,7 +205,7 @@ def sliced_module(data: bytes | str, path: str, rules: Sequence[type[Rule]],
         parsed = parse_python(data)
         if parsed is None:
             return None  # libcst reports why
-    sliced = relevant_slice(parsed.text, parsed.tree, gate_of(tuple(rules)), parsed.names[0])
+    sliced = relevant_slice(parsed.text, parsed.tree, gate_of(tuple(rules)), parsed.names)
     if sliced is None:
         return None
     if not AST_WITHIN_LIBCST and isinstance(parse(data, path), FileError):

@@ -4,7 +4,10 @@ Each rule states what must occur in a file for it to possibly fire:
 
 - ``TRIGGERS``: substrings, one of which must occur in the bytes (``pmap`` for the pmap rules);
 - ``NAMES``: qualified names (``jax.tree_map``, ``flax.jax_utils.replicate``, a removed module such
-  as ``jax.experimental.maps``), one of which the file must refer to.
+  as ``jax.experimental.maps``), one of which the file must refer to;
+- ``KEYWORDS`` with ``KEYWORD_NAMES``: keyword arguments reported on calls of some functions
+  (``check_rep=`` on ``jax.shard_map``): some call passes one, and the file refers to one of the
+  names (a call is reported only where its function resolves to one).
 
 A rule can only report a ``NAMES`` entry at a reference that resolves to it, through the file's
 own imports (``import jax as J``; ``from jax import tree_map as tm``; ``from jax.experimental import
@@ -12,15 +15,18 @@ maps``; a module-local alias ``dpr = jax.device_put_replicated``). So every comp
 name is spelled somewhere in the file (in an import or an attribute), which is tested first on the
 bytes; only then does Python's own parser (``ast``, many times faster than libcst) list the names
 the file refers to, by the same import semantics, over-approximated: every binding of a name in
-any scope counts everywhere, star imports make every name a candidate. A file the test rejects
-cannot give a finding; one it accepts goes to libcst, which decides.
+any scope counts everywhere, star imports make every name a candidate (and the keyword arguments
+it passes). A file the test rejects cannot give a finding; one it accepts goes to libcst, which decides.
 """
 
 from __future__ import annotations
 
 import ast
+import io
 import json
 import re
+import sys
+import tokenize
 import warnings
 from collections import deque
 from collections.abc import Iterable, Sequence
@@ -97,27 +103,42 @@ class Gate:
     # Names whose uses matter module-wide (kept when a module is sliced, codemod/slices.py).
     context: frozenset[str] = frozenset()
     texts: tuple[NameText, ...] = ()
-    words: frozenset[bytes] = frozenset()  # the components of every name
+    words: frozenset[bytes] = frozenset()  # the components of every name, and the keywords
     firsts: tuple[bytes, ...] = ()  # their first components (``jax``, ``flax``)
+    # Keyword arguments some rule reports on calls of some functions, each with the names of which
+    # the module must refer to one (rules/base.py: ``KEYWORDS``, ``KEYWORD_NAMES``).
+    keywords: tuple[tuple[str, frozenset[str]], ...] = ()
+    # For each name that matters only with a keyword (in ``texts``, not in ``names``), its keywords.
+    keyword_texts: tuple[tuple[str, frozenset[bytes]], ...] = ()
 
     @classmethod
     def of(cls, rules: Sequence[type[Rule] | Declared]) -> "Gate":
         triggers: set[bytes] = set()
         names: set[str] = set()
         context: set[str] = set()
+        keywords: dict[str, set[str]] = {}
         unconditional = False
         for rule in rules:
             context.update(getattr(rule, "CONTEXT_NAMES", ()))
             rule_names = getattr(rule, "NAMES", frozenset())
-            if not rule.TRIGGERS and not rule_names:
+            rule_keywords = getattr(rule, "KEYWORDS", frozenset())
+            if not rule.TRIGGERS and not rule_names and not rule_keywords:
                 unconditional = True
             triggers.update(t.encode() for t in rule.TRIGGERS)
             names.update(rule_names)
-        texts = tuple(NameText.of(name) for name in sorted(names))
+            for keyword in rule_keywords:
+                keywords.setdefault(keyword, set()).update(rule.KEYWORD_NAMES)
+        by_name: dict[str, set[bytes]] = {}
+        for keyword, keyword_names in keywords.items():
+            for name in keyword_names - names:
+                by_name.setdefault(name, set()).add(keyword.encode())
+        texts = tuple(NameText.of(name) for name in sorted(names | set(by_name)))
         return cls(None if unconditional else tuple(sorted(triggers)), frozenset(names),
                    tuple(sorted({text.parts for text in texts})), frozenset(context), texts,
-                   frozenset(part for text in texts for part in text.parts),
-                   tuple(sorted({name.split(".")[0].encode() for name in names})))
+                   frozenset(part for text in texts for part in text.parts) | {k.encode() for k in keywords},
+                   tuple(sorted({text.name.split(".")[0].encode() for text in texts})),
+                   tuple(sorted((k, frozenset(v)) for k, v in keywords.items())),
+                   tuple(sorted((name, frozenset(v)) for name, v in by_name.items())))
 
     def needs_parse(self, data: bytes, notebook: bool = False) -> bool:
         """Whether any rule could fire on a file with these contents (True when unsure)."""
@@ -130,7 +151,8 @@ class Gate:
     def mentions(self, data: bytes) -> bool:
         """A trigger, or the last component of some name, occurs: what code that does not parse
         (a broken notebook cell) must show to possibly hold a legacy pattern."""
-        return self.text_match(data) or any(parts[0] in data for parts in self.spellings)
+        return (self.text_match(data) or any(parts[0] in data for parts in self.spellings)
+                or any(keyword.encode() in data for keyword, _ in self.keywords))
 
     def spells_names(self, data: bytes) -> bool:
         """Some name is spelled in Python source as a reference to it would be (the test before any
@@ -145,17 +167,26 @@ class Gate:
         if not words:
             return False
         spelled = [text for text in self.texts if words.issuperset(text.parts)]
+        if self.keyword_texts and spelled:  # a name that matters with a keyword only: and the keyword
+            with_keyword = dict(self.keyword_texts)
+            spelled = [text for text in spelled if text.name not in with_keyword
+                       or not words.isdisjoint(with_keyword[text.name])]
         if not spelled:
             return False
         return _STAR.search(data) is not None or any(text.shown(data) for text in spelled)
 
-    def tree_refers_to_names(self, tree: ast.AST, referenced: set[str] | None = None) -> bool:
-        return not self.names.isdisjoint(referenced_names(tree) if referenced is None else referenced)
+    def tree_refers_to_names(self, tree: ast.AST, scanned: Scan | None = None) -> bool:
+        """Whether the module (its ``tree``, or what ``scan_names`` found in it) refers to one of the
+        names, or passes a keyword of ``keywords`` and refers to one of that keyword's names."""
+        _, referenced, keywords = scan_names(tree) if scanned is None else scanned
+        if not self.names.isdisjoint(referenced):
+            return True
+        return any(keyword in keywords and not names.isdisjoint(referenced) for keyword, names in self.keywords)
 
     def refers_to_names(self, data: bytes, notebook: bool = False) -> bool:
         """The `ast` half: the file refers to one of the names (True when it does not parse).
         A notebook's code is its code cells (a notebook's JSON may well parse as Python)."""
-        if not self.names:
+        if not self.names and not self.keywords:
             return False
         if notebook:
             # The JSON escapes the code (`"\\njax.tree_map"`): its words are not the code's.
@@ -171,8 +202,103 @@ class Gate:
                 warnings.simplefilter("ignore")  # invalid escape sequences and the like
                 tree = ast.parse(data)
         except (SyntaxError, ValueError, RecursionError, MemoryError):
-            return True  # libcst decides (and reports what does not parse)
-        return not self.names.isdisjoint(referenced_names(tree))
+            tree = self.newer_grammar_tree(data)
+            if tree is None:
+                return True  # libcst decides (and reports what does not parse)
+        return self.tree_refers_to_names(tree)
+
+    def newer_grammar_tree(self, data: bytes) -> ast.Module | None:
+        """For the names test only, when this Python's `ast` rejects ``data``: the tree of ``data``
+        without Python 3.12's type parameters (``def f[T: Bound](x)``, ``class C[T]``, ``type A[T]
+        = ...``), which libcst parses on any Python; None when that does not parse either, or when
+        the parameters taken out spell one of the words of the names or keywords (they might refer
+        to one). Its lines and columns are not the file's: nothing but the names test reads it."""
+        if sys.version_info >= (3, 12):
+            return None
+        try:
+            encoding, _ = tokenize.detect_encoding(io.BytesIO(data).readline)
+            text = data.decode("utf-8-sig" if encoding == "utf-8-sig" else encoding)
+        except (SyntaxError, LookupError, UnicodeError):
+            return None
+        taken = without_type_parameters(text)
+        if taken is None:
+            return None
+        text, removed = taken
+        if not self.words.isdisjoint(removed.encode("utf-8", "surrogatepass").translate(_NOT_WORD_TO_SPACE).split()):
+            return None
+        try:
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore")
+                return ast.parse(text)
+        except (SyntaxError, ValueError, RecursionError, MemoryError):
+            return None
+
+
+_BRACKETS = {"[": "]", "(": ")", "{": "}"}
+
+
+def without_type_parameters(text: str) -> tuple[str, str] | None:
+    """``text`` without PEP 695's syntax (Python 3.12), for an older `ast`: the type parameter list
+    of each ``def``/``class`` taken out, and each ``type X[...] = value`` statement written as ``X =
+    value``; and the text taken out (type parameters with their bounds and defaults). None when the
+    text does not tokenize or holds none of it."""
+    try:
+        tokens = list(tokenize.generate_tokens(io.StringIO(text).readline))
+    except (tokenize.TokenError, SyntaxError):
+        return None
+    lines = text.splitlines(keepends=True)
+    edits: list[tuple[tuple[int, int], tuple[int, int], str]] = []  # (start, end, replacement)
+
+    def close(i: int) -> int | None:  # the index of the bracket closing tokens[i]'s
+        depth = 0
+        for j in range(i, len(tokens)):
+            if tokens[j].type == tokenize.OP:
+                if tokens[j].string in _BRACKETS:
+                    depth += 1
+                elif tokens[j].string in ")]}":
+                    depth -= 1
+                    if depth == 0:
+                        return j
+        return None
+
+    statement_start = True
+    i = 0
+    while i < len(tokens) - 2:
+        token, name, after = tokens[i], tokens[i + 1], tokens[i + 2]
+        at_start, statement_start = statement_start, token.type in (
+            tokenize.NEWLINE, tokenize.INDENT, tokenize.DEDENT) or (
+            statement_start and token.type in (tokenize.NL, tokenize.COMMENT))
+        if token.type == tokenize.NAME and name.type == tokenize.NAME and after.type == tokenize.OP:
+            if token.string in ("def", "class") and after.string == "[":
+                end = close(i + 2)
+                if end is None:
+                    return None
+                edits.append((after.start, tokens[end].end, ""))
+                i = end + 1
+                continue
+            if at_start and token.string == "type" and after.string in ("[", "="):
+                # `type X` -> `X`, at the statement's column (its indentation stays valid)
+                edits.append((token.start, name.end, name.string))
+                if after.string == "[":
+                    end = close(i + 2)
+                    if end is None:
+                        return None
+                    edits.append((after.start, tokens[end].end, ""))
+                    i = end + 1
+                    continue
+        i += 1
+    if not edits:
+        return None
+    removed: list[str] = []
+    # From the last edit back: an edit changes nothing before its start, so earlier positions hold.
+    for (row, col), (end_row, end_col), replacement in reversed(edits):
+        head, tail = lines[row - 1][:col], lines[end_row - 1][end_col:]
+        span = (lines[row - 1][col:end_col] if row == end_row
+                else lines[row - 1][col:] + "".join(lines[row:end_row - 1]) + lines[end_row - 1][:end_col])
+        if not replacement:
+            removed.append(span)
+        lines[row - 1:end_row] = [head + replacement + tail]
+    return "".join(lines), " ".join(removed)
 
 
 @lru_cache(maxsize=16)
@@ -280,19 +406,27 @@ def name_bindings(tree: ast.AST) -> dict[str, set[str]]:
     return scan_names(tree)[0]
 
 
-def scan_names(tree: ast.AST) -> tuple[dict[str, set[str]], set[str]]:
-    """``name_bindings`` and ``referenced_names`` of a module, from one walk."""
+# What ``scan_names`` finds in a module: ``name_bindings``, ``referenced_names``, and the keyword
+# arguments passed anywhere, each with the lines it is passed on.
+Scan = tuple[dict[str, set[str]], set[str], dict[str, list[int]]]
+
+
+def scan_names(tree: ast.AST) -> Scan:
+    """``name_bindings``, ``referenced_names`` and the keyword arguments of a module, from one walk."""
     found: set[str] = set()
-    bindings, chains = _bindings_and_chains(tree, found)
+    keywords: dict[str, list[int]] = {}
+    bindings, chains = _bindings_and_chains(tree, found, keywords)
     for root, attrs in chains:
         for base in bindings.get(root, ()):
             found.update(prefixes(".".join([base, *attrs])))
-    return bindings, found
+    return bindings, found, keywords
 
 
-def _bindings_and_chains(tree: ast.AST, found: set[str]) -> tuple[dict[str, set[str]], list[tuple[str, list[str]]]]:
+def _bindings_and_chains(tree: ast.AST, found: set[str], keywords: dict[str, list[int]]
+                         ) -> tuple[dict[str, set[str]], list[tuple[str, list[str]]]]:
     """The module's bindings of local names to qualified names, and every name/attribute chain it
-    holds; the imported names themselves (with prefixes) are added to ``found``."""
+    holds; the imported names themselves (with prefixes) are added to ``found``, the keyword
+    arguments to ``keywords`` (with their lines)."""
     bindings: dict[str, set[str]] = {}
     star_modules: list[str] = []
     chains: list[tuple[str, list[str]]] = []
@@ -321,6 +455,10 @@ def _bindings_and_chains(tree: ast.AST, found: set[str]) -> tuple[dict[str, set[
                 append(value)
         if cls is ast.Name:
             chains.append((node.id, []))
+            continue
+        if cls is ast.keyword:
+            if node.arg is not None:
+                keywords.setdefault(node.arg, []).append(node.lineno)
             continue
         if isinstance(node, ast.Import):
             for alias in node.names:

@@ -129,7 +129,7 @@ def _check_job(job: tuple[str, str, tuple[str, ...], RuleOptions, bool, bytes | 
         return None, content_digest, True
     gate = _gate_for(codes)
     text_matched = gate.text_match(data)
-    if not text_matched and not gate.names:
+    if not text_matched and not gate.names and not gate.keywords:
         return FileResult(shown), content_digest, False
     result = _checked(data, shown, codes, options, text_matched)
     if result.diagnostics or result.error is not None:
@@ -160,8 +160,14 @@ def _checked(data: bytes, shown: str, codes: tuple[str, ...], options: RuleOptio
 
     with collector_paused():
         parsed = parse_python(data)
-        if parsed is not None and not text_matched and not gate.tree_refers_to_names(parsed.tree, parsed.names[1]):
-            return FileResult(shown)
+        if not text_matched:
+            if parsed is not None:
+                if not gate.tree_refers_to_names(parsed.tree, parsed.names):
+                    return FileResult(shown)
+            else:  # Python 3.12's type parameters on an older Python, say (libcst parses them)
+                tree = gate.newer_grammar_tree(data)
+                if tree is not None and not gate.tree_refers_to_names(tree):
+                    return FileResult(shown)
     return lint_file(data, shown, rules_for(codes), options, parsed)
 
 

@@ -8,7 +8,7 @@ is kept when it may matter to a rule:
 - its text holds one of the rules' trigger substrings (``pmap``), or it refers to one of the
   rules' qualified names (``jax.tree_map``, ...) or to a name a rule consults module-wide
   (``jax.process_index``: PM501), through the module's imports (over-approximated as in the
-  prefilter);
+  prefilter), or it passes a keyword argument a rule reports (``check_rep=``);
 - it is an import, or an ``if __name__ == "__main__":`` block;
 - it binds a module-level name (or an attribute name) that a kept unit uses, or uses one that a
   kept unit binds: a pmapped function's definition, the call sites of a pmap built at module
@@ -34,7 +34,7 @@ from dataclasses import dataclass, field
 from functools import cached_property
 from itertools import chain
 
-from codemod.prefilter import Gate, child_nodes, dotted, prefixes, scan_names
+from codemod.prefilter import Gate, Scan, child_nodes, dotted, prefixes, scan_names
 
 # Below this many lines a file is analysed whole: slicing would save little.
 MIN_LINES = 60
@@ -55,8 +55,9 @@ class Parsed:
     tree: ast.Module
 
     @cached_property
-    def names(self) -> tuple[dict[str, set[str]], set[str]]:
-        """The module's name bindings and referenced names (codemod/prefilter.py), computed once."""
+    def names(self) -> Scan:
+        """The module's name bindings, referenced names and keyword arguments
+        (codemod/prefilter.py), computed once."""
         return scan_names(self.tree)
 
 
@@ -248,18 +249,16 @@ class Slice:
         return self.lines[line - 1] if line <= len(self.lines) else self.total + line - len(self.lines)
 
 
-def relevant_source(text: str, tree: ast.Module, gate: Gate,
-                    bindings: dict[str, set[str]] | None = None) -> str | None:
+def relevant_source(text: str, tree: ast.Module, gate: Gate, scanned: Scan | None = None) -> str | None:
     """``text`` with the units no rule can need blanked (emptied, line endings kept); None when
     nothing would be blanked (or the module is too small to bother)."""
-    blanked = _blanked_lines(text, tree, gate, bindings)
+    blanked = _blanked_lines(text, tree, gate, scanned)
     return None if blanked is None else "".join(blanked[0])
 
 
-def relevant_slice(text: str, tree: ast.Module, gate: Gate,
-                   bindings: dict[str, set[str]] | None = None) -> Slice | None:
+def relevant_slice(text: str, tree: ast.Module, gate: Gate, scanned: Scan | None = None) -> Slice | None:
     """``relevant_source`` without the blanked lines: what the analysis parses."""
-    blanked = _blanked_lines(text, tree, gate, bindings)
+    blanked = _blanked_lines(text, tree, gate, scanned)
     if blanked is None:
         return None
     out, dropped = blanked
@@ -268,9 +267,10 @@ def relevant_slice(text: str, tree: ast.Module, gate: Gate,
 
 
 def _blanked_lines(text: str, tree: ast.Module, gate: Gate,
-                   bindings: dict[str, set[str]] | None) -> tuple[list[str], set[int]] | None:
+                   scanned: Scan | None) -> tuple[list[str], set[int]] | None:
     """The module's lines with the units no rule can need blanked, and the numbers of those blanked
-    lines (a ``pass`` written in for a class left without members is not one)."""
+    lines (a ``pass`` written in for a class left without members is not one). ``scanned``: what
+    ``scan_names`` found in ``tree`` (computed here when None)."""
     if gate.triggers is None:
         return None  # some rule looks at every statement
     lines = _LINE.findall(text)  # Python's line breaks only (not form feeds and the like)
@@ -280,9 +280,10 @@ def _blanked_lines(text: str, tree: ast.Module, gate: Gate,
     if not units:
         return None
     names = gate.names | gate.context
-    if bindings is None:
-        bindings = scan_names(tree)[0]
+    bindings, _, keywords = scan_names(tree) if scanned is None else scanned
     triggers = tuple(t.decode() for t in gate.triggers)
+    # The lines where a keyword some rule reports is passed (a unit holding one is kept).
+    keyword_lines = sorted({line for keyword, _ in gate.keywords for line in keywords.get(keyword, ())})
 
     def refers(unit: _Unit) -> bool:
         resolved = (".".join([base, *attrs]) for root, attrs in unit.chains for base in bindings.get(root, ()))
@@ -298,7 +299,8 @@ def _blanked_lines(text: str, tree: ast.Module, gate: Gate,
             if isinstance(node, ast.ClassDef) and node.body:  # the header: members judge themselves
                 last = max(unit.first, _span(node.body[0])[0] - 1)
             body = "".join(lines[unit.first - 1:last])
-            keep = any(t in body for t in triggers) or refers(unit)
+            keep = (any(t in body for t in triggers) or refers(unit)
+                    or any(unit.first <= line <= last for line in keyword_lines))
             if not keep and unit.member_of is None and isinstance(node, ast.If) and _MAIN.search(body):
                 keep = True
         kept.append(keep)

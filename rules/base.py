@@ -123,6 +123,11 @@ class Rule(cst.BatchableCSTVisitor):
     # possibly fire, through its imports; tested with Python's `ast` when no trigger occurs
     # (codemod/prefilter.py). A rule with neither triggers nor names runs on every file.
     NAMES: ClassVar[frozenset[str]] = frozenset()
+    # Keyword arguments (``check_rep``) the rule reports on calls of some functions: it may also fire
+    # where a call passes one of them and the module refers to one of ``KEYWORD_NAMES``
+    # (``jax.shard_map``), which the prefilter tests on the `ast`.
+    KEYWORDS: ClassVar[frozenset[str]] = frozenset()
+    KEYWORD_NAMES: ClassVar[frozenset[str]] = frozenset()
     # Qualified names (or modules) whose use anywhere in a module changes what the rule reports or
     # how it fixes (a multi-process program, PM501); `check` analyses only the parts of a large
     # module that may matter (codemod/slices.py), and keeps the parts that use these.

@@ -25,6 +25,8 @@ class Declared:
     TRIGGERS: tuple[str, ...]
     NAMES: frozenset[str] = frozenset()
     CONTEXT_NAMES: frozenset[str] = MULTI_PROCESS_CONTEXT
+    KEYWORDS: frozenset[str] = frozenset()
+    KEYWORD_NAMES: frozenset[str] = frozenset()
 
 
 PM101 = Declared((), tables.PMAP)
@@ -38,10 +40,12 @@ PM301 = Declared((), tables.DEVICE_PUT_REPLICATED)
 PM302 = Declared((), tables.DEVICE_PUT_SHARDED)
 PM303 = Declared((), frozenset(tables.FLAX_PMAP_HELPERS))
 PM304 = Declared((), tables.PMAP)
-PM401 = Declared(("check_rep", "auto=", "auto ="),
-                 tables.EXPERIMENTAL_SHARD_MAP | frozenset({tables.EXPERIMENTAL_SHARD_MAP_MODULE}))
+# The removed keywords are reported on calls of any shard_map (PM401) or jit (PM403): where a
+# keyword argument of that name is passed and the module refers to one of those functions.
+PM401 = Declared((), tables.EXPERIMENTAL_SHARD_MAP | frozenset({tables.EXPERIMENTAL_SHARD_MAP_MODULE}),
+                 KEYWORDS=frozenset(tables.SHARD_MAP_KEYWORD_CHANGES), KEYWORD_NAMES=tables.SHARD_MAP)
 PM402 = Declared((), frozenset({tables.EXPERIMENTAL_MAPS_MODULE}))
-PM403 = Declared(("axis_resources",), tables.PJIT)  # the trigger: the removed keywords, on any jit
+PM403 = Declared((), tables.PJIT, KEYWORDS=frozenset(tables.REMOVED_PJIT_KEYWORDS), KEYWORD_NAMES=tables.JIT)
 PM404 = Declared((), frozenset(tables.REMOVED_BY_NAME))
 PM501 = Declared((), tables.PMAP)
 

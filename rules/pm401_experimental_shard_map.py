@@ -96,9 +96,11 @@ class ExperimentalShardMap(ImportRule):
         f"`{_EXPERIMENTAL}` is deprecated; use `{tables.SHARD_MAP_REPLACEMENT}` "
         "(mesh, in_specs and out_specs are keyword-only there; `check_rep=` became `check_vma=`)"
     )
-    # The experimental shard_map by name; the removed keywords on any shard_map by their text.
+    # The experimental shard_map by name; the removed keywords on any shard_map.
     TRIGGERS = gates.PM401.TRIGGERS
     NAMES = gates.PM401.NAMES
+    KEYWORDS = gates.PM401.KEYWORDS
+    KEYWORD_NAMES = gates.PM401.KEYWORD_NAMES
 
     VALID = [
         Valid("import jax\nf = jax.shard_map(g, mesh=m, in_specs=P('i'), out_specs=P('i'), check_vma=False)\n"),

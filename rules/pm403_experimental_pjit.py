@@ -107,6 +107,8 @@ class ExperimentalPjit(ImportRule):
     MESSAGE = pjit_message(_PJIT)
     TRIGGERS = gates.PM403.TRIGGERS
     NAMES = gates.PM403.NAMES
+    KEYWORDS = gates.PM403.KEYWORDS
+    KEYWORD_NAMES = gates.PM403.KEYWORD_NAMES
 
     VALID = [
         Valid("import jax\nstep = jax.jit(f, in_shardings=s, out_shardings=s)\n"),

@@ -297,3 +297,30 @@ def test_syntax_errors_and_odd_bytes_are_reported_as_for_whole_files(always_slic
         whole, cut = _both(data)
         assert cut.error == whole.error, data[:40]
         assert cut.diagnostics == whole.diagnostics, data[:40]
+
+
+def test_a_unit_passing_a_reported_keyword_is_kept_and_one_naming_it_in_text_is_not(always_slice):
+    """PM401/PM403 report keywords on calls of any shard_map/jit: the unit that passes one is kept
+    (and what it uses), a unit that only spells the word in a string is blanked."""
+    text = (
+        "import jax\n"
+        "from jax.sharding import PartitionSpec as P\n"
+        "\n"
+        "def documented():\n"
+        "    return 'check_rep= and in_axis_resources= are gone'\n"
+        "\n"
+        "SPEC = P('i')\n"
+        "\n"
+        "def build(g, m):\n"
+        "    return jax.shard_map(g, mesh=m, in_specs=SPEC, out_specs=SPEC,\n"
+        "                check_rep=False)\n"
+        "\n"
+        "def jitted(g):\n"
+        "    return jax.jit(g, in_axis_resources=P('x'))\n"
+    )
+    sliced = _sliced(text)
+    assert sliced is not None and "check_rep=False" in sliced and "in_axis_resources=P" in sliced
+    assert "SPEC = P('i')" in sliced and "documented" not in sliced
+    whole, cut = _both(text.encode())
+    assert sorted(d.code for d in cut.diagnostics) == ["PM401", "PM403"]
+    assert cut.diagnostics == whole.diagnostics
