@@ -189,12 +189,15 @@ class Gate:
         if not self.names and not self.keywords:
             return False
         if notebook:
-            # The JSON escapes the code (`"\\njax.tree_map"`): its words are not the code's.
-            if not any(all(part in data for part in parts) for parts in self.spellings):
+            # The JSON escapes the code (`"\\njax.tree_map"`): its words are not the code's. Its
+            # code is read first (outputs and images make a notebook large: reading the JSON costs
+            # a tenth of searching it for each name's components).
+            if self.firsts and not any(first in data for first in self.firsts):
                 return False
-            data = _notebook_code(data)
-            if data is None:
-                return True
+            code = _notebook_code(data)
+            if code is None:  # not a readable notebook: unsure if some name's components occur
+                return any(all(part in data for part in parts) for parts in self.spellings)
+            data = code
         if not self.spells_names(data):
             return False
         try:

@@ -181,6 +181,15 @@ def test_a_notebook_is_judged_by_its_code_cells():
     assert not GATE.needs_parse(clean, notebook=True)
 
 
+def test_a_notebook_that_is_not_json_is_judged_by_its_bytes():
+    """Not a readable notebook: admitted (libcst's notebook reader reports it) when some name's
+    components occur in its bytes, ruled out otherwise, as before its code was read first."""
+    broken = b'{"cells": [{"cell_type": "code", "source": "import jax\\njax.tree_map(f, x)"'
+    assert GATE.needs_parse(broken, notebook=True)
+    assert not GATE.needs_parse(b'{"cells": [{"cell_type": "code", "source": "import jax\\nf(x)"', notebook=True)
+    assert not GATE.needs_parse(b'{"cells": [], "note": "no first component at all"', notebook=True)
+
+
 def test_referenced_names_include_prefixes_and_star_imports():
     found = referenced_names(ast.parse("from jax.experimental import *\nmaps.Mesh\nimport a.b.c as d\nd.e\n"))
     assert {"jax.experimental.maps", "jax.experimental.maps.Mesh", "a", "a.b", "a.b.c", "a.b.c.e"} <= found
