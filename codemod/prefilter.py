@@ -56,6 +56,8 @@ class NameText:
     (through imports and attribute chains): ``b.c`` as an attribute chain (or a dotted import);
     ``c`` imported ``from a.b import ...`` (continued lines and brackets included); or ``b``
     imported under another name (``import a.b as x``, ``from a import b as x``) and some ``.c``.
+    The chain ``b.c`` refers to ``a.b.c`` only where ``b`` is bound to ``a.b``, so ``a.b`` shows
+    too (recursively; ``b.c`` alone is also how ``from a._private import b`` then ``b.c`` reads).
     A star import is tested apart. The regular expressions start with a literal: fast to search."""
 
     name: str
@@ -85,11 +87,25 @@ class NameText:
         attribute = re.compile(rb"\." + _GAP + last + rb"\b")
         return (chain, imported), alias, attribute
 
-    def shown(self, data: bytes) -> bool:
+    @cached_property
+    def prefix(self) -> NameText | None:
+        """``a.b`` of ``a.b.c`` (None for a name of one or two components: its root is a module's
+        name, which some import binds wherever a chain refers to it)."""
+        head = self.name.rpartition(".")[0]
+        return NameText.of(head) if "." in head else None
+
+    def shown(self, data: bytes, memo: dict[str, bool] | None = None) -> bool:
+        """Whether the text shows the name in one of these forms (``memo``: the verdicts on the
+        same text so far, names share prefixes)."""
+        if memo is not None and self.name in memo:
+            return memo[self.name]
         strong, alias, attribute = self.patterns
-        if any(pattern.search(data) for pattern in strong):
-            return True
-        return alias is not None and alias.search(data) is not None and attribute.search(data) is not None
+        verdict = (len(strong) > 1 and strong[1].search(data) is not None) or (
+            alias is not None and alias.search(data) is not None and attribute.search(data) is not None) or (
+            strong[0].search(data) is not None and (self.prefix is None or self.prefix.shown(data, memo)))
+        if memo is not None:
+            memo[self.name] = verdict
+        return verdict
 
 
 @dataclass(frozen=True)
@@ -173,7 +189,10 @@ class Gate:
                        or not words.isdisjoint(with_keyword[text.name])]
         if not spelled:
             return False
-        return _STAR.search(data) is not None or any(text.shown(data) for text in spelled)
+        if _STAR.search(data) is not None:
+            return True
+        memo: dict[str, bool] = {}
+        return any(text.shown(data, memo) for text in spelled)
 
     def tree_refers_to_names(self, tree: ast.AST, scanned: Scan | None = None) -> bool:
         """Whether the module (its ``tree``, or what ``scan_names`` found in it) refers to one of the
@@ -237,71 +256,61 @@ class Gate:
             return None
 
 
-_BRACKETS = {"[": "]", "(": ")", "{": "}"}
+# Where PEP 695's syntax may start: a type parameter list after a def's or class's name, and a
+# `type` statement. Matched on the text: a match inside a string or comment only changes text that
+# holds no reference (and whatever the edits take out is tested for the names' words).
+_GENERIC_DEF = re.compile(r"\b(?:def|class)[ \t]+\w+[ \t]*(?=\[)")
+_TYPE_STATEMENT = re.compile(r"^([ \t]*)type[ \t]+(\w+)(?=[ \t]*([=\[]))", re.MULTILINE)
 
 
 def without_type_parameters(text: str) -> tuple[str, str] | None:
     """``text`` without PEP 695's syntax (Python 3.12), for an older `ast`: the type parameter list
     of each ``def``/``class`` taken out, and each ``type X[...] = value`` statement written as ``X =
-    value``; and the text taken out (type parameters with their bounds and defaults). None when the
-    text does not tokenize or holds none of it."""
-    try:
-        tokens = list(tokenize.generate_tokens(io.StringIO(text).readline))
-    except (tokenize.TokenError, SyntaxError):
-        return None
-    lines = text.splitlines(keepends=True)
-    edits: list[tuple[tuple[int, int], tuple[int, int], str]] = []  # (start, end, replacement)
-
-    def close(i: int) -> int | None:  # the index of the bracket closing tokens[i]'s
-        depth = 0
-        for j in range(i, len(tokens)):
-            if tokens[j].type == tokenize.OP:
-                if tokens[j].string in _BRACKETS:
-                    depth += 1
-                elif tokens[j].string in ")]}":
-                    depth -= 1
-                    if depth == 0:
-                        return j
-        return None
-
-    statement_start = True
-    i = 0
-    while i < len(tokens) - 2:
-        token, name, after = tokens[i], tokens[i + 1], tokens[i + 2]
-        at_start, statement_start = statement_start, token.type in (
-            tokenize.NEWLINE, tokenize.INDENT, tokenize.DEDENT) or (
-            statement_start and token.type in (tokenize.NL, tokenize.COMMENT))
-        if token.type == tokenize.NAME and name.type == tokenize.NAME and after.type == tokenize.OP:
-            if token.string in ("def", "class") and after.string == "[":
-                end = close(i + 2)
-                if end is None:
-                    return None
-                edits.append((after.start, tokens[end].end, ""))
-                i = end + 1
-                continue
-            if at_start and token.string == "type" and after.string in ("[", "="):
-                # `type X` -> `X`, at the statement's column (its indentation stays valid)
-                edits.append((token.start, name.end, name.string))
-                if after.string == "[":
-                    end = close(i + 2)
-                    if end is None:
-                        return None
-                    edits.append((after.start, tokens[end].end, ""))
-                    i = end + 1
-                    continue
-        i += 1
+    value``; and the text taken out (type parameters with their bounds and defaults). None when
+    there is none of it, or a bracket is not closed."""
+    edits: list[tuple[int, int, str]] = []  # (start, end, replacement)
+    for match in _GENERIC_DEF.finditer(text):
+        end = _closing(text, match.end())
+        if end is None:
+            return None
+        edits.append((match.end(), end, ""))
+    for match in _TYPE_STATEMENT.finditer(text):
+        edits.append((match.start(), match.end(), match.group(1) + match.group(2)))  # `type X` -> `X`
+        if match.group(3) == "[":
+            bracket = text.index("[", match.end())
+            end = _closing(text, bracket)
+            if end is None:
+                return None
+            edits.append((bracket, end, ""))
     if not edits:
         return None
+    edits.sort()
     removed: list[str] = []
-    # From the last edit back: an edit changes nothing before its start, so earlier positions hold.
-    for (row, col), (end_row, end_col), replacement in reversed(edits):
-        head, tail = lines[row - 1][:col], lines[end_row - 1][end_col:]
-        span = (lines[row - 1][col:end_col] if row == end_row
-                else lines[row - 1][col:] + "".join(lines[row:end_row - 1]) + lines[end_row - 1][:end_col])
+    pieces: list[str] = []
+    last = 0
+    for start, end, replacement in edits:
+        if start < last:
+            return None  # overlapping matches: not the syntax looked for
+        pieces += [text[last:start], replacement]
         if not replacement:
-            removed.append(span)
-        lines[row - 1:end_row] = [head + replacement + tail]
-    return "".join(lines), " ".join(removed)
+            removed.append(text[start:end])
+        last = end
+    pieces.append(text[last:])
+    return "".join(pieces), " ".join(removed)
+
+
+def _closing(text: str, start: int) -> int | None:
+    """Just past the bracket that closes the one at ``start`` (brackets of any kind counted)."""
+    depth = 0
+    for index in range(start, len(text)):
+        char = text[index]
+        if char in "([{":
+            depth += 1
+        elif char in ")]}":
+            depth -= 1
+            if depth == 0:
+                return index + 1
+    return None
 
 
 @lru_cache(maxsize=16)

@@ -79,6 +79,12 @@ REFERRING = [
     "from flax.training.common_utils import shard\nbatch = shard(batch)\n",
     "from jax.config import config\nconfig.update('jax_enable_x64', True)\n",
     "from jax import api\napi.jit(f)\n",
+    # a chain of the last two components, its head bound to the name's prefix in another way
+    "from jax import core\ncore.concrete_or_error(f, x)\n",
+    "import jax as j\nj.core.concrete_or_error(f, x)\n",
+    "import jax.core\njax.core.concrete_or_error(f, x)\n",
+    "from jax.lib import xla_bridge\nxla_bridge.get_backend()\n",
+    "import jax\nxb = jax.lib.xla_bridge\nxb.get_backend()\n",
     # a keyword reported on calls of any shard_map (PM401) or jit (PM403)
     "import jax\nf = jax.shard_map(g, mesh=m, in_specs=P('i'), out_specs=P('i'), check_rep=False)\n",
     "from jax import shard_map as sm\nf = sm(g, mesh=m, in_specs=P(), out_specs=P(), auto=frozenset({'j'}))\n",
@@ -105,6 +111,9 @@ NOT_REFERRING = [
     # every component occurs, but only inside longer identifiers: no reference can resolve to it
     "import myjax as J\nJ.tree_mapper(f, x)\nmyjax.tree_map_fn = 1\n",
     "import jaxlib\njaxlib.tree_maps(f)\n",
+    # the chain of the last two components, its head bound elsewhere (jax's own modules)
+    "import jax\nfrom jax._src import core\ncore.concrete_or_error(f, x)\n",
+    "import jax\nfrom jax._src.lib import xla_bridge\nxla_bridge.get_backend()\n",
     # the keywords without a call that passes them, or without the functions they are reported on
     "import jax\n# check_rep=False was renamed\nf = jax.shard_map(g, mesh=m, in_specs=P(), out_specs=P())\n",
     "import jax\nx = dict(auto=1)\nf = jax.pmapped_fn\n",
