@@ -382,6 +382,8 @@ class GlobalRewrite:
         return helpers[axis]
 
     def _render(self, entry: _Site, plan: Plan, indent: str) -> str:
+        if plan.params is None and plan.static:
+            raise Unsupported("static_broadcasted_argnums with an unknown signature in a multi-process program")
         if entry.boundary is not None and plan.params is None and not plan.keywords:
             # Callers not seen may pass keywords: take them (mapped on axis 0, as legacy did).
             plan = dataclasses.replace(plan, keywords=True, body_call=plan.body_call.removesuffix("(*args)")

@@ -227,6 +227,23 @@ def jitted_parts(plan: Plan, indent: str, name: str | None = None) -> tuple[list
         call = (f"{i1}return jax.shard_map(per_device, mesh=mesh, in_specs=P({plan.axis}), out_specs=P({plan.axis}), "
                 f"check_vma=False)(args, kwargs)")
         return head, body, plan.size or "jax.tree.leaves((args, kwargs))[0].shape[0]", call
+    if plan.params is None and plan.static:
+        # Unknown signature with static positions: the others mapped on axis 0; the static ones stay
+        # the Python values jit hashed (legacy pmap passed them as they were), put back in place.
+        static = _tuple_text(plan.static)
+        assert plan.body_call.endswith("(*args)") and not plan.keywords, plan.body_call
+        callee = plan.body_call.removesuffix("(*args)")
+        head = [decorator, f"def {name}(*args):"]
+        body = [
+            f"{i1}dynamic = [arg for i, arg in enumerate(args) if i not in {static}]  # static arguments: not mapped",
+            "",
+            f"{i1}def per_device(*blocks):  # each device holds a (1, ...) block; the pmap body saw the slice",
+            f"{i2}blocks = iter(jax.tree.map(lambda leaf: leaf.squeeze(0), blocks))",
+            f"{i2}return {_expand(f'{callee}(*[arg if i in {static} else next(blocks) for i, arg in enumerate(args)])', 0)}",
+        ]
+        call = (f"{i1}return jax.shard_map(per_device, mesh=mesh, in_specs=P({plan.axis}), out_specs=P({plan.axis}), "
+                f"check_vma=False)(*dynamic)")
+        return head, body, plan.size or "jax.tree.leaves(dynamic)[0].shape[0]", call
     if plan.params is None:
         # Unknown signature: every positional argument mapped on axis 0 (checked by the planner).
         head = [decorator, f"def {name}(*args):"]
@@ -274,6 +291,11 @@ def jitted_parts(plan: Plan, indent: str, name: str | None = None) -> tuple[list
     call = (f"{i1}return jax.shard_map(per_device, mesh=mesh, in_specs={in_specs}, out_specs={out_specs}, "
             f"check_vma=False)({', '.join(mapped)})")
     return [decorator, f"def {name}({', '.join(params)}):"], body, size, call
+
+
+# The names the wrapper of an unknown signature with static positions binds around the call of the
+# mapped function (a function of one of these names would not be the one called).
+_STATIC_TEMPLATE_LOCALS = frozenset({"args", "dynamic", "blocks", "per_device", "mesh"})
 
 
 def _process_guard(indent: str) -> list[str]:
@@ -588,8 +610,6 @@ class Rewriter:
         n_params = len(params) if params is not None else None
         if n_params is not None and any(i >= n_params for i in static + donate):
             raise Unsupported("argnums beyond the function's parameters")
-        if static and params is None:
-            raise Unsupported("static_broadcasted_argnums with an unknown signature")
         n_mapped = (n_params - len(set(static))) if n_params is not None else None
 
         size_node = site.option("axis_size")
@@ -719,6 +739,13 @@ class Rewriter:
         if risk is not None:
             opts["unsafe"].append(risk)
         keywords = params is None and self._may_get_keywords(site)
+        if params is None and opts["static"]:
+            if keywords:
+                raise Unsupported("static_broadcasted_argnums with an unknown signature, and keyword arguments "
+                                  "(or the function used as a value)")
+            callee = body_call.removesuffix("(*args)")
+            if callee in _STATIC_TEMPLATE_LOCALS:
+                raise Unsupported(f"the mapped function's name `{callee}` is a name of the wrapper's own")
         if keywords:
             assert body_call.endswith("(*args)"), body_call
             body_call = body_call[: -len("(*args)")] + "(*args, **kwargs)"
