@@ -384,6 +384,8 @@ class GlobalRewrite:
     def _render(self, entry: _Site, plan: Plan, indent: str) -> str:
         if plan.params is None and plan.static:
             raise Unsupported("static_broadcasted_argnums with an unknown signature in a multi-process program")
+        if plan.axis_hoisted:  # the global helpers are module-level, one set per axis name
+            raise Unsupported("`axis_name` is not a string literal (in a multi-process program)")
         if entry.boundary is not None and plan.params is None and not plan.keywords:
             # Callers not seen may pass keywords: take them (mapped on axis 0, as legacy did).
             plan = dataclasses.replace(plan, keywords=True, body_call=plan.body_call.removesuffix("(*args)")

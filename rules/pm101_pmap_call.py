@@ -52,9 +52,10 @@ class PmapCall(Rule):
 
     ## Fix safety
     `pmap-migrate fix` rewrites call sites whose options are all visible in the module into the
-    faithful `jax.jit(jax.shard_map(...))` form above (safe: same values for all inputs). Sites
-    whose options are computed at run time, or whose alias comes from another module, are
-    swapped to `runtime_shim.pmap` instead.
+    faithful `jax.jit(jax.shard_map(...))` form above (safe: same values for all inputs); a
+    computed `axis_name` is read once where pmap read it. Sites whose other options are computed
+    at run time (`in_axes`, argnums), or whose alias comes from another module, are swapped to
+    `runtime_shim.pmap` instead.
 
     With `--idiomatic` (or `idiomatic = true` in the config) and `--unsafe-fixes`, a whole
     data-parallel loop in one module (params replicated with `device_put_replicated` / flax

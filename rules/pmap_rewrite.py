@@ -162,6 +162,8 @@ class Plan:
     unsafe_reasons: list[str] = field(default_factory=list)
     # Unknown signature: the wrapper also takes keyword arguments (mapped on axis 0, as legacy did).
     keywords: bool = False
+    # ``axis`` is a name the hoisted statements bind (a computed axis_name, read where pmap read it).
+    axis_hoisted: bool = False
 
 
 def _spec(axis: int | None, name: str) -> str:
@@ -602,7 +604,7 @@ class Rewriter:
         elif isinstance(axis_node, cst.Name) and self._string_constant(axis_node):
             axis = axis_node.value  # `_PMAP_AXIS_NAME = "data"`: the mesh axis follows the constant
         else:
-            raise Unsupported("`axis_name` is not a string literal")
+            axis = None  # any other expression: read once, where pmap read it (`_plan` hoists it)
         static = _int_tuple(site.option("static_broadcasted_argnums"), "static_broadcasted_argnums")
         donate = _int_tuple(site.option("donate_argnums"), "donate_argnums")
         if any(i < 0 for i in static + donate):
@@ -680,8 +682,16 @@ class Rewriter:
             else:
                 mesh_devices = "jax.local_devices()"
             mesh_devices += "[: {size}]"
-        return dict(axis=axis, static=static, donate=donate, in_axes=in_axes, out_axes=out_axes,
-                    mesh_devices=mesh_devices, size=size, unsafe=unsafe)
+        return dict(axis=axis, axis_node=axis_node, static=static, donate=donate, in_axes=in_axes,
+                    out_axes=out_axes, mesh_devices=mesh_devices, size=size, unsafe=unsafe)
+
+    def _strings_only(self, expr: cst.BaseExpression) -> bool:
+        """``expr`` is a name every binding of which assigns a string literal (it cannot be None)."""
+        if not isinstance(expr, cst.Name):
+            return False
+        assignments = self.model.assignments_of(expr)
+        return bool(assignments) and all(
+            isinstance(self.model.assigned_value(getattr(a, "node", None)), cst.SimpleString) for a in assignments)
 
     def _string_constant(self, name: cst.Name) -> bool:
         """``name`` is a module-level name bound once, to a string literal, and never rebound: the
@@ -735,6 +745,15 @@ class Rewriter:
     def _plan(self, site: TransformSite, name: str, params: list[str] | None, body_call: str,
               hoisted: list[str]) -> Plan:
         opts = self._options(site, params)
+        axis = opts["axis"]
+        if axis is None:
+            # A computed axis name (`self.pmap_axis_name`): legacy read it once, when pmap was built;
+            # the wrapper's mesh and specs read it from a name bound there. None named no axis.
+            expression = opts["axis_node"]
+            axis = self._unique_name(f"{name.lstrip('_') or 'pmapped'}_axis")
+            hoisted = [*hoisted, f"{axis} = {_code(expression)}  # pmap's axis_name, read once where pmap read it"]
+            if not self._strings_only(expression):
+                hoisted.append(f"{axis} = {_DEFAULT_AXIS} if {axis} is None else {axis}  # None: an unnamed axis")
         risk = self._keyword_risk(site, params, opts)
         if risk is not None:
             opts["unsafe"].append(risk)
@@ -749,10 +768,10 @@ class Rewriter:
         if keywords:
             assert body_call.endswith("(*args)"), body_call
             body_call = body_call[: -len("(*args)")] + "(*args, **kwargs)"
-        return Plan(name=name, params=params, axis=opts["axis"], in_axes=opts["in_axes"], out_axes=opts["out_axes"],
+        return Plan(name=name, params=params, axis=axis, in_axes=opts["in_axes"], out_axes=opts["out_axes"],
                     static=opts["static"], donate=opts["donate"], mesh_devices=opts["mesh_devices"],
                     size=opts["size"], body_call=body_call, hoisted=hoisted, unsafe_reasons=opts["unsafe"],
-                    keywords=keywords)
+                    keywords=keywords, axis_hoisted=opts["axis"] is None)
 
     def _may_get_keywords(self, site: TransformSite) -> bool:
         """Some call of the pmapped function passes keyword arguments (or `**`), or it is used as a
@@ -891,7 +910,7 @@ class Rewriter:
         statement = self._enclosing_statement(call)
         if statement is None:
             raise Unsupported("a pmap outside any statement")
-        expressions = [fun] + [a.value for a in site.args if a.keyword is not None]
+        expressions = [fun] + [a.value for a in site.args if a.value is not fun]  # options by position too
         top = self._top_level_statement(statement)
         if top is not None and top is not statement and all(self._module_level_only(e) for e in expressions):
             anchor = top

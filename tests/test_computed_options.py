@@ -1,6 +1,7 @@
-"""static_broadcasted_argnums on a function whose signature the wrapper cannot repeat: the `*args`
-wrapper keeps the static positions as Python values (programs: fixtures/programs/
-static_unknown_signature.py); what it cannot express keeps the shim, with the reason."""
+"""Options the wrapper takes where the signature or the value is known only at run time: static
+broadcasted arguments of a signature the wrapper cannot repeat (programs: fixtures/programs/
+static_unknown_signature.py), and a computed axis_name (computed_axis_name.py); what it cannot
+express keeps the shim, with the reason."""
 
 from __future__ import annotations
 
@@ -53,3 +54,29 @@ def test_what_the_wrapper_cannot_express_keeps_the_shim(code, reason):
     summary = _summary(code)
     assert "runtime_shim.pmap" in summary and reason in summary, summary
     assert "import runtime_shim" in _fixed(code)
+
+
+# A computed axis_name (session 12): hoisted where pmap read it; program fixtures/programs/computed_axis_name.
+AXIS_HEAD = "import jax\nfrom jax import lax\n\ndef body(x):\n    return x\n\n"
+
+
+def test_a_computed_axis_name_is_read_once_where_pmap_read_it():
+    fixed = _fixed(AXIS_HEAD + "def run(self, x):\n    return jax.pmap(body, axis_name=self.axis)(x)\n")
+    assert "    body_mapped_axis = self.axis  # pmap's axis_name, read once where pmap read it\n" in fixed
+    assert '    body_mapped_axis = "i" if body_mapped_axis is None else body_mapped_axis' in fixed
+    assert "(body_mapped_axis,))" in fixed and "in_specs=(P(body_mapped_axis),)" in fixed
+    assert "import runtime_shim" not in fixed
+    # a name bound only to string literals cannot be None: no second line
+    fixed = _fixed(AXIS_HEAD + "def run(x):\n    name = 'rows'\n    return jax.pmap(body, name)(x)\n")
+    assert "body_mapped_axis = name  # pmap's axis_name" in fixed and "is None else" not in fixed
+
+
+def test_a_computed_axis_name_used_by_position_keeps_the_wrapper_where_it_is_read():
+    # `name` is local: the wrapper must not be hoisted to module level, where it is unbound
+    fixed = _fixed(AXIS_HEAD + "def run(x, name):\n    return jax.pmap(body, name)(x)\n")
+    assert fixed.index("def run(x, name):") < fixed.index("body_mapped_axis = name")
+
+
+def test_a_computed_axis_name_in_a_multi_process_program_keeps_the_shim():
+    code = AXIS_HEAD + "step = jax.pmap(body, axis_name=make_axis())\nout = step(xs)\nprint(jax.process_index())\n"
+    assert "`axis_name` is not a string literal (in a multi-process program)" in _summary(code)
