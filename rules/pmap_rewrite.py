@@ -236,7 +236,11 @@ def jitted_parts(plan: Plan, indent: str, name: str | None = None) -> tuple[list
         assert plan.body_call.endswith("(*args)") and not plan.keywords, plan.body_call
         callee = plan.body_call.removesuffix("(*args)")
         head = [decorator, f"def {name}(*args):"]
+        last = max(plan.static)
         body = [
+            f"{i1}if len(args) <= {last}:  # as legacy pmap: every static argument is passed by position",
+            f'{i2}raise ValueError(f"pmapped function has static_broadcasted_argnums={static} but was called with '
+            f'only {{len(args)}} positional arguments. All static broadcasted arguments must be passed positionally.")',
             f"{i1}dynamic = [arg for i, arg in enumerate(args) if i not in {static}]  # static arguments: not mapped",
             "",
             f"{i1}def per_device(*blocks):  # each device holds a (1, ...) block; the pmap body saw the slice",

@@ -34,6 +34,7 @@ def test_positional_calls_are_rewritten_with_the_static_positions_kept():
     assert "import runtime_shim" not in fixed and "runtime_shim.pmap(" not in fixed
     assert "@functools.partial(jax.jit, static_argnums=(1,))\ndef train(*args):\n" in fixed
     assert "dynamic = [arg for i, arg in enumerate(args) if i not in (1,)]" in fixed
+    assert "    if len(args) <= 1:  # as legacy pmap: every static argument is passed by position\n" in fixed
     assert "_train(*[arg if i in (1,) else next(blocks) for i, arg in enumerate(args)])" in fixed
     assert "check_vma=False)(*dynamic)" in fixed
     compile(fixed, "fixed.py", "exec")
