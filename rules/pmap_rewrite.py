@@ -79,6 +79,10 @@ def _code(node: cst.CSTNode) -> str:
     return cst.Module([]).code_for_node(node)
 
 
+class _NotConstant(Exception):
+    """An option expression that is not computed from literals alone."""
+
+
 def _int_literal(node: cst.BaseExpression) -> int | None:
     if isinstance(node, cst.Integer):
         return int(node.value, 0)
@@ -609,8 +613,8 @@ class Rewriter:
             axis = axis_node.value  # `_PMAP_AXIS_NAME = "data"`: the mesh axis follows the constant
         else:
             axis = None  # any other expression: read once, where pmap read it (`_plan` hoists it)
-        static = _int_tuple(site.option("static_broadcasted_argnums"), "static_broadcasted_argnums")
-        donate = _int_tuple(site.option("donate_argnums"), "donate_argnums")
+        static = _int_tuple(self._folded(site.option("static_broadcasted_argnums")), "static_broadcasted_argnums")
+        donate = _int_tuple(self._folded(site.option("donate_argnums")), "donate_argnums")
         if any(i < 0 for i in static + donate):
             raise Unsupported("negative argnums")
         n_params = len(params) if params is not None else None
@@ -624,7 +628,7 @@ class Rewriter:
             if _int_literal(size_node) is None:
                 raise Unsupported("`axis_size` is not a literal")
             size = _code(size_node)
-        in_node = site.option("in_axes")
+        in_node = self._folded(site.option("in_axes"))
         in_axes: list[AxisEntry] | int | None
         if in_node is None:
             in_axes = 0
@@ -655,11 +659,14 @@ class Rewriter:
         if params is None and in_axes != 0:
             raise Unsupported("non-zero in_axes with an unknown signature")
 
-        out_node = site.option("out_axes")
+        out_node = self._folded(site.option("out_axes"))
         out_axes: list[int | None] | int | None
         if out_node is None:
             out_axes = 0
-        elif isinstance(out_node, (cst.Tuple, cst.List)):
+        elif isinstance(out_node, cst.List):
+            # A list prefix matches list outputs only (legacy refused a tuple output with it).
+            raise Unsupported("an out_axes list (legacy pmap matched it to list outputs only)")
+        elif isinstance(out_node, cst.Tuple):
             out_axes = [_axis_value(e.value) for e in out_node.elements]
         else:
             out_axes = _axis_value(out_node)
@@ -688,6 +695,53 @@ class Rewriter:
             mesh_devices += "[: {size}]"
         return dict(axis=axis, axis_node=axis_node, static=static, donate=donate, in_axes=in_axes,
                     out_axes=out_axes, mesh_devices=mesh_devices, size=size, unsafe=unsafe)
+
+    def _folded(self, node: cst.BaseExpression | None) -> cst.BaseExpression | None:
+        """An option computed from literals (`list(range(5))`, `(0,) * 5 + (None,)`) as the literal
+        it always evaluates to (the builtins being the builtins); any other node as it is."""
+        if node is None or isinstance(node, (cst.Integer, cst.Name, cst.SimpleString, cst.Dict)):
+            return node
+        try:
+            value = self._constant(node)
+        except _NotConstant:
+            return node
+        if isinstance(value, (tuple, list)) and all(v is None or isinstance(v, int) for v in value):
+            return cst.parse_expression(repr(value))
+        return node
+
+    def _constant(self, node: cst.BaseExpression):
+        """The value of an expression of int literals, None, tuples and lists, `+` and `*` on them,
+        and the builtins `range`, `list` and `tuple` (raises _NotConstant for anything else)."""
+        if _is_none(node):
+            return None
+        value = _int_literal(node)
+        if value is not None:
+            return value
+        if isinstance(node, (cst.Tuple, cst.List)) and not any(isinstance(e, cst.StarredElement) for e in node.elements):
+            items = [self._constant(e.value) for e in node.elements]
+            return tuple(items) if isinstance(node, cst.Tuple) else items
+        if isinstance(node, cst.BinaryOperation):
+            left, right = self._constant(node.left), self._constant(node.right)
+            if isinstance(node.operator, cst.Add) and type(left) is type(right) and isinstance(left, (tuple, list)):
+                return left + right
+            if isinstance(node.operator, cst.Multiply):
+                if isinstance(left, (tuple, list)) and isinstance(right, int) and 0 <= right <= 64:
+                    return left * right
+                if isinstance(right, (tuple, list)) and isinstance(left, int) and 0 <= left <= 64:
+                    return right * left
+        if isinstance(node, cst.Call) and isinstance(node.func, cst.Name) and node.func.value in ("range", "list", "tuple") \
+                and all(a.keyword is None and not a.star for a in node.args) and self._builtin(node.func):
+            args = [self._constant(a.value) for a in node.args]
+            if node.func.value == "range" and 1 <= len(args) <= 3 and all(isinstance(a, int) for a in args) \
+                    and len(range(*args)) <= 64:
+                return tuple(range(*args))  # only ever iterated by list()/tuple() here
+            if node.func.value in ("list", "tuple") and len(args) == 1 and isinstance(args[0], (tuple, list)):
+                return list(args[0]) if node.func.value == "list" else tuple(args[0])
+        raise _NotConstant
+
+    def _builtin(self, name: cst.Name) -> bool:
+        assignments = self.model.assignments_of(name)
+        return bool(assignments) and all(isinstance(a, BuiltinAssignment) for a in assignments)
 
     def _strings_only(self, expr: cst.BaseExpression) -> bool:
         """``expr`` is a name every binding of which assigns a string literal (it cannot be None)."""

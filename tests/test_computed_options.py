@@ -81,3 +81,28 @@ def test_a_computed_axis_name_used_by_position_keeps_the_wrapper_where_it_is_rea
 def test_a_computed_axis_name_in_a_multi_process_program_keeps_the_shim():
     code = AXIS_HEAD + "step = jax.pmap(body, axis_name=make_axis())\nout = step(xs)\nprint(jax.process_index())\n"
     assert "`axis_name` is not a string literal (in a multi-process program)" in _summary(code)
+
+
+# Options computed from literals (session 12): program fixtures/programs/folded_options.
+FOLD_HEAD = "import jax\n\ndef f(a, b, c):\n    return a + b + c\n\n"
+
+
+def test_options_computed_from_literals_are_taken_as_their_values():
+    fixed = _fixed(FOLD_HEAD + "step = jax.pmap(f, in_axes=(0,) * 2 + (None,), donate_argnums=list(range(2)))\n"
+                   "out = step(x, y, z)\n")
+    assert "import runtime_shim" not in fixed
+    assert "@functools.partial(jax.jit, donate_argnums=(0, 1))" in fixed
+    assert "in_specs=(P('i'), P('i'), P())" in fixed or 'in_specs=(P("i"), P("i"), P())' in fixed
+
+
+@pytest.mark.parametrize("code, reason", [
+    # `range` is not the builtin here
+    ("range = lambda n: [0]\n" + FOLD_HEAD + "step = jax.pmap(f, donate_argnums=list(range(2)))\nout = step(x, y, z)\n",
+     "`donate_argnums` is not a literal"),
+    # a list prefix matches list outputs only: legacy refused tuple outputs with it
+    (FOLD_HEAD + "step = jax.pmap(lambda v: (v, v), out_axes=[0, 0])\nout = step(x)\n",
+     "an out_axes list (legacy pmap matched it to list outputs only)"),
+])
+def test_what_is_not_a_literal_in_disguise_keeps_the_shim(code, reason):
+    summary = _summary(code)
+    assert "runtime_shim.pmap" in summary and reason in summary, summary
