@@ -168,7 +168,12 @@ class Gate:
         """A trigger, or the last component of some name, occurs: what code that does not parse
         (a broken notebook cell) must show to possibly hold a legacy pattern."""
         return (self.text_match(data) or any(parts[0] in data for parts in self.spellings)
-                or any(keyword.encode() in data for keyword, _ in self.keywords))
+                or any(pattern.search(data) is not None for pattern in self._keyword_passed))
+
+    @cached_property
+    def _keyword_passed(self) -> tuple[re.Pattern[bytes], ...]:
+        """How a call passing one of ``keywords`` shows in the text: ``check_rep=``."""
+        return tuple(re.compile(rb"\b" + re.escape(keyword.encode()) + rb"[ \t]*=") for keyword, _ in self.keywords)
 
     def spells_names(self, data: bytes) -> bool:
         """Some name is spelled in Python source as a reference to it would be (the test before any

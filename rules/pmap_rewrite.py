@@ -803,15 +803,6 @@ class Rewriter:
     def _plan(self, site: TransformSite, name: str, params: list[str] | None, body_call: str,
               hoisted: list[str]) -> Plan:
         opts = self._options(site, params)
-        axis = opts["axis"]
-        if axis is None:
-            # A computed axis name (`self.pmap_axis_name`): legacy read it once, when pmap was built;
-            # the wrapper's mesh and specs read it from a name bound there. None named no axis.
-            expression = opts["axis_node"]
-            axis = self._unique_name(f"{name.lstrip('_') or 'pmapped'}_axis")
-            hoisted = [*hoisted, f"{axis} = {_code(expression)}  # pmap's axis_name, read once where pmap read it"]
-            if not self._strings_only(expression):
-                hoisted.append(f"{axis} = {_DEFAULT_AXIS} if {axis} is None else {axis}  # None: an unnamed axis")
         risk = self._keyword_risk(site, params, opts)
         if risk is not None:
             opts["unsafe"].append(risk)
@@ -826,6 +817,15 @@ class Rewriter:
         if keywords:
             assert body_call.endswith("(*args)"), body_call
             body_call = body_call[: -len("(*args)")] + "(*args, **kwargs)"
+        axis = opts["axis"]
+        if axis is None:
+            # A computed axis name (`self.pmap_axis_name`): legacy read it once, when pmap was built;
+            # the wrapper's mesh and specs read it from a name bound there. None named no axis.
+            expression = opts["axis_node"]
+            axis = self._unique_name(f"{name.lstrip('_') or 'pmapped'}_axis")
+            hoisted = [*hoisted, f"{axis} = {_code(expression)}  # pmap's axis_name, read once where pmap read it"]
+            if not self._strings_only(expression):
+                hoisted.append(f"{axis} = {_DEFAULT_AXIS} if {axis} is None else {axis}  # None: an unnamed axis")
         return Plan(name=name, params=params, axis=axis, in_axes=opts["in_axes"], out_axes=opts["out_axes"],
                     static=opts["static"], donate=opts["donate"], mesh_devices=opts["mesh_devices"],
                     size=opts["size"], body_call=body_call, hoisted=hoisted, unsafe_reasons=opts["unsafe"],
