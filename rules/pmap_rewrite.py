@@ -632,14 +632,15 @@ class Rewriter:
         in_axes: list[AxisEntry] | int | None
         if in_node is None:
             in_axes = 0
-        elif isinstance(in_node, (cst.Tuple, cst.List)):
+        elif isinstance(in_node, cst.List):
+            # The arguments are a tuple: legacy pmap refused a list prefix (a ValueError at the call).
+            raise Unsupported("an in_axes list (legacy pmap refused it: the arguments are a tuple)")
+        elif isinstance(in_node, cst.Tuple):
             if params is None:
                 raise Unsupported("a per-argument in_axes with an unknown signature")
             entries = [_axis_entry(e.value) for e in in_node.elements]
             if static:
-                # Legacy pmap picks in_axes[i] for each non-static position i (a tuple only).
-                if isinstance(in_node, cst.List):
-                    raise Unsupported("an in_axes list together with static_broadcasted_argnums")
+                # Legacy pmap picks in_axes[i] for each non-static position i.
                 dynamic = [i for i in range(n_params) if i not in static]
                 if dynamic and max(dynamic) >= len(entries):
                     raise Unsupported("in_axes does not cover every non-static argument")

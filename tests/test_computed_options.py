@@ -102,6 +102,11 @@ def test_options_computed_from_literals_are_taken_as_their_values():
     # a list prefix matches list outputs only: legacy refused tuple outputs with it
     (FOLD_HEAD + "step = jax.pmap(lambda v: (v, v), out_axes=[0, 0])\nout = step(x)\n",
      "an out_axes list (legacy pmap matched it to list outputs only)"),
+    # the arguments are a tuple: legacy refused a list in_axes (a ValueError at the call, 0.7.2)
+    (FOLD_HEAD + "step = jax.pmap(f, in_axes=[0, None, 0])\nout = step(x, y, z)\n",
+     "an in_axes list (legacy pmap refused it: the arguments are a tuple)"),
+    (FOLD_HEAD + "step = jax.pmap(f, in_axes=list((0, None, 0)))\nout = step(x, y, z)\n",
+     "an in_axes list (legacy pmap refused it: the arguments are a tuple)"),
 ])
 def test_what_is_not_a_literal_in_disguise_keeps_the_shim(code, reason):
     summary = _summary(code)
