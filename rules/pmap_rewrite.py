@@ -613,8 +613,9 @@ class Rewriter:
             axis = axis_node.value  # `_PMAP_AXIS_NAME = "data"`: the mesh axis follows the constant
         else:
             axis = None  # any other expression: read once, where pmap read it (`_plan` hoists it)
-        static = _int_tuple(self._folded(site.option("static_broadcasted_argnums")), "static_broadcasted_argnums")
-        donate = _int_tuple(self._folded(site.option("donate_argnums")), "donate_argnums")
+        static = _int_tuple(self._folded(site.option("static_broadcasted_argnums"), iterable=True),
+                            "static_broadcasted_argnums")
+        donate = _int_tuple(self._folded(site.option("donate_argnums"), iterable=True), "donate_argnums")
         if any(i < 0 for i in static + donate):
             raise Unsupported("negative argnums")
         n_params = len(params) if params is not None else None
@@ -697,22 +698,27 @@ class Rewriter:
         return dict(axis=axis, axis_node=axis_node, static=static, donate=donate, in_axes=in_axes,
                     out_axes=out_axes, mesh_devices=mesh_devices, size=size, unsafe=unsafe)
 
-    def _folded(self, node: cst.BaseExpression | None) -> cst.BaseExpression | None:
+    def _folded(self, node: cst.BaseExpression | None, *, iterable: bool = False) -> cst.BaseExpression | None:
         """An option computed from literals (`list(range(5))`, `(0,) * 5 + (None,)`) as the literal
-        it always evaluates to (the builtins being the builtins); any other node as it is."""
+        it always evaluates to (the builtins being the builtins); any other node as it is.
+        ``iterable``: the option takes any iterable of ints (the argnums), so a `range` stands for
+        the tuple of its items; in_axes and out_axes take containers only (legacy refused a range)."""
         if node is None or isinstance(node, (cst.Integer, cst.Name, cst.SimpleString, cst.Dict)):
             return node
         try:
             value = self._constant(node)
         except _NotConstant:
             return node
+        if iterable and isinstance(value, range):
+            value = tuple(value)
         if isinstance(value, (tuple, list)) and all(v is None or isinstance(v, int) for v in value):
             return cst.parse_expression(repr(value))
         return node
 
     def _constant(self, node: cst.BaseExpression):
         """The value of an expression of int literals, None, tuples and lists, `+` and `*` on them,
-        and the builtins `range`, `list` and `tuple` (raises _NotConstant for anything else)."""
+        and the builtins `range`, `list` and `tuple` (raises _NotConstant for anything else; a `range`
+        call is a `range`, which only `list`/`tuple` and ``iterable`` options take)."""
         if _is_none(node):
             return None
         value = _int_literal(node)
@@ -731,18 +737,15 @@ class Rewriter:
                 if isinstance(right, (tuple, list)) and isinstance(left, int) and 0 <= left <= 64:
                     return right * left
         if isinstance(node, cst.Call) and isinstance(node.func, cst.Name) and node.func.value in ("range", "list", "tuple") \
-                and all(a.keyword is None and not a.star for a in node.args) and self._builtin(node.func):
+                and all(a.keyword is None and not a.star for a in node.args) \
+                and self.model.qualified_names(node.func) == {f"builtins.{node.func.value}"}:
             args = [self._constant(a.value) for a in node.args]
             if node.func.value == "range" and 1 <= len(args) <= 3 and all(isinstance(a, int) for a in args) \
                     and len(range(*args)) <= 64:
-                return tuple(range(*args))  # only ever iterated by list()/tuple() here
-            if node.func.value in ("list", "tuple") and len(args) == 1 and isinstance(args[0], (tuple, list)):
+                return range(*args)
+            if node.func.value in ("list", "tuple") and len(args) == 1 and isinstance(args[0], (tuple, list, range)):
                 return list(args[0]) if node.func.value == "list" else tuple(args[0])
         raise _NotConstant
-
-    def _builtin(self, name: cst.Name) -> bool:
-        assignments = self.model.assignments_of(name)
-        return bool(assignments) and all(isinstance(a, BuiltinAssignment) for a in assignments)
 
     def _strings_only(self, expr: cst.BaseExpression) -> bool:
         """``expr`` is a name every binding of which assigns a string literal (it cannot be None)."""

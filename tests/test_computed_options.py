@@ -93,6 +93,9 @@ def test_options_computed_from_literals_are_taken_as_their_values():
     assert "import runtime_shim" not in fixed
     assert "@functools.partial(jax.jit, donate_argnums=(0, 1))" in fixed
     assert "in_specs=(P('i'), P('i'), P())" in fixed or 'in_specs=(P("i"), P("i"), P())' in fixed
+    # argnums take any iterable (legacy accepted `donate_argnums=range(2)`, checked on 0.7.2)
+    fixed = _fixed(FOLD_HEAD + "step = jax.pmap(f, donate_argnums=range(2))\nout = step(x, y, z)\n")
+    assert "import runtime_shim" not in fixed and "@functools.partial(jax.jit, donate_argnums=(0, 1))" in fixed
 
 
 @pytest.mark.parametrize("code, reason", [
@@ -107,6 +110,8 @@ def test_options_computed_from_literals_are_taken_as_their_values():
      "an in_axes list (legacy pmap refused it: the arguments are a tuple)"),
     (FOLD_HEAD + "step = jax.pmap(f, in_axes=list((0, None, 0)))\nout = step(x, y, z)\n",
      "an in_axes list (legacy pmap refused it: the arguments are a tuple)"),
+    # a range is no container of axes: legacy raised TypeError for `in_axes=range(3)` (0.7.2)
+    (FOLD_HEAD + "step = jax.pmap(f, in_axes=range(3))\nout = step(x, y, z)\n", "`range(3)` is not a literal axis"),
 ])
 def test_what_is_not_a_literal_in_disguise_keeps_the_shim(code, reason):
     summary = _summary(code)
