@@ -22,11 +22,9 @@ it passes). A file the test rejects cannot give a finding; one it accepts goes t
 from __future__ import annotations
 
 import ast
-import io
 import json
 import re
 import sys
-import tokenize
 import warnings
 from collections import deque
 from collections.abc import Iterable, Sequence
@@ -171,6 +169,10 @@ class Gate:
                 or any(pattern.search(data) is not None for pattern in self._keyword_passed))
 
     @cached_property
+    def _keywords_of_name(self) -> dict[str, frozenset[bytes]]:
+        return dict(self.keyword_texts)
+
+    @cached_property
     def _keyword_passed(self) -> tuple[re.Pattern[bytes], ...]:
         """How a call passing one of ``keywords`` shows in the text: ``check_rep=``."""
         return tuple(re.compile(rb"\b" + re.escape(keyword.encode()) + rb"[ \t]*=") for keyword, _ in self.keywords)
@@ -189,7 +191,7 @@ class Gate:
             return False
         spelled = [text for text in self.texts if words.issuperset(text.parts)]
         if self.keyword_texts and spelled:  # a name that matters with a keyword only: and the keyword
-            with_keyword = dict(self.keyword_texts)
+            with_keyword = self._keywords_of_name
             spelled = [text for text in spelled if text.name not in with_keyword
                        or not words.isdisjoint(with_keyword[text.name])]
         if not spelled:
@@ -242,9 +244,10 @@ class Gate:
         to one). Its lines and columns are not the file's: nothing but the names test reads it."""
         if sys.version_info >= (3, 12):
             return None
+        from codemod.sourcetext import python_text  # only for modules this Python's `ast` rejects
+
         try:
-            encoding, _ = tokenize.detect_encoding(io.BytesIO(data).readline)
-            text = data.decode("utf-8-sig" if encoding == "utf-8-sig" else encoding)
+            text = python_text(data)
         except (SyntaxError, LookupError, UnicodeError):
             return None
         taken = without_type_parameters(text)

@@ -161,13 +161,10 @@ def _checked(data: bytes, shown: str, codes: tuple[str, ...], options: RuleOptio
     with collector_paused():
         parsed = parse_python(data)
         if not text_matched:
-            if parsed is not None:
-                if not gate.tree_refers_to_names(parsed.tree, parsed.names):
-                    return FileResult(shown)
-            else:  # Python 3.12's type parameters on an older Python, say (libcst parses them)
-                tree = gate.newer_grammar_tree(data)
-                if tree is not None and not gate.tree_refers_to_names(tree):
-                    return FileResult(shown)
+            # Without a tree of its own: Python 3.12's type parameters on an older Python, say.
+            tree, scanned = (parsed.tree, parsed.names) if parsed is not None else (gate.newer_grammar_tree(data), None)
+            if tree is not None and not gate.tree_refers_to_names(tree, scanned):
+                return FileResult(shown)
     return lint_file(data, shown, rules_for(codes), options, parsed)
 
 

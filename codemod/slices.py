@@ -25,16 +25,15 @@ tests/test_slices.py compare it with the analysis of whole files.
 from __future__ import annotations
 
 import ast
-import io
 import re
 import sys
-import tokenize
 import warnings
 from dataclasses import dataclass, field
 from functools import cached_property
 from itertools import chain
 
 from codemod.prefilter import Gate, Scan, child_nodes, dotted, prefixes, scan_names
+from codemod.sourcetext import python_text
 
 # Below this many lines a file is analysed whole: slicing would save little.
 MIN_LINES = 60
@@ -64,8 +63,7 @@ class Parsed:
 def parse_python(data: bytes) -> Parsed | None:
     """``data`` decoded and parsed with `ast`; None when either fails (libcst then reports why)."""
     try:
-        encoding, _ = tokenize.detect_encoding(io.BytesIO(data).readline)
-        text = data.decode("utf-8-sig" if encoding == "utf-8-sig" else encoding)
+        text = python_text(data)
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")  # invalid escape sequences and the like
             tree = ast.parse(text)

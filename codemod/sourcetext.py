@@ -12,11 +12,17 @@ from codemod.diagnostics import Diagnostic
 NEWLINE = re.compile(r"\r\n|\r|\n")  # the line breaks of Python's tokenizer (not str.splitlines')
 
 
+def python_text(data: bytes) -> str:
+    """``data`` decoded exactly as Python decodes source (BOM, coding cookie); SyntaxError (a bad
+    cookie), LookupError (no such codec) or UnicodeDecodeError when Python could not read it."""
+    encoding, _ = tokenize.detect_encoding(io.BytesIO(data).readline)
+    return data.decode(encoding)
+
+
 def decode(data: bytes) -> str:
     """``data`` decoded as Python decodes source (BOM, coding cookie); undecodable bytes replaced."""
     try:
-        encoding, _ = tokenize.detect_encoding(io.BytesIO(data).readline)
-        return data.decode(encoding)
+        return python_text(data)
     except (SyntaxError, LookupError, UnicodeDecodeError):
         return data.decode("utf-8", errors="replace")
 
