@@ -15,7 +15,7 @@ from codemod.prefilter import gate_of
 from codemod.slices import AST_WITHIN_LIBCST, Parsed, Slice, parse_python, relevant_slice
 from codemod.stack import on_deep_stack
 from codemod.suppression import Suppressions, is_guarded
-from rules.base import FixSpec, Rule, RuleContext, RuleOptions
+from rules.base import FixSpec, Rule, RuleContext, RuleOptions, parse_module
 from rules.semantic import SemanticModel
 
 fastwalk.install()  # libcst's read-only walks without copying the tree (same callbacks)
@@ -77,7 +77,7 @@ def parse(data: bytes | str, path: str) -> cst.Module | FileError:
             return FileError(path, "PM000", f"SyntaxError: too many nested parentheses "
                              f"(more than {MAX_BRACKET_DEPTH} levels)")
     try:
-        return cst.parse_module(data)
+        return parse_module(data)
     except cst.ParserSyntaxError as error:
         message = str(error).splitlines()[0] if str(error) else "invalid syntax"
         return FileError(path, "PM000", one_line(f"SyntaxError: {error.message or message}"),

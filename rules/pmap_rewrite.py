@@ -35,7 +35,7 @@ import libcst as cst
 from libcst.metadata import Assignment, BuiltinAssignment
 
 from rules import tables
-from rules.base import Edit, FixSpec, ImportSpec
+from rules.base import Edit, FixSpec, ImportSpec, parse_module
 from rules.semantic import PMAP, SemanticModel, TransformSite
 
 SHIM_IMPORT = ImportSpec("runtime_shim")
@@ -893,7 +893,7 @@ class Rewriter:
         libcst gives an empty line indentation when it starts with its block's: a line of only
         whitespace anywhere, a blank line only at module level (whose indentation is none), in front
         of a statement or a decorator or after the decorators; nested blocks' blank lines have none."""
-        body = list(cst.parse_module(text).body)
+        body = list(parse_module(text).body)
         if _WHITESPACE_LINE.search(text) is None:
             for k, statement in enumerate(body):
                 if isinstance(statement, (cst.SimpleStatementLine, cst.FunctionDef, cst.ClassDef)):
