@@ -11,6 +11,7 @@ from libcst.metadata import CodeRange, MetadataWrapper
 from codemod import fastwalk
 from codemod.diagnostics import Applicability, Diagnostic, FileError, FileResult, FixInfo, State
 from codemod.positions import positions as node_positions
+from codemod.positions import statement_positions
 from codemod.prefilter import gate_of
 from codemod.slices import AST_WITHIN_LIBCST, Parsed, Slice, parse_python, relevant_slice
 from codemod.stack import on_deep_stack
@@ -129,7 +130,12 @@ def analyse(module: cst.Module, path: str, rules: Sequence[type[Rule]],
         *(report.node for _, report in context.reports),
         *(edit.target for _, report in context.reports if edit_targets and report.fix is not None
           for edit in report.fix.all_edits(report.node))]
-    positions = node_positions(module, needed)
+    positions = None
+    if needed is not None and sliced is not None and sliced.starts:
+        # Only the code of the statements that hold them (checked against the slice's text).
+        positions = statement_positions(module, needed, sliced.starts, sliced.text, context.model.parents)
+    if positions is None:
+        positions = node_positions(module, needed)
     suppressions = Suppressions(module.code if source is None else source)
     findings: list[Finding] = []
     seen: set[tuple[str, int]] = set()

@@ -13,7 +13,7 @@ builds a ``CodeRange`` only for the nodes asked about. The result is libcst's, n
 from __future__ import annotations
 
 import re
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 
 import libcst as cst
 from libcst.metadata import CodePosition, CodeRange
@@ -127,3 +127,61 @@ def positions(module: cst.Module, needed: Iterable[cst.CSTNode] | None = None) -
         except _Done:
             pass
     return Positions(state.ranges)
+
+
+def statement_positions(module: cst.Module, needed: Iterable[cst.CSTNode], starts: Sequence[int], text: str,
+                        parents: Mapping[cst.CSTNode, cst.CSTNode]) -> Positions | None:
+    """``positions(module, needed)`` for the ``needed`` nodes, generating only the code of the
+    module-level statements that hold them, each from its own first line, instead of all the code
+    before the last of them. ``text``: the module's code; ``starts``: the line where each of its
+    module-level statements starts as `ast` sees them (``a; b`` is two statements there, one
+    libcst line; a decorated definition starts at its first decorator); ``parents``: each node's
+    parent. None when that cannot be trusted: a node outside every statement, statements that do
+    not match up, or code generated that is not ``text``'s at that line (the caller then generates
+    the module's code from its start)."""
+    body = module.body
+    offsets: list[int] = []  # the first `ast` statement of each libcst statement
+    count = 0
+    for statement in body:
+        offsets.append(count)
+        count += len(statement.body) if isinstance(statement, cst.SimpleStatementLine) else 1
+    if count != len(starts):
+        return None
+    index = {id(statement): k for k, statement in enumerate(body)}
+    groups: dict[int, set[cst.CSTNode]] = {}
+    for node in needed:
+        current = node
+        while id(current) not in index:
+            current = parents.get(current)
+            if current is None:
+                return None
+        groups.setdefault(index[id(current)], set()).add(node)
+    line_starts = [0, *(match.end() for match in _NEWLINE.finditer(text))]
+    ranges: dict[cst.CSTNode, tuple[_Point, _Point]] = {}
+    for k in sorted(groups):
+        statement = body[k]
+        first = starts[offsets[k]] - len(statement.leading_lines)
+        decorators = getattr(statement, "decorators", ())
+        if decorators:
+            first -= len(decorators[0].leading_lines)
+        if not 1 <= first <= len(line_starts):
+            return None
+        state = _State(module, groups[k])
+        state.line = first
+        try:
+            statement._codegen(state)
+        except _Done:
+            pass
+        code = "".join(state.tokens)
+        start = line_starts[first - 1]
+        if text[start:start + len(code)] != code and not _last_line_unended(module, k, state.tokens, text[start:]):
+            return None
+        ranges.update(state.ranges)
+    return Positions(ranges)
+
+
+def _last_line_unended(module: cst.Module, k: int, tokens: list[str], rest: str) -> bool:
+    """The code of the module's last statement is ``rest`` but for the line break libcst takes off
+    the end of a module without one (the module's code generation drops its last token)."""
+    return (k == len(module.body) - 1 and not module.has_trailing_newline and not module.footer
+            and bool(tokens) and _NEWLINE.fullmatch(tokens[-1]) is not None and "".join(tokens[:-1]) == rest)

@@ -241,6 +241,9 @@ class Slice:
     text: str
     lines: tuple[int, ...]  # the module's (1-based) number of each line of ``text``
     total: int  # the module's number of lines
+    # The line of ``text`` where each of its module-level statements starts (its first decorator,
+    # or its first token), as `ast` sees them: codemod/positions.py, ``statement_positions``.
+    starts: tuple[int, ...] = ()
 
     def line_in_file(self, line: int) -> int:
         """The module's line of ``text``'s line ``line`` (past the last one: past the module's)."""
@@ -261,7 +264,15 @@ def relevant_slice(text: str, tree: ast.Module, gate: Gate, scanned: Scan | None
         return None
     out, dropped = blanked
     kept = [n for n in range(1, len(out) + 1) if n not in dropped]
-    return Slice("".join(out[n - 1] for n in kept), tuple(kept), len(out))
+    line_of = {n: k for k, n in enumerate(kept, 1)}
+    firsts = (_first_line(statement) for statement in tree.body)
+    starts = tuple(line_of[n] for n in firsts if n in line_of)
+    return Slice("".join(out[n - 1] for n in kept), tuple(kept), len(out), starts)
+
+
+def _first_line(statement: ast.stmt) -> int:
+    decorators = getattr(statement, "decorator_list", None)
+    return decorators[0].lineno if decorators else statement.lineno
 
 
 def _blanked_lines(text: str, tree: ast.Module, gate: Gate,
