@@ -164,6 +164,9 @@ def _checked(data: bytes, shown: str, codes: tuple[str, ...], options: RuleOptio
             # Without a tree of its own: Python 3.12's type parameters on an older Python, say.
             tree, scanned = (parsed.tree, parsed.names) if parsed is not None else (gate.newer_grammar_tree(data), None)
             if tree is not None and not gate.tree_refers_to_names(tree, scanned):
+                # Freed while the collector is paused (`ast` trees hold no cycles): the objects the
+                # parse made then no longer count towards a collection, which would walk them.
+                parsed = tree = scanned = None
                 return FileResult(shown)
     return lint_file(data, shown, rules_for(codes), options, parsed)
 
