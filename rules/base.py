@@ -27,17 +27,19 @@ def parse_module(source: str | bytes) -> cst.Module:
     libcst node checks its fields in ``__post_init__`` (about a tenth of a parse), which nodes made
     from source that parsed cannot fail. The check is back in force for every node made otherwise
     (fixes' ``with_changes``, nodes built by hand), also when the parse fails."""
-    node_class = cst.CSTNode
-    validating = node_class.__dict__["__post_init__"]
-    node_class.__post_init__ = _unchecked  # type: ignore[method-assign]
+    cst.CSTNode.__post_init__ = _unchecked  # type: ignore[method-assign]
     try:
         return cst.parse_module(source)
     finally:
-        node_class.__post_init__ = validating  # type: ignore[method-assign]
+        cst.CSTNode.__post_init__ = _VALIDATING  # type: ignore[method-assign]
 
 
 def _unchecked(self: cst.CSTNode) -> None:
     pass
+
+
+# libcst's own hook, taken once: restored as it is even after parses that overlapped (threads).
+_VALIDATING = cst.CSTNode.__dict__["__post_init__"]
 
 
 @dataclass(frozen=True)

@@ -34,3 +34,16 @@ def test_nodes_made_otherwise_are_validated_again_also_after_a_failed_parse(sour
     parse_module("x = 1\n")
     with pytest.raises(cst.CSTValidationError):
         cst.Integer("not a number")
+
+
+def test_validation_is_restored_after_parses_that_overlap():
+    # Another thread's parse in progress: the hook is the unchecked one when this parse starts.
+    from rules import base
+
+    cst.CSTNode.__post_init__ = base._unchecked
+    try:
+        parse_module("x = 1\n")
+        with pytest.raises(cst.CSTValidationError):
+            cst.Name("1 not a name")
+    finally:
+        cst.CSTNode.__post_init__ = base._VALIDATING
