@@ -265,14 +265,9 @@ def relevant_slice(text: str, tree: ast.Module, gate: Gate, scanned: Scan | None
     out, dropped = blanked
     kept = [n for n in range(1, len(out) + 1) if n not in dropped]
     line_of = {n: k for k, n in enumerate(kept, 1)}
-    firsts = (_first_line(statement) for statement in tree.body)
+    firsts = (_span(statement)[0] for statement in tree.body)
     starts = tuple(line_of[n] for n in firsts if n in line_of)
     return Slice("".join(out[n - 1] for n in kept), tuple(kept), len(out), starts)
-
-
-def _first_line(statement: ast.stmt) -> int:
-    decorators = getattr(statement, "decorator_list", None)
-    return decorators[0].lineno if decorators else statement.lineno
 
 
 def _blanked_lines(text: str, tree: ast.Module, gate: Gate,
