@@ -1,6 +1,6 @@
 """`pmap-migrate check` against `ruff check --select NPY201` on the same tree: cold, warm, and `fix`.
 
-    python benchmarks/bench_check_speed.py DIR [DIR ...] [--rounds 3] [--fix] [--git] [--json FILE]
+    python benchmarks/bench_check_speed.py DIR [DIR ...] [--rounds 3] [--fix] [--git] [--absolute] [--json FILE]
 
 The directories are copied once into a scratch tree (so caches and `fix` write nothing where the
 code came from). Each round runs, in alternating order so that drift in the machine's speed hits
@@ -14,6 +14,9 @@ process of the run (`wait4`'s ``ru_maxrss``, which covers the worker processes).
 `pmap-migrate fix --unsafe-fixes` runs once on a fresh copy of the whole tree and once on a tree of
 only the files that mention `pmap`: if the two times are close, `fix` scales with the pmap files,
 not with the size of the tree.
+
+With ``--absolute`` both tools are given the tree's absolute path instead of ``.`` (the paths they
+show stay relative: the runs start in the tree).
 
 With ``--git`` the scratch tree is a git repository with a typical Python ``.gitignore`` at its
 root, as a user's checkout is: both tools then read and apply it on every run.
@@ -102,6 +105,8 @@ def main() -> int:
     parser.add_argument("--ruff", default=shutil.which("ruff") or "ruff")
     parser.add_argument("--pmap-migrate", dest="tool", default=shutil.which("pmap-migrate") or "pmap-migrate")
     parser.add_argument("--git", action="store_true", help="make the tree a git repository with a .gitignore")
+    parser.add_argument("--absolute", action="store_true",
+                        help="name the tree by its absolute path (as some CI scripts do), not `.`")
     parser.add_argument("--json", type=Path, help="write the figures as JSON")
     args = parser.parse_args()
 
@@ -116,11 +121,12 @@ def main() -> int:
         print(f"tree: {files} files, {lines} lines, {pmap_files} mention pmap; {machine()}")
         print(f"{version([args.tool])}; {version([args.ruff])}", flush=True)
 
-        ours_cold = [args.tool, "check", "--no-cache", "--exit-zero", "--output-format", "concise", "."]
-        ours_warm = [args.tool, "check", "--exit-zero", "--output-format", "concise", "."]
+        target = str(tree) if args.absolute else "."
+        ours_cold = [args.tool, "check", "--no-cache", "--exit-zero", "--output-format", "concise", target]
+        ours_warm = [args.tool, "check", "--exit-zero", "--output-format", "concise", target]
         ruff_base = [args.ruff, "check", "--isolated", "--select", "NPY201", "--exit-zero", "--output-format", "concise"]
-        ruff_cold = [*ruff_base, "--no-cache", "."]
-        ruff_warm = [*ruff_base, "--cache-dir", str(scratch / "ruff-cache"), "."]
+        ruff_cold = [*ruff_base, "--no-cache", target]
+        ruff_warm = [*ruff_base, "--cache-dir", str(scratch / "ruff-cache"), target]
         # Fill both caches (the warm runs measure "nothing changed since the last run").
         for argv in (ours_warm, ruff_warm):
             timed(argv, tree)
@@ -142,7 +148,7 @@ def main() -> int:
 
         figures: dict = {
             "files": files, "lines": lines, "pmap_files": pmap_files, "machine": machine(), "rounds": args.rounds,
-            "git": args.git, **{f"{name}_s": round(median(name), 3) for name in runs},
+            "git": args.git, "absolute": args.absolute, **{f"{name}_s": round(median(name), 3) for name in runs},
             **{f"{name}_peak_mib": max(r for _, r in runs[name]) for name in runs},
         }
         figures["cold_ratio"] = round(figures["ours_cold_s"] / figures["ruff_cold_s"], 2)
