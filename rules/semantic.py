@@ -22,6 +22,8 @@ import libcst as cst
 from libcst.metadata import (
     Assignment,
     BaseAssignment,
+    ExpressionContext,
+    ExpressionContextProvider,
     MetadataWrapper,
     Scope,
     ScopeProvider,
@@ -139,6 +141,11 @@ class _Indexer(cst.CSTVisitor):
         # Every node's parent, built in this traversal (cheaper than ParentNodeProvider's own).
         self.parents: dict[cst.CSTNode, cst.CSTNode] = {}
         self._path: list[cst.CSTNode] = []
+        # The names the code binds, as libcst's ExpressionContextProvider marks them STORE: all that
+        # its ScopeProvider asks of it (see `resolve_scopes`). That provider does not visit the type
+        # parameters of a def or class (`def f[T]()`): nothing in them is marked.
+        self.stores: dict[cst.Name, ExpressionContext] = {}
+        self._in_type_parameters = 0
 
     def on_visit(self, node: cst.CSTNode) -> bool:
         if self._path:
@@ -169,10 +176,60 @@ class _Indexer(cst.CSTVisitor):
     def visit_Assign(self, node: cst.Assign) -> None:
         for target in node.targets:
             self.assigned_value[target.target] = node.value
+            self._store(target.target)
 
     def visit_AnnAssign(self, node: cst.AnnAssign) -> None:
         if node.value is not None:
             self.assigned_value[node.target] = node.value
+        self._store(node.target)
+
+    def _store(self, target: cst.CSTNode) -> None:
+        """Mark the names ``target`` binds: through tuples, lists and starred elements, not into an
+        attribute's or a subscript's value (read, not bound)."""
+        if self._in_type_parameters:
+            return
+        stack = [target]
+        while stack:
+            node = stack.pop()
+            if isinstance(node, cst.Name):
+                self.stores[node] = ExpressionContext.STORE
+            elif isinstance(node, (cst.Tuple, cst.List)):
+                stack.extend(element.value for element in node.elements)
+            elif isinstance(node, cst.StarredElement):
+                stack.append(node.value)
+
+    def visit_AugAssign(self, node: cst.AugAssign) -> None:
+        self._store(node.target)
+
+    def visit_NamedExpr(self, node: cst.NamedExpr) -> None:
+        self._store(node.target)
+
+    def visit_AsName(self, node: cst.AsName) -> None:
+        self._store(node.name)
+
+    def visit_CompFor(self, node: cst.CompFor) -> None:
+        self._store(node.target)
+
+    def visit_For(self, node: cst.For) -> None:
+        self._store(node.target)
+
+    def visit_Param(self, node: cst.Param) -> None:
+        self._store(node.name)
+
+    def visit_ClassDef(self, node: cst.ClassDef) -> None:
+        self._store(node.name)
+
+    def visit_ClassDef_type_parameters(self, node: cst.ClassDef) -> None:
+        self._in_type_parameters += 1
+
+    def leave_ClassDef_type_parameters(self, node: cst.ClassDef) -> None:
+        self._in_type_parameters -= 1
+
+    def visit_FunctionDef_type_parameters(self, node: cst.FunctionDef) -> None:
+        self._in_type_parameters += 1
+
+    def leave_FunctionDef_type_parameters(self, node: cst.FunctionDef) -> None:
+        self._in_type_parameters -= 1
 
     def _enter_function(self, node: FunctionLike) -> None:
         self.functions.append(node)
@@ -181,6 +238,7 @@ class _Indexer(cst.CSTVisitor):
 
     def visit_FunctionDef(self, node: cst.FunctionDef) -> None:
         self._enter_function(node)
+        self._store(node.name)
 
     def visit_FunctionDef_body(self, node: cst.FunctionDef) -> None:
         self._owners.append(node)
@@ -263,16 +321,28 @@ def indent_unit(module: cst.Module) -> str:
     return "".join(c for c in module.default_indent if c in " \t") or "    "
 
 
+def resolve_scopes(wrapper: MetadataWrapper, stores: dict[cst.Name, ExpressionContext]):
+    """``wrapper.resolve(ScopeProvider)``, the names the code binds taken from ``stores`` (the
+    index's) instead of libcst's ExpressionContextProvider, a walk of every node of its own whose
+    only use to the scope analysis is which names are STORE (a read, LOAD or DEL or none, is an
+    access alike). The wrapper keeps ``stores`` as that provider's result: none of the rules asks
+    for it (tests/test_semantic_scopes.py compares both on real code)."""
+    metadata = getattr(wrapper, "_metadata", None)  # libcst's private table of resolved providers
+    if isinstance(metadata, dict) and ExpressionContextProvider not in metadata:
+        metadata[ExpressionContextProvider] = stores
+    return wrapper.resolve(ScopeProvider)
+
+
 class SemanticModel:
     """Facts about one module's use of pmap, jit and the pmap-era helpers."""
 
     def __init__(self, wrapper: MetadataWrapper) -> None:
         self.module = wrapper.module
-        # Qualified names are asked of the scopes directly, for the few nodes that need them:
-        # what QualifiedNameProvider answers, without its traversal of every node.
-        self._scopes = wrapper.resolve(ScopeProvider)
         index = _Indexer()
         self.module.visit(index)
+        # Qualified names are asked of the scopes directly, for the few nodes that need them:
+        # what QualifiedNameProvider answers, without its traversal of every node.
+        self._scopes = resolve_scopes(wrapper, index.stores)
         self._index = index
         self.parents = index.parents
         self._qname_cache: dict[cst.CSTNode, frozenset[str]] = {}
