@@ -6,7 +6,12 @@ from __future__ import annotations
 
 import libcst as cst
 import pytest
-from libcst.metadata import ExpressionContext, ExpressionContextProvider, MetadataWrapper, ScopeProvider
+from libcst.metadata import (
+    ExpressionContext,
+    ExpressionContextProvider,
+    MetadataWrapper,
+    ScopeProvider,
+)
 
 from rules.semantic import SemanticModel, _Indexer, resolve_scopes
 from tests.support.samples import parsed_samples
@@ -22,8 +27,8 @@ BINDINGS = [
     "[xx for xx, yy in zz if (ww := xx)]\n{kk: vv for kk in ll for vv in kk}\n(g1 for g1 in g2)\n{s1 for *s1, in s2}\n",
     "lam = lambda pa, /, pb, *pc, pd=lambda pe: pe, **pf: pa\n",
     "class C(B, metaclass=M):\n    attr = 1\n    def meth(self, q: int = 3, *, kw: 'C' = None) -> 'C': return self\n",
-    "@dec\ndef fn(a, /, b, *, c):\n    global G\n    G = 1\n    nl = 1\n    def inner():\n"
-    "        nonlocal nl\n        nl = 2\n    return inner\n",
+    ("@dec\ndef fn(a, /, b, *, c):\n    global G\n    G = 1\n    nl = 1\n    def inner():\n"
+     "        nonlocal nl\n        nl = 2\n    return inner\n"),
     "del x, s.t, u[v], (w1, w2)\n",
     "try: pass\nexcept E as err: pass\nexcept* F as err2: pass\n",
     "with open(f) as fh, other() as (o1, o2): pass\n",
