@@ -121,3 +121,12 @@ def test_the_model_hands_libcst_its_bindings_and_libcst_does_not_walk_for_them(m
     assert walked == []
     scope = model.scope_of(module)
     assert {a.name for a in scope.assignments} == {"jax", "x", "y", "i"}
+
+
+def test_no_rule_reads_the_expression_contexts_the_model_hands_libcst() -> None:
+    # The wrapper keeps only the bound names as ExpressionContextProvider's result (no LOAD or DEL
+    # marks): a rule asking for that provider would have to get libcst's own walk back first.
+    from rules import all_rules
+
+    for rule in all_rules():
+        assert ExpressionContextProvider not in rule.get_inherited_dependencies(), rule.CODE
