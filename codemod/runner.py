@@ -79,13 +79,7 @@ class PathDisplay:
             below = self._below_cwd(os.path.realpath(text))
         elif not below:  # the working directory itself, named by this path?
             below = self._below_cwd(os.path.join(real_directory, name))
-        if not below:
-            return text.replace(os.sep, "/")
-        if relative == os.curdir:
-            return name.replace(os.sep, "/")
-        if relative == os.pardir or relative.startswith(os.pardir + os.sep):  # `../work` may be `.`
-            return os.path.relpath(text).replace(os.sep, "/")
-        return (relative + os.sep + name).replace(os.sep, "/")
+        return (_relative_join(relative, name, text) if below else text).replace(os.sep, "/")
 
     def _directory(self, directory: str) -> tuple[str, bool, str]:
         """(real path, below the working directory, relative spelling) of an absolute ``directory``
@@ -100,12 +94,7 @@ class PathDisplay:
                 real = os.path.join(real_parent, name)
                 if os.path.islink(real):
                     real = os.path.realpath(real)
-                if parent_relative == os.curdir:
-                    relative = name
-                elif parent_relative == os.pardir or parent_relative.startswith(os.pardir + os.sep):
-                    relative = os.path.relpath(directory)  # `../work` may be `.`
-                else:
-                    relative = parent_relative + os.sep + name
+                relative = _relative_join(parent_relative, name, directory)
             known = self._directories[directory] = (real, self._below_cwd(real), relative)
         return known
 
@@ -114,6 +103,16 @@ class PathDisplay:
             self._cwd = os.path.normcase(os.path.realpath(os.getcwd()))
         real = os.path.normcase(real)
         return real == self._cwd or real.startswith(self._cwd.rstrip(os.sep) + os.sep)
+
+
+def _relative_join(relative: str, name: str, path: str) -> str:
+    """``os.path.relpath(path)``, ``path`` being ``name`` in a directory whose relative spelling is
+    ``relative``: joined to it, computed anew only when that spelling climbs out with `..`."""
+    if relative == os.curdir:
+        return name
+    if relative == os.pardir or relative.startswith(os.pardir + os.sep):  # `../work` may be `.`
+        return os.path.relpath(path)
+    return relative + os.sep + name
 
 
 def _relative_and_normal(text: str) -> bool:
