@@ -40,8 +40,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from libcst import ParserSyntaxError
 
+from codemod.engine import sliced_module
 from codemod.prefilter import gate_of_codes
-from codemod.slices import parse_python, relevant_slice
+from codemod.runner import rules_for
 from rules.base import parse_module
 from rules.gates import BY_CODE
 
@@ -92,7 +93,7 @@ def stages(paths: list[Path]) -> dict[str, float]:
             for _ in ast.walk(tree):
                 nodes += 1
         walked = time.process_time()
-        texts = [_libcst_input(data, gate) for data in admitted]
+        texts = [_libcst_input(data) for data in admitted]
         libcst_start = time.process_time()
         for text in texts:
             with contextlib.suppress(ParserSyntaxError):  # a file libcst rejects costs its failed parse
@@ -109,19 +110,11 @@ def stages(paths: list[Path]) -> dict[str, float]:
     }
 
 
-def _libcst_input(data: bytes, gate) -> str | bytes:
-    """What the engine hands libcst for a file: its relevant slice, else the whole file."""
-    parsed = parse_python(data)
-    if parsed is None:
-        return data
-    sliced = relevant_slice(parsed.text, parsed.tree, gate, parsed.names)
-    if sliced is not None:
-        try:
-            parse_module(sliced.text)
-        except ParserSyntaxError:  # the engine then parses the whole file
-            return parsed.text
-        return sliced.text
-    return parsed.text
+def _libcst_input(data: bytes) -> str | bytes:
+    """What the engine hands libcst for a file (`codemod.engine.sliced_module`): its relevant
+    slice, else (none, or one libcst rejects) the whole file."""
+    sliced = sliced_module(data, "file.py", rules_for(tuple(sorted(BY_CODE))), None)
+    return data if sliced is None else sliced[2].text
 
 
 def wall(argv: list[str], cwd: Path | None = None) -> float:
