@@ -273,15 +273,14 @@ def run(
         text = os.fspath(path)
         # The cache key: the absolute path (discovery already merged the names of one file). A
         # relative path from discovery is normal (no `.`, no `..`): joined to the working directory.
-        stat = link = failure = None
+        link = failure = None
         try:
             stat = os.lstat(text)  # the link's own first: whether the display resolves it
             link = S_ISLNK(stat.st_mode)
             if link:
-                stat = None  # until the target's own is read
                 stat = os.stat(text)
         except OSError as error:
-            failure = error
+            stat, failure = None, error
         if _relative_and_normal(text):
             shown, key = text.replace(os.sep, "/"), cwd + text
         else:
