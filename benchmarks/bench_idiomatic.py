@@ -76,9 +76,9 @@ FORMS = ("jax.pmap + [0]", "faithful + [0]", "faithful + shard read", "idiomatic
 def rewritten_sources() -> dict[str, str]:
     """The legacy module, its faithful and its idiomatic rewrite (as `pmap-migrate fix` emits them)."""
     sys.path.insert(0, str(ROOT))
-    from codemod.fixer import fix_bytes
-    from rules import all_rules
-    from rules.base import RuleOptions
+    from pmap_migrate.fixer import fix_bytes
+    from pmap_migrate.rules import all_rules
+    from pmap_migrate.rules.base import RuleOptions
 
     sources = {"legacy": LEGACY_MODULE}
     for label, options in (("faithful", None), ("idiomatic", RuleOptions(idiomatic=True))):

@@ -37,8 +37,8 @@ def step(x, y):
 
 def rewritten_source() -> str:
     sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-    from codemod.fixer import fix_bytes
-    from rules import all_rules
+    from pmap_migrate.fixer import fix_bytes
+    from pmap_migrate.rules import all_rules
 
     outcome = fix_bytes(LEGACY_MODULE.encode(), "bench_module.py", all_rules())
     if outcome.fixed is None or b"shard_map" not in outcome.fixed:

@@ -15,7 +15,7 @@ the repository). Then:
    already rejected before the fix is listed apart: code for a newer Python); its encoding, BOM
    and line-ending style are compared with the original's;
 3. the same command runs again: any file it changes is a failure of idempotence;
-4. in this process, the fixer API (``codemod.runner.fix_file``, all rules, unsafe fixes) runs
+4. in this process, the fixer API (``pmap_migrate.runner.fix_file``, all rules, unsafe fixes) runs
    over the original files to say what became of every pmap site (PM101 `jax.pmap` uses and PM103
    pmap-as-value): rewritten to plain JAX, routed to ``runtime_shim`` (``FixInfo.shimmed``), or
    left for manual work (an active finding after fixing, or a file that could not be fixed);
@@ -170,8 +170,8 @@ def _api_job(job: tuple[str, bytes]) -> ApiResult:
     path, data = job
     if str(REPO) not in sys.path:
         sys.path.insert(0, str(REPO))
-    from codemod.runner import fix_file, lint_file
-    from rules import all_rules
+    from pmap_migrate.runner import fix_file, lint_file
+    from pmap_migrate.rules import all_rules
 
     rules = all_rules()
     start = time.perf_counter()
@@ -230,8 +230,8 @@ def _run(args, tree: Path, config: Path, wall: float) -> int:
     # The CLI's own discovery decides what it looks at; the API pass looks at the same files.
     if str(REPO) not in sys.path:
         sys.path.insert(0, str(REPO))
-    from codemod.config import load_settings
-    from codemod.discovery import discover
+    from pmap_migrate.config import load_settings
+    from pmap_migrate.discovery import discover
 
     settings = load_settings(config, tree)
     cwd = os.getcwd()

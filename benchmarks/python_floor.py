@@ -11,7 +11,7 @@ each node of those trees at least once (here: `ast.walk`, doing nothing with the
 analysis does much more than one walk; the real `check` does all of this and libcst on top.
 
 A second bound holds for this project's design (the rules and their fixes are libcst visitors,
-docs: DESIGN.md): it adds (5) libcst's parse, as the engine calls it (`rules.base.parse_module`), of
+docs: DESIGN.md): it adds (5) libcst's parse, as the engine calls it (`pmap_migrate.rules.base.parse_module`), of
 what the engine gives libcst of each admitted file: its relevant slice (codemod/slices.py), or the
 whole file where there is none or it does not parse. Not timed: slicing, and everything after the
 parse (scopes, the rules' visits, positions).
@@ -40,11 +40,11 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from libcst import ParserSyntaxError
 
-from codemod.engine import sliced_module
-from codemod.prefilter import gate_of_codes
-from codemod.runner import rules_for
-from rules.base import parse_module
-from rules.gates import BY_CODE
+from pmap_migrate.engine import sliced_module
+from pmap_migrate.prefilter import gate_of_codes
+from pmap_migrate.runner import rules_for
+from pmap_migrate.rules.base import parse_module
+from pmap_migrate.rules.gates import BY_CODE
 
 SUFFIXES = (".py", ".pyi")
 
@@ -111,7 +111,7 @@ def stages(paths: list[Path]) -> dict[str, float]:
 
 
 def _libcst_input(data: bytes) -> str | bytes:
-    """What the engine hands libcst for a file (`codemod.engine.sliced_module`): its relevant
+    """What the engine hands libcst for a file (`pmap_migrate.engine.sliced_module`): its relevant
     slice, else (none, or one libcst rejects) the whole file."""
     sliced = sliced_module(data, "file.py", rules_for(tuple(sorted(BY_CODE))), None)
     return data if sliced is None else sliced[2].text

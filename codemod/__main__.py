@@ -1,4 +1,4 @@
-from codemod.cli import entry
+from pmap_migrate.cli import entry
 
 if __name__ == "__main__":
     try:

@@ -26,9 +26,9 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from codemod import __version__
-from codemod.config import ConfigError
-from codemod.diagnostics import Diagnostic
+from pmap_migrate import __version__
+from pmap_migrate.config import ConfigError
+from pmap_migrate.diagnostics import Diagnostic
 
 FORMAT_VERSION = 1
 

@@ -11,7 +11,7 @@ import os
 import pickle
 from pathlib import Path
 
-from codemod.diagnostics import FileResult
+from pmap_migrate.diagnostics import FileResult
 
 CACHE_DIR_NAME = ".pmap_migrate_cache"
 # Result files of other tool versions or rule selections kept besides the current one.

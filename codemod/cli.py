@@ -7,7 +7,7 @@ import sys
 
 import click
 
-from codemod import __version__
+from pmap_migrate import __version__
 
 EXIT_CLEAN, EXIT_FINDINGS, EXIT_ERROR = 0, 1, 2
 OUTPUT_FORMATS = ("text", "concise", "json", "github", "sarif")
@@ -30,7 +30,7 @@ def handle_errors(command):
 
     @functools.wraps(command)
     def wrapper(*args, **kwargs):
-        from codemod.config import ConfigError
+        from pmap_migrate.config import ConfigError
 
         try:
             return command(*args, **kwargs)
@@ -57,7 +57,7 @@ def main() -> None:
 
 
 def entry() -> None:
-    """The program (`pmap-migrate`, `python -m codemod`): `main`, after which Ctrl-C is ignored. The
+    """The program (`pmap-migrate`, `python -m pmap_migrate`): `main`, after which Ctrl-C is ignored. The
     work is done and reported by then; an interrupt could only break into Python's shutdown (a
     traceback from `threading`, or a death by SIGINT instead of the exit code)."""
     import signal
@@ -138,7 +138,7 @@ _IDIOMATIC_HELP = ("Offer the idiomatic rewrite of a whole data-parallel loop (o
 def check(paths, select, ignore, extend_exclude, force_exclude, config_file, no_cache, jobs, stdin_filename,
           quiet, output_format, statistics, exit_zero, baseline_file, write_baseline_file, idiomatic):
     """Report legacy pmap patterns in PATHS (default: the current directory; `-` reads stdin)."""
-    from codemod.session import Session
+    from pmap_migrate.session import Session
 
     if baseline_file and write_baseline_file:
         _fail("--baseline and --write-baseline cannot be combined")
@@ -150,7 +150,7 @@ def check(paths, select, ignore, extend_exclude, force_exclude, config_file, no_
     if write_baseline_file:
         from pathlib import Path
 
-        from codemod import baseline
+        from pmap_migrate import baseline
 
         table = baseline.write(Path(write_baseline_file), diagnostics)
         if not quiet:
@@ -161,7 +161,7 @@ def check(paths, select, ignore, extend_exclude, force_exclude, config_file, no_
     if baseline_file:
         from pathlib import Path
 
-        from codemod import baseline
+        from pmap_migrate import baseline
 
         verdict = baseline.compare(Path(baseline_file), diagnostics, checked=[r.path for r in outcome.run.results])
         diagnostics = verdict.new
@@ -192,8 +192,8 @@ def check(paths, select, ignore, extend_exclude, force_exclude, config_file, no_
 def fix(paths, select, ignore, extend_exclude, force_exclude, config_file, no_cache, jobs, stdin_filename,
         quiet, unsafe_fixes, diff, show_fixes, output_format, interactive, idiomatic, review_skipped):
     """Rewrite legacy pmap patterns in PATHS in place (safe fixes; --unsafe-fixes for the rest)."""
-    from codemod.files import write_atomic
-    from codemod.session import Session
+    from pmap_migrate.files import write_atomic
+    from pmap_migrate.session import Session
 
     if interactive and diff:
         _fail("--interactive and --diff cannot be combined")
@@ -202,12 +202,12 @@ def fix(paths, select, ignore, extend_exclude, force_exclude, config_file, no_ca
                    "applying the faithful rewrite", err=True)
     session = Session.create(paths, select=select, ignore=ignore, extend_exclude=extend_exclude,
                              force_exclude=force_exclude, config_file=config_file, idiomatic=idiomatic)
-    from codemod.skips import SkipStore
+    from pmap_migrate.skips import SkipStore
 
     skips = SkipStore.load(session.settings.root)  # fixes skipped in review: not asked again, not applied
     skipped, held = [], []
     if interactive:
-        from codemod.interactive import review
+        from pmap_migrate.interactive import review
 
         reviewed = review(session.files(use_cache=not no_cache), session.settings, session.rules, unsafe=unsafe_fixes, decide=_ask_about_fix,
                           skips=skips, review_skipped=review_skipped)
@@ -215,7 +215,7 @@ def fix(paths, select, ignore, extend_exclude, force_exclude, config_file, no_ca
     else:
         outcomes = session.fix(unsafe=unsafe_fixes, jobs=jobs, progress=not quiet and not diff, use_cache=not no_cache)
         if len(skips) and not review_skipped:
-            from codemod.interactive import honour_skips
+            from pmap_migrate.interactive import honour_skips
 
             outcomes, held = honour_skips(outcomes, session.settings, session.rules, unsafe=unsafe_fixes, skips=skips)
     changed = [(path, o) for path, o in outcomes if o.changed and o.error is None]
@@ -233,7 +233,7 @@ def fix(paths, select, ignore, extend_exclude, force_exclude, config_file, no_ca
             write_atomic(path, outcome.fixed, expected=outcome.original)
         except OSError as error:
             # Like an unreadable file: a PM001 finding, and the file keeps (and reports) its findings.
-            from codemod.diagnostics import FileError
+            from pmap_migrate.diagnostics import FileError
 
             outcome.error = FileError(outcome.path, "PM001",
                                       f"cannot write file: {error.strerror or error}; left unchanged")
@@ -274,7 +274,7 @@ def fix(paths, select, ignore, extend_exclude, force_exclude, config_file, no_ca
 
 def _save_skips(skips) -> str | None:
     """Write the record of skipped fixes; its path as shown, or None when it holds nothing."""
-    from codemod.runner import display_path
+    from pmap_migrate.runner import display_path
 
     shown = display_path(skips.file)
     try:
@@ -290,8 +290,8 @@ def _ask_about_fix(proposal):
     """The --interactive question: the fix as a coloured diff, then apply / skip / quit."""
     from rich.text import Text
 
-    from codemod.diagnostics import Applicability
-    from codemod.interactive import parse_answer
+    from pmap_migrate.diagnostics import Applicability
+    from pmap_migrate.interactive import parse_answer
 
     console = _console()
     d = proposal.diagnostic
@@ -336,11 +336,11 @@ def _baseline_summary(verdict, baseline_file: str) -> None:
 def unified_diff(outcome) -> str:
     import difflib
 
-    from codemod.notebooks import is_notebook, notebook_diff
+    from pmap_migrate.notebooks import is_notebook, notebook_diff
 
     if is_notebook(outcome.path):
         return notebook_diff(outcome.path, outcome.original, outcome.fixed)
-    from codemod.sourcetext import decode
+    from pmap_migrate.sourcetext import decode
 
     before = decode(outcome.original).splitlines(keepends=True)
     after = decode(outcome.fixed).splitlines(keepends=True)
@@ -358,13 +358,13 @@ def _show_fixes(applied) -> None:
 def _held_in_review(session, results, paths) -> set:
     """The findings whose fix plain `fix` leaves alone, skipped in an earlier review (recorded in the
     project's .pmap-migrate-skips.json): the summary does not count them as fixable."""
-    from codemod.config import SKIPS_FILE, ConfigError
+    from pmap_migrate.config import SKIPS_FILE, ConfigError
 
     if "-" in paths or not (session.settings.root / SKIPS_FILE).is_file():
         return set()
     from pathlib import Path
 
-    from codemod.skips import SkipStore, held_in_review
+    from pmap_migrate.skips import SkipStore, held_in_review
 
     try:
         skips = SkipStore.load(session.settings.root)
@@ -386,21 +386,21 @@ def _held_in_review(session, results, paths) -> set:
 
 def _emit(session, diagnostics, *, output_format, statistics, quiet, files, errors, held=()):
     if output_format == "json":
-        from codemod.reporting.machine import to_json
+        from pmap_migrate.reporting.machine import to_json
 
         click.echo(to_json(diagnostics), nl=False)
         return
     if output_format == "github":
-        from codemod.reporting.machine import to_github
+        from pmap_migrate.reporting.machine import to_github
 
         click.echo(to_github(diagnostics), nl=False)
         return
     if output_format == "sarif":
-        from codemod.reporting.machine import to_sarif
+        from pmap_migrate.reporting.machine import to_sarif
 
         click.echo(to_sarif(diagnostics, session.rules), nl=False)
         return
-    from codemod.reporting import text
+    from pmap_migrate.reporting import text
 
     console = text.plain_output(sys.stdout) or _console()
     if statistics:
@@ -427,13 +427,13 @@ def _console(stderr: bool = False):
 def report(paths, select, ignore, extend_exclude, force_exclude, config_file, no_cache, jobs, stdin_filename,
            quiet, report_format, output_file):
     """A ledger of every legacy site in PATHS and what will become of it (fixable, shimmed, manual, ...)."""
-    from codemod import report as ledger
-    from codemod.session import Session
+    from pmap_migrate import report as ledger
+    from pmap_migrate.session import Session
 
     session = Session.create(paths, select=select, ignore=ignore, extend_exclude=extend_exclude,
                              force_exclude=force_exclude, config_file=config_file)
     outcome = session.check(use_cache=not no_cache, jobs=jobs, stdin_filename=stdin_filename, progress=not quiet)
-    from codemod.skips import SkipStore
+    from pmap_migrate.skips import SkipStore
 
     built = ledger.build(outcome.run, session.rules, skips=SkipStore.load(session.settings.root))
     text = ledger.to_markdown(built) if report_format == "markdown" else ledger.to_json(built)
@@ -457,7 +457,7 @@ def report(paths, select, ignore, extend_exclude, force_exclude, config_file, no
 @handle_errors
 def list_rules(output_format):
     """List every rule with its code, name and summary."""
-    from rules import all_rules
+    from pmap_migrate.rules import all_rules
 
     if output_format == "json":
         import json
@@ -482,7 +482,7 @@ def list_rules(output_format):
 @handle_errors
 def explain(code):
     """Print the documentation of rule CODE (e.g. PM101, or its name pmap-call)."""
-    from rules import all_rules
+    from pmap_migrate.rules import all_rules
 
     wanted = code.strip()
     for rule in all_rules():

@@ -51,7 +51,7 @@ class Settings:
     def fingerprint(self, version: str, codes: tuple[str, ...]) -> str:
         """Everything a cached result depends on besides the file's bytes."""
         text = repr((version, codes, self.idiomatic))
-        from codemod.cache import blake2b
+        from pmap_migrate.cache import blake2b
 
         return blake2b(text.encode(), digest_size=12).hexdigest()
 

@@ -8,7 +8,7 @@ from dataclasses import dataclass
 from operator import attrgetter
 from pathlib import Path
 
-from codemod.config import DEFAULT_EXCLUDE, ConfigError, Settings
+from pmap_migrate.config import DEFAULT_EXCLUDE, ConfigError, Settings
 
 PYTHON_SUFFIXES = (".py", ".ipynb")  # notebooks are checked through their code cells
 _NAME = attrgetter("name")
@@ -125,7 +125,7 @@ def _pathspec_identity() -> str | None:
     """The installed pathspec's file, size and mtime (without importing it), hashed."""
     import importlib.util
 
-    from codemod.cache import blake2b
+    from pmap_migrate.cache import blake2b
 
     try:
         found = importlib.util.find_spec("pathspec")
@@ -148,7 +148,7 @@ class _Translator:
         self.added = False
         identity = _pathspec_identity() if directory is not None else None
         if identity is not None:
-            from codemod.cache import load_pickle
+            from pmap_migrate.cache import load_pickle
 
             self.file = directory / f"patterns-{self.FORMAT}-{identity}.pickle"
             loaded = load_pickle(self.file)
@@ -165,7 +165,7 @@ class _Translator:
     def save(self) -> None:
         if not self.added or self.file is None:
             return
-        from codemod.cache import store_pickle
+        from pmap_migrate.cache import store_pickle
 
         if store_pickle(self.file, self.known):
             for stale in self.file.parent.glob("patterns-*.pickle"):  # of another pathspec

@@ -1,4 +1,4 @@
-"""The README's rule table, generated from the rule classes (run `python -m codemod.docs` to refresh)."""
+"""The README's rule table, generated from the rule classes (run `python -m pmap_migrate.docs` to refresh)."""
 
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ import re
 import sys
 from pathlib import Path
 
-from rules import all_rules
+from pmap_migrate.rules import all_rules
 
 START, END = "<!-- rules:start -->", "<!-- rules:end -->"
 

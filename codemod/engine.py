@@ -8,16 +8,16 @@ from dataclasses import dataclass, field
 import libcst as cst
 from libcst.metadata import CodeRange, MetadataWrapper
 
-from codemod import fastwalk
-from codemod.diagnostics import Applicability, Diagnostic, FileError, FileResult, FixInfo, State
-from codemod.positions import positions as node_positions
-from codemod.positions import statement_positions
-from codemod.prefilter import gate_of
-from codemod.slices import AST_WITHIN_LIBCST, Parsed, Slice, parse_python, relevant_slice
-from codemod.stack import on_deep_stack
-from codemod.suppression import Suppressions, is_guarded
-from rules.base import FixSpec, Rule, RuleContext, RuleOptions, parse_module
-from rules.semantic import SemanticModel
+from pmap_migrate import fastwalk
+from pmap_migrate.diagnostics import Applicability, Diagnostic, FileError, FileResult, FixInfo, State
+from pmap_migrate.positions import positions as node_positions
+from pmap_migrate.positions import statement_positions
+from pmap_migrate.prefilter import gate_of
+from pmap_migrate.slices import AST_WITHIN_LIBCST, Parsed, Slice, parse_python, relevant_slice
+from pmap_migrate.stack import on_deep_stack
+from pmap_migrate.suppression import Suppressions, is_guarded
+from pmap_migrate.rules.base import FixSpec, Rule, RuleContext, RuleOptions, parse_module
+from pmap_migrate.rules.semantic import SemanticModel
 
 fastwalk.install()  # libcst's read-only walks without copying the tree (same callbacks)
 

@@ -23,13 +23,13 @@ from libcst.codemod.visitors import AddImportsVisitor, RemoveImportsVisitor
 from libcst.helpers import get_full_name_for_node
 from libcst.matchers import _visitors as matcher_visitors
 
-from codemod.diagnostics import Applicability, Diagnostic, FileError, State
-from codemod.engine import (Analysis, Finding, analyse, lint_module, one_line, parse, recursion_error,
+from pmap_migrate.diagnostics import Applicability, Diagnostic, FileError, State
+from pmap_migrate.engine import (Analysis, Finding, analyse, lint_module, one_line, parse, recursion_error,
                             sliced_module)
-from codemod.stack import on_deep_stack
-from rules.base import Edit, Rule, RuleOptions
-from rules.import_names import imported_names
-from rules.semantic import indent_unit
+from pmap_migrate.stack import on_deep_stack
+from pmap_migrate.rules.base import Edit, Rule, RuleOptions
+from pmap_migrate.rules.import_names import imported_names
+from pmap_migrate.rules.semantic import indent_unit
 
 MAX_ROUNDS = 8
 

@@ -7,7 +7,7 @@ what was accepted. Accepting everything writes exactly what `fix` writes. Nothin
 caller's ``decide`` callback shows a ``Proposal`` and answers with a ``Decision`` (or an ``Answer``,
 to give a reason for a skip).
 
-Skips are remembered (``codemod.skips``): a fix skipped in an earlier review is not asked about
+Skips are remembered (``pmap_migrate.skips``): a fix skipped in an earlier review is not asked about
 again (unless ``review_skipped``), and each review says which sites of the file stay skipped, for
 the caller to record. ``honour_skips`` makes plain `fix` leave those sites alone too.
 """
@@ -21,17 +21,17 @@ from dataclasses import dataclass, field, replace
 from enum import Enum
 from pathlib import Path
 
-from codemod.config import Settings
-from codemod.diagnostics import Diagnostic, FileError, FileResult, State
-from codemod.engine import Finding, analyse, parse
-from codemod.prefilter import gate_of
-from codemod.fixer import MAX_ROUNDS as MAX_FIX_ROUNDS
-from codemod.fixer import FixOutcome, _clean_indent, _python_rejects, _restore_lost_lines, apply, applicable, choose
-from codemod.notebooks import Notebook, NotebookError, is_notebook, load, notebook_diff
-from codemod.runner import apply_per_file_ignores, display_path, rule_options
-from codemod.skips import SiteKey, Skip, SkipStore, site_keys, today
-from codemod.sourcetext import decode
-from rules.base import Rule, RuleOptions
+from pmap_migrate.config import Settings
+from pmap_migrate.diagnostics import Diagnostic, FileError, FileResult, State
+from pmap_migrate.engine import Finding, analyse, parse
+from pmap_migrate.prefilter import gate_of
+from pmap_migrate.fixer import MAX_ROUNDS as MAX_FIX_ROUNDS
+from pmap_migrate.fixer import FixOutcome, _clean_indent, _python_rejects, _restore_lost_lines, apply, applicable, choose
+from pmap_migrate.notebooks import Notebook, NotebookError, is_notebook, load, notebook_diff
+from pmap_migrate.runner import apply_per_file_ignores, display_path, rule_options
+from pmap_migrate.skips import SiteKey, Skip, SkipStore, site_keys, today
+from pmap_migrate.sourcetext import decode
+from pmap_migrate.rules.base import Rule, RuleOptions
 
 # Each round applies or refuses at least one fix; the bound only stops a rule that keeps
 # producing new fixes from asking forever.

@@ -31,10 +31,10 @@ from json.decoder import scanstring
 
 from typing import TYPE_CHECKING
 
-from codemod.diagnostics import Diagnostic, FileError, FileResult
+from pmap_migrate.diagnostics import Diagnostic, FileError, FileResult
 
 if TYPE_CHECKING:  # annotations only: reading a notebook's cells must not load libcst
-    from rules.base import Rule, RuleOptions
+    from pmap_migrate.rules.base import Rule, RuleOptions
 
 NOTEBOOK_SUFFIX = ".ipynb"
 
@@ -116,7 +116,7 @@ class Notebook:
     def settle(self) -> str:
         """The module, after leaving out every cell that libcst cannot parse (Python's own parser
         already judged each cell; this catches the rare disagreement)."""
-        from codemod.engine import parse
+        from pmap_migrate.engine import parse
 
         while True:
             python = self.module()
@@ -136,8 +136,8 @@ class Notebook:
         libcst, the module's text and the slice; None when the module is to be analysed whole
         (settle() then parses it). Only where libcst parses whatever Python's parser accepts, as it
         accepted each included cell: no cell can then need leaving out, which settle() checks."""
-        from codemod.engine import sliced_module
-        from codemod.slices import AST_WITHIN_LIBCST, parse_python
+        from pmap_migrate.engine import sliced_module
+        from pmap_migrate.slices import AST_WITHIN_LIBCST, parse_python
 
         if not self.included or not AST_WITHIN_LIBCST:
             return None
@@ -506,8 +506,8 @@ def _source_spans(text: str) -> list[tuple[int, int] | None]:
 def lint_notebook(data: bytes, path: str, rules: Sequence[type[Rule]], options: RuleOptions | None = None) -> FileResult:
     """Check one notebook's contents. Never raises: failures become the result's ``error``.
     ``options`` as for a module (`idiomatic`: which fix PM101 offers)."""
-    from codemod.engine import lint_module
-    from codemod.prefilter import gate_of
+    from pmap_migrate.engine import lint_module
+    from pmap_migrate.prefilter import gate_of
 
     result = FileResult(path, parsed=True)
     try:
@@ -537,8 +537,8 @@ def fix_notebook(data: bytes, path: str, rules: Sequence[type[Rule]], *, unsafe:
                  options: RuleOptions | None = None):
     """Fix one notebook's contents (a ``FixOutcome`` whose bytes are the whole notebook); ``options``
     as for a module (the idiomatic rewrite, with ``unsafe``)."""
-    from codemod.fixer import FixOutcome, fix_bytes
-    from codemod.prefilter import gate_of
+    from pmap_migrate.fixer import FixOutcome, fix_bytes
+    from pmap_migrate.prefilter import gate_of
 
     outcome = FixOutcome(path, data)
     try:

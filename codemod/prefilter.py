@@ -33,8 +33,8 @@ from functools import cached_property, lru_cache
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
-    from rules.base import Rule
-    from rules.gates import Declared
+    from pmap_migrate.rules.base import Rule
+    from pmap_migrate.rules.gates import Declared
 
 
 # Between the parts of a dotted name: blanks, line continuations, comments (inside brackets).
@@ -244,7 +244,7 @@ class Gate:
         to one). Its lines and columns are not the file's: nothing but the names test reads it."""
         if sys.version_info >= (3, 12):
             return None
-        from codemod.sourcetext import python_text  # only for modules this Python's `ast` rejects
+        from pmap_migrate.sourcetext import python_text  # only for modules this Python's `ast` rejects
 
         try:
             text = python_text(data)
@@ -331,10 +331,10 @@ def gate_of(rules: tuple[type[Rule], ...]) -> Gate:
 def gate_of_codes(codes: tuple[str, ...]) -> Gate:
     """The gate of the registered rules ``codes``, from their declarations (rules/gates.py): no
     rule, and so not libcst, is imported (unless a rule has no declaration there: its class is read)."""
-    from rules.gates import BY_CODE
+    from pmap_migrate.rules.gates import BY_CODE
 
     if any(code not in BY_CODE for code in codes):
-        from rules import rules_by_code
+        from pmap_migrate.rules import rules_by_code
 
         return Gate.of(tuple(BY_CODE.get(code) or rules_by_code()[code] for code in codes))
     return Gate.of(tuple(BY_CODE[code] for code in codes))

@@ -6,7 +6,7 @@ cannot rewrite is listed as *manual* with the reason; nothing is dropped (tf_upg
 "0 issues" while missing constructs; this ledger must not).
 
 A fix a reviewer skipped in `fix --interactive` (recorded in ``.pmap-migrate-skips.json``, see
-``codemod.skips``) is listed as *skipped in review*, with the date and reason of the decision.
+``pmap_migrate.skips``) is listed as *skipped in review*, with the date and reason of the decision.
 """
 
 from __future__ import annotations
@@ -21,11 +21,11 @@ from pathlib import Path, PurePosixPath
 import libcst as cst
 from libcst.metadata import MetadataWrapper, PositionProvider, QualifiedNameProvider
 
-from codemod import __version__
-from codemod.diagnostics import Applicability, Diagnostic, FileError, State
-from codemod.runner import RunResult
-from codemod.skips import SKIPS_FILE, SkipStore, recorded_sites
-from rules.base import Rule
+from pmap_migrate import __version__
+from pmap_migrate.diagnostics import Applicability, Diagnostic, FileError, State
+from pmap_migrate.runner import RunResult
+from pmap_migrate.skips import SKIPS_FILE, SkipStore, recorded_sites
+from pmap_migrate.rules.base import Rule
 
 
 class SiteState(str, Enum):
@@ -196,7 +196,7 @@ def build(run: RunResult, rules: Sequence[type[Rule]], *, read=lambda path: Path
 
 
 def _shown(path: Path) -> str:
-    from codemod.runner import display_path
+    from pmap_migrate.runner import display_path
 
     return display_path(path)
 
@@ -232,8 +232,8 @@ def shim_sites(data: bytes, path: str, codes: dict[str, str]) -> list[Site]:
     """Existing uses of ``runtime_shim`` in one file (a migrated-by-shim site has no finding left)."""
     if b"runtime_shim" not in data:
         return []
-    from codemod.engine import parse
-    from codemod.notebooks import NotebookError, is_notebook, load
+    from pmap_migrate.engine import parse
+    from pmap_migrate.notebooks import NotebookError, is_notebook, load
 
     locate = None
     if is_notebook(path):

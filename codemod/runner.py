@@ -11,19 +11,19 @@ from pathlib import Path
 from stat import S_ISLNK
 from typing import TYPE_CHECKING
 
-from codemod import __version__
-from codemod.cache import CACHE_DIR_NAME, ResultCache, blake2b, digest
-from codemod.config import Settings
-from codemod.diagnostics import FileError, FileResult, State
-from codemod.stack import on_deep_stack
-from rules import rules_by_code
-from rules.options import RuleOptions
+from pmap_migrate import __version__
+from pmap_migrate.cache import CACHE_DIR_NAME, ResultCache, blake2b, digest
+from pmap_migrate.config import Settings
+from pmap_migrate.diagnostics import FileError, FileResult, State
+from pmap_migrate.stack import on_deep_stack
+from pmap_migrate.rules import rules_by_code
+from pmap_migrate.rules.options import RuleOptions
 
 if TYPE_CHECKING:  # rule classes (and libcst) load only when a file needs analysing; the
     # prefilter and the slicer only when a file needs reading (a warm run reads none)
-    from codemod.prefilter import Gate
-    from codemod.slices import Parsed
-    from rules.base import Rule
+    from pmap_migrate.prefilter import Gate
+    from pmap_migrate.slices import Parsed
+    from pmap_migrate.rules.base import Rule
 
 # Below this many files to parse, a process pool costs more than it saves.
 PARALLEL_THRESHOLD = 24
@@ -128,7 +128,7 @@ def rules_for(codes: tuple[str, ...]) -> tuple[type[Rule], ...]:
 
 
 def _is_notebook(path: str) -> bool:
-    from codemod.notebooks import is_notebook
+    from pmap_migrate.notebooks import is_notebook
 
     return is_notebook(path)
 
@@ -143,10 +143,10 @@ def lint_file(data: bytes, shown: str, rules: Sequence[type[Rule]], options: Rul
     """Check one file's contents by its kind: a notebook's code cells, or a Python module (through
     its relevant slice unless ``whole``: codemod/slices.py)."""
     if _is_notebook(shown):
-        from codemod.notebooks import lint_notebook
+        from pmap_migrate.notebooks import lint_notebook
 
         return lint_notebook(data, shown, rules, options)
-    from codemod.engine import lint_bytes
+    from pmap_migrate.engine import lint_bytes
 
     return lint_bytes(data, shown, rules, options, parsed=parsed, whole=whole)
 
@@ -154,8 +154,8 @@ def lint_file(data: bytes, shown: str, rules: Sequence[type[Rule]], options: Rul
 @on_deep_stack
 def fix_file(data: bytes, shown: str, rules: Sequence[type[Rule]], *, unsafe: bool,
              options: RuleOptions | None = None):
-    from codemod.fixer import fix_bytes
-    from codemod.notebooks import fix_notebook, is_notebook
+    from pmap_migrate.fixer import fix_bytes
+    from pmap_migrate.notebooks import fix_notebook, is_notebook
 
     if is_notebook(shown):
         return fix_notebook(data, shown, rules, unsafe=unsafe, options=options)
@@ -163,7 +163,7 @@ def fix_file(data: bytes, shown: str, rules: Sequence[type[Rule]], *, unsafe: bo
 
 
 def _gate_for(codes: tuple[str, ...]) -> Gate:
-    from codemod.prefilter import gate_of_codes  # loaded with the first file to read
+    from pmap_migrate.prefilter import gate_of_codes  # loaded with the first file to read
 
     return gate_of_codes(codes)
 
@@ -194,7 +194,7 @@ def _check_job(job: tuple[str, str, tuple[str, ...], RuleOptions, bool, bytes | 
 
 def with_source_lines(result: FileResult, data: bytes) -> FileResult:
     """``result`` holding the source lines of its findings (kept in the cache with it)."""
-    from codemod.sourcetext import finding_lines
+    from pmap_migrate.sourcetext import finding_lines
 
     shown = [*result.diagnostics, *([result.error.as_diagnostic()] if result.error is not None else [])]
     result.source_lines = finding_lines(data, _is_notebook(result.path), shown)
@@ -210,8 +210,8 @@ def _checked(data: bytes, shown: str, codes: tuple[str, ...], options: RuleOptio
     if not text_matched and not gate.spells_names(data):
         return FileResult(shown)
     # The `ast` half of the prefilter, in the worker; the same tree serves to slice the module.
-    from codemod.slices import parse_python
-    from codemod.stack import collector_paused
+    from pmap_migrate.slices import parse_python
+    from pmap_migrate.stack import collector_paused
 
     with collector_paused():
         parsed = parse_python(data)
@@ -229,14 +229,14 @@ def _checked(data: bytes, shown: str, codes: tuple[str, ...], options: RuleOptio
 @lru_cache(maxsize=1)
 def _code_fingerprint() -> str:
     """Size and mtime of the tool's own modules, so that an edited rule never reuses old results."""
-    import codemod
-    import rules
+    import pmap_migrate
+    import pmap_migrate.rules
 
     parts = []
-    for package in (codemod, rules):
-        for path in sorted(Path(package.__file__).parent.glob("*.py")):
+    for package in (pmap_migrate, pmap_migrate.rules):
+        for path in sorted(Path(package.__file__).parent.rglob("*.py")):
             stat = path.stat()
-            parts.append(f"{path.name}:{stat.st_size}:{stat.st_mtime_ns}")
+            parts.append(f"{path.relative_to(Path(package.__file__).parent)}:{stat.st_size}:{stat.st_mtime_ns}")
     return blake2b("|".join(parts).encode(), digest_size=6).hexdigest()
 
 
@@ -400,7 +400,7 @@ def _fix_job(job: tuple[str, str, tuple[str, ...], bool, RuleOptions]):
         with open(path, "rb") as handle:
             data = handle.read()
     except OSError as error:
-        from codemod.fixer import FixOutcome
+        from pmap_migrate.fixer import FixOutcome
 
         return FixOutcome(shown, b"", error=FileError.unreadable(shown, error)), False
     gate = _gate_for(codes)

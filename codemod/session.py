@@ -8,16 +8,16 @@ from pathlib import Path
 
 from typing import TYPE_CHECKING
 
-from codemod.cache import CACHE_DIR_NAME
-from codemod.config import ConfigError, Settings, load_settings, with_overrides
-from codemod.diagnostics import Diagnostic, FileResult, State
-from codemod.discovery import discover
-from codemod.runner import (RunResult, apply_per_file_ignores, lint_file, rule_options, rules_for, run,
+from pmap_migrate.cache import CACHE_DIR_NAME
+from pmap_migrate.config import ConfigError, Settings, load_settings, with_overrides
+from pmap_migrate.diagnostics import Diagnostic, FileResult, State
+from pmap_migrate.discovery import discover
+from pmap_migrate.runner import (RunResult, apply_per_file_ignores, lint_file, rule_options, rules_for, run,
                             with_source_lines)
-from rules import select_codes, unknown_selectors
+from pmap_migrate.rules import select_codes, unknown_selectors
 
 if TYPE_CHECKING:
-    from rules.base import Rule
+    from pmap_migrate.rules.base import Rule
 
 STDIN = "-"
 PROGRESS_THRESHOLD = 50
@@ -92,7 +92,7 @@ class Session:
         if STDIN in self.paths:
             raise ConfigError("`fix` does not read stdin; name the files to fix")
         files = self.files(use_cache=use_cache)
-        from codemod.runner import run_fix
+        from pmap_migrate.runner import run_fix
 
         if not progress or not sys.stderr.isatty():
             return run_fix(files, self.settings, self.codes, unsafe=unsafe, jobs=jobs)
@@ -145,8 +145,8 @@ class Session:
 
 def read_lines(path: str) -> dict[int | None, list[str]]:
     """The lines of a file (key None), and of a notebook's cells by number; {} if unreadable."""
-    from codemod.notebooks import is_notebook
-    from codemod.sourcetext import lines_shown
+    from pmap_migrate.notebooks import is_notebook
+    from pmap_migrate.sourcetext import lines_shown
 
     try:
         with open(path, "rb") as handle:

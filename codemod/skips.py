@@ -35,9 +35,9 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from codemod.config import SKIPS_FILE, ConfigError
-from codemod.diagnostics import Diagnostic, State
-from codemod.sourcetext import lines_by_cell
+from pmap_migrate.config import SKIPS_FILE, ConfigError
+from pmap_migrate.diagnostics import Diagnostic, State
+from pmap_migrate.sourcetext import lines_by_cell
 
 VERSION = 1
 _SOURCE_CHARS = 160
@@ -103,7 +103,7 @@ def site_keys(diagnostics: Sequence[Diagnostic], data: bytes, path: str) -> list
     """``(key, source)`` of each of ``diagnostics`` — every finding of one file, located as the user
     sees the file (``data``: its bytes) — in their order. Occurrences count over the findings given,
     so the caller passes all of them (every state), as the linter reports them."""
-    from codemod.notebooks import is_notebook
+    from pmap_migrate.notebooks import is_notebook
 
     views = lines_by_cell(data, is_notebook(path))
     prints = [_fingerprint(d, views.get(d.cell, [])) for d in diagnostics]

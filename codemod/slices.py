@@ -32,8 +32,8 @@ from dataclasses import dataclass, field
 from functools import cached_property
 from itertools import chain
 
-from codemod.prefilter import Gate, Scan, child_nodes, dotted, prefixes, scan_names
-from codemod.sourcetext import python_text
+from pmap_migrate.prefilter import Gate, Scan, child_nodes, dotted, prefixes, scan_names
+from pmap_migrate.sourcetext import python_text
 
 # Below this many lines a file is analysed whole: slicing would save little.
 MIN_LINES = 60

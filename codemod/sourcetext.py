@@ -7,7 +7,7 @@ import re
 import tokenize
 from collections.abc import Iterable
 
-from codemod.diagnostics import Diagnostic
+from pmap_migrate.diagnostics import Diagnostic
 
 NEWLINE = re.compile(r"\r\n|\r|\n")  # the line breaks of Python's tokenizer (not str.splitlines')
 
@@ -30,7 +30,7 @@ def decode(data: bytes) -> str:
 def lines_by_cell(data: bytes, notebook: bool) -> dict[int | None, list[str]]:
     """The lines findings are located in: the file's (key None), or a notebook's cells' by number."""
     if notebook:
-        from codemod.notebooks import cell_sources
+        from pmap_migrate.notebooks import cell_sources
 
         return {cell: NEWLINE.split(text) for cell, text in cell_sources(data).items()}
     return {None: NEWLINE.split(decode(data))}

@@ -11,8 +11,8 @@ import re
 from functools import lru_cache
 from typing import TYPE_CHECKING
 
-if TYPE_CHECKING:  # rules.base imports libcst: a run answered from the cache never loads it
-    from rules.base import Rule
+if TYPE_CHECKING:  # pmap_migrate.rules.base imports libcst: a run answered from the cache never loads it
+    from pmap_migrate.rules.base import Rule
 
 _RULE_MODULE = re.compile(r"^pm\d{3}_[a-z0-9_]+$")
 
@@ -28,7 +28,7 @@ def all_codes() -> tuple[str, ...]:
 @lru_cache(maxsize=1)
 def all_rules() -> tuple[type[Rule], ...]:
     """Every rule class, sorted by code."""
-    from rules.base import Rule
+    from pmap_migrate.rules.base import Rule
 
     found: dict[str, type[Rule]] = {}
     for info in pkgutil.iter_modules(__path__):

@@ -15,11 +15,11 @@ from typing import TYPE_CHECKING, ClassVar
 
 import libcst as cst
 
-from rules import gates
-from rules.options import RuleOptions  # re-exported; apart so that the cached path needs no libcst
+from pmap_migrate.rules import gates
+from pmap_migrate.rules.options import RuleOptions  # re-exported; apart so that the cached path needs no libcst
 
 if TYPE_CHECKING:
-    from rules.semantic import SemanticModel
+    from pmap_migrate.rules.semantic import SemanticModel
 
 
 def parse_module(source: str | bytes) -> cst.Module:

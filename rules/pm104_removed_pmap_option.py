@@ -4,10 +4,10 @@ import re
 
 import libcst as cst
 
-from rules import gates, tables
-from rules.base import Edit, FixSpec, Invalid, Rule, Valid
-from rules.placement_rewrite import remove_line
-from rules.semantic import PMAP
+from pmap_migrate.rules import gates, tables
+from pmap_migrate.rules.base import Edit, FixSpec, Invalid, Rule, Valid
+from pmap_migrate.rules.placement_rewrite import remove_line
+from pmap_migrate.rules.semantic import PMAP
 
 _CONFIG_UPDATE = frozenset({"jax.config.update"})
 _ENVIRON = frozenset({"os.environ"})

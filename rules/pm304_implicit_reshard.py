@@ -4,9 +4,9 @@ import re
 
 import libcst as cst
 
-from rules import gates
-from rules.base import Edit, FixSpec, Invalid, Rule, Valid
-from rules.placement_rewrite import (
+from pmap_migrate.rules import gates
+from pmap_migrate.rules.base import Edit, FixSpec, Invalid, Rule, Valid
+from pmap_migrate.rules.placement_rewrite import (
     Unfixable,
     devices_descriptor,
     helper_devices,
@@ -15,7 +15,7 @@ from rules.placement_rewrite import (
     placement_for,
     reshard_text,
 )
-from rules.semantic import COMMITTED, JIT_OUTPUT, PMAP, REPLICATED, SHARDED_STACK, TransformSite
+from pmap_migrate.rules.semantic import COMMITTED, JIT_OUTPUT, PMAP, REPLICATED, SHARDED_STACK, TransformSite
 
 _SPACE = re.compile(r"\s+")
 

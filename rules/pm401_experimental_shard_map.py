@@ -2,8 +2,8 @@ from __future__ import annotations
 
 import libcst as cst
 
-from rules import gates, tables
-from rules.api_rewrite import (
+from pmap_migrate.rules import gates, tables
+from pmap_migrate.rules.api_rewrite import (
     FixParts,
     ImportRule,
     Unfixable,
@@ -14,8 +14,8 @@ from rules.api_rewrite import (
     parenthesized,
     spec_or_none,
 )
-from rules.base import Edit, Invalid, Valid
-from rules.import_names import imported_names
+from pmap_migrate.rules.base import Edit, Invalid, Valid
+from pmap_migrate.rules.import_names import imported_names
 
 _EXPERIMENTAL = "jax.experimental.shard_map.shard_map"
 _KEYWORD_MESSAGES = {

@@ -2,8 +2,8 @@ from __future__ import annotations
 
 import libcst as cst
 
-from rules import gates, tables
-from rules.api_rewrite import (
+from pmap_migrate.rules import gates, tables
+from pmap_migrate.rules.api_rewrite import (
     FixParts,
     Unfixable,
     alias_index,
@@ -13,8 +13,8 @@ from rules.api_rewrite import (
     rewrite_import,
     rewrite_import_from,
 )
-from rules.base import FixSpec, Invalid, Rule, Valid
-from rules.import_names import imported_names, is_within
+from pmap_migrate.rules.base import FixSpec, Invalid, Rule, Valid
+from pmap_migrate.rules.import_names import imported_names, is_within
 
 _MODULE = tables.EXPERIMENTAL_MAPS_MODULE
 _GENERAL = "use `jax.sharding.Mesh` for `Mesh` and `jax.shard_map` over a Mesh for `xmap`"

@@ -2,8 +2,8 @@ from __future__ import annotations
 
 import libcst as cst
 
-from rules import gates, tables
-from rules.api_rewrite import (
+from pmap_migrate.rules import gates, tables
+from pmap_migrate.rules.api_rewrite import (
     FixParts,
     ImportRule,
     Unfixable,
@@ -12,9 +12,9 @@ from rules.api_rewrite import (
     as_positional,
     spec_or_none,
 )
-from rules.base import Edit, Invalid, Valid
-from rules.import_names import imported_names
-from rules.semantic import JIT
+from pmap_migrate.rules.base import Edit, Invalid, Valid
+from pmap_migrate.rules.import_names import imported_names
+from pmap_migrate.rules.semantic import JIT
 
 _PJIT = "jax.experimental.pjit.pjit"
 # Positional parameters every pjit release agreed on (the oldest named the two shardings

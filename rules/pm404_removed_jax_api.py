@@ -2,8 +2,8 @@ from __future__ import annotations
 
 import libcst as cst
 
-from rules import gates, tables
-from rules.api_rewrite import (
+from pmap_migrate.rules import gates, tables
+from pmap_migrate.rules.api_rewrite import (
     FixParts,
     ImportRule,
     Unfixable,
@@ -21,8 +21,8 @@ from rules.api_rewrite import (
     rewrite_import_from,
     rewrite_reads,
 )
-from rules.base import Edit, FixSpec, Invalid, Valid
-from rules.import_names import imported_names
+from pmap_migrate.rules.base import Edit, FixSpec, Invalid, Valid
+from pmap_migrate.rules.import_names import imported_names
 
 _LAST_COMPONENTS = frozenset(entry.last for entry in tables.REMOVED_NAMES)
 # Replacements that are types: in an annotation the rename means exactly what the old name meant.

@@ -34,9 +34,9 @@ from dataclasses import dataclass, field
 import libcst as cst
 from libcst.metadata import Assignment, BuiltinAssignment
 
-from rules import tables
-from rules.base import Edit, FixSpec, ImportSpec, parse_module
-from rules.semantic import PMAP, SemanticModel, TransformSite
+from pmap_migrate.rules import tables
+from pmap_migrate.rules.base import Edit, FixSpec, ImportSpec, parse_module
+from pmap_migrate.rules.semantic import PMAP, SemanticModel, TransformSite
 
 SHIM_IMPORT = ImportSpec("runtime_shim")
 KNOWN_OPTIONS = {"fun", "axis_name", "in_axes", "out_axes", "static_broadcasted_argnums", "donate_argnums",
@@ -392,7 +392,7 @@ class Rewriter:
 
     def multi_process(self) -> bool:
         if self._multi_process is None:
-            from rules import tables
+            from pmap_migrate.rules import tables
 
             self._multi_process = self.model.uses_any(tables.MULTI_PROCESS, tables.MULTI_PROCESS_PREFIXES)
         return self._multi_process
@@ -406,7 +406,7 @@ class Rewriter:
     def global_rewrite(self):
         """The module's multi-process (global mesh) rewrite plan (rules/multiprocess_rewrite.py)."""
         if self._global is None:
-            from rules.multiprocess_rewrite import GlobalRewrite
+            from pmap_migrate.rules.multiprocess_rewrite import GlobalRewrite
 
             self._global = GlobalRewrite(self)
         return self._global
@@ -443,7 +443,7 @@ class Rewriter:
         """Imports that removing ``expr`` (a pmap callee: `jax.pmap`, `pmap`, `partial(jax.pmap, ..)`,
         `functools.partial(...)`) may leave unused; the engine removes them only if nothing uses
         them any more. Imports the fix did not touch are never removed, used or not."""
-        from rules import tables
+        from pmap_migrate.rules import tables
 
         specs: list[ImportSpec] = []
         if isinstance(expr, cst.Call) and expr.args:
@@ -457,7 +457,7 @@ class Rewriter:
         return tuple(specs)
 
     def _pmap_reference(self, expr: cst.BaseExpression) -> cst.BaseExpression | None:
-        from rules import tables
+        from pmap_migrate.rules import tables
 
         if isinstance(expr, (cst.Name, cst.Attribute)) and self.model.matches(expr, tables.PMAP):
             return expr

@@ -29,7 +29,7 @@ from libcst.metadata import (
     ScopeProvider,
 )
 
-from rules import tables
+from pmap_migrate.rules import tables
 
 PMAP = "pmap"
 JIT = "jit"

@@ -11,7 +11,7 @@ import sys
 
 import pytest
 
-from rules import api_rewrite, tables
+from pmap_migrate.rules import api_rewrite, tables
 from support import jaxenv
 
 WRITTEN = sorted(

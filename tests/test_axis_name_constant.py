@@ -4,8 +4,8 @@ once, where pmap read it (`fixtures/programs/computed_axis_name.py`)."""
 
 from __future__ import annotations
 
-from codemod.fixer import fix_bytes
-from rules import all_rules
+from pmap_migrate.fixer import fix_bytes
+from pmap_migrate.rules import all_rules
 
 BODY = ("def f(x):\n    return lax.psum(x, axis_name=AXIS)\n"
         "step = jax.pmap(f, axis_name=AXIS)\nout = step(xs)\n")

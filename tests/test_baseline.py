@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
-from codemod.cli import main
+from pmap_migrate.cli import main
 
 ROOT = Path(__file__).resolve().parents[1]
 ONE = "import jax\n\nstep = jax.pmap(lambda x: x * 2)\n"

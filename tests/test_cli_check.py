@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
-from codemod.cli import main
+from pmap_migrate.cli import main
 
 LEGACY = "import jax\n\nstep = jax.pmap(lambda x: x * 2)\n"
 CLEAN = "import jax\n\nstep = jax.jit(lambda x: x * 2)\n"
@@ -76,7 +76,7 @@ def test_source_line_of_a_latin1_file_and_a_syntax_error(project):
 
 
 def test_a_warm_run_shows_source_lines_without_reading_files(project, monkeypatch):
-    import codemod.session
+    import pmap_migrate.session
 
     write(project, "legacy.py", LEGACY)
     cells = [{"cell_type": "code", "metadata": {}, "outputs": [], "execution_count": None,
@@ -89,7 +89,7 @@ def test_a_warm_run_shows_source_lines_without_reading_files(project, monkeypatc
     def no_reading(path):
         raise AssertionError(f"{path} read again")
 
-    monkeypatch.setattr(codemod.session, "read_lines", no_reading)
+    monkeypatch.setattr(pmap_migrate.session, "read_lines", no_reading)
     assert runner.invoke(main, ["check", "."], catch_exceptions=False).output == first
 
 
@@ -235,9 +235,9 @@ def test_cache_answers_a_touched_file_by_its_content_and_never_caches_a_read_err
     import builtins
     import os
 
-    import codemod.runner
-    from codemod.config import load_settings
-    from codemod.runner import run
+    import pmap_migrate.runner
+    from pmap_migrate.config import load_settings
+    from pmap_migrate.runner import run
 
     legacy = write(project, "legacy.py", LEGACY)
     for i in range(3):
@@ -259,7 +259,7 @@ def test_cache_answers_a_touched_file_by_its_content_and_never_caches_a_read_err
     touched, same = check()
     assert (touched.cached, touched.parsed, same) == (4, 0, found)
     with monkeypatch.context() as patched:
-        patched.setattr(codemod.runner, "_check_job", lambda job: pytest.fail(f"{job[0]} read again"))
+        patched.setattr(pmap_migrate.runner, "_check_job", lambda job: pytest.fail(f"{job[0]} read again"))
         assert check()[0].cached == 4  # the new mtime was recorded: answered without reading
 
     legacy.write_text(LEGACY + "more = jax.pmap(g)\n")
@@ -272,7 +272,7 @@ def test_cache_answers_a_touched_file_by_its_content_and_never_caches_a_read_err
         return builtins.open(file, *args, **kwargs)
 
     write(project, "clean0.py", CLEAN + "# edited\n")
-    monkeypatch.setattr(codemod.runner, "open", fussy_open, raising=False)
+    monkeypatch.setattr(pmap_migrate.runner, "open", fussy_open, raising=False)
     for _ in range(2):  # a read error is reported, and not cached: the next run tries again
         outcome, _ = check()
         [error] = outcome.errors
@@ -314,6 +314,6 @@ def test_rules_and_explain():
 
 def test_python_dash_m_codemod(project):
     write(project, "legacy.py", LEGACY)
-    result = subprocess.run([sys.executable, "-m", "codemod", "check", "--no-cache", "legacy.py"],
+    result = subprocess.run([sys.executable, "-m", "pmap_migrate", "check", "--no-cache", "legacy.py"],
                             capture_output=True, text=True)
     assert result.returncode == 1 and "PM101" in result.stdout

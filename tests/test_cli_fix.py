@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 from click.testing import CliRunner
 
-from codemod.cli import main
+from pmap_migrate.cli import main
 
 LEGACY = '''import functools
 

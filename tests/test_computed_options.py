@@ -7,9 +7,9 @@ from __future__ import annotations
 
 import pytest
 
-from codemod.engine import lint_bytes
-from codemod.fixer import fix_bytes
-from rules import all_rules
+from pmap_migrate.engine import lint_bytes
+from pmap_migrate.fixer import fix_bytes
+from pmap_migrate.rules import all_rules
 
 RULES = all_rules()
 HEAD = "import jax\n\ndef make():\n    def step(x, n):\n        return x * n\n    return step\n\n"

@@ -6,7 +6,7 @@ import subprocess
 
 import pytest
 
-from codemod.session import Session
+from pmap_migrate.session import Session
 
 FILES = ["a.py", "build_x.py", "gen/x.py", "gen/keep.py", "sub/local.py", "sub/deep/local.py", "sub/deep/other.py",
          "sub/deep/kept.py", "sub/tmp_1.py", "docs/conf.py", "sub/docs/conf.py", "pkg/m_pb2.py", "pkg/keep_pb2.py",
@@ -59,7 +59,7 @@ def test_excluded_files_are_those_the_patterns_match_by_full_path(tmp_path, monk
     files as matching every file's whole path against every pattern, the defaults included."""
     import pathspec
 
-    from codemod.config import DEFAULT_EXCLUDE
+    from pmap_migrate.config import DEFAULT_EXCLUDE
 
     for name in EXCLUDE_FILES:
         (tmp_path / name).parent.mkdir(parents=True, exist_ok=True)
@@ -86,7 +86,7 @@ def test_a_git_invalid_pattern_is_passed_over_as_git_does(repo):
 def test_an_invalid_exclude_pattern_is_a_one_line_error(repo):
     from click.testing import CliRunner
 
-    from codemod.cli import main
+    from pmap_migrate.cli import main
 
     (repo / "pyproject.toml").write_text('[tool.pmap-migrate]\nextend-exclude = ["gen", "bad\\\\"]\n')
     result = CliRunner().invoke(main, ["check", "."])
@@ -123,7 +123,7 @@ def test_a_run_the_cache_answers_does_not_import_pathspec(tmp_path):
     for name in ("a.py", "build/b.py", "docs/_build/c.py", "gen_d.py"):
         (tmp_path / name).parent.mkdir(parents=True, exist_ok=True)
         (tmp_path / name).write_text("import jax\nf = jax.pmap(g)\n")
-    program = ("import sys\nfrom codemod.cli import main\nsys.argv = ['pmap-migrate', 'check', '.']\n"
+    program = ("import sys\nfrom pmap_migrate.cli import main\nsys.argv = ['pmap-migrate', 'check', '.']\n"
                "try:\n    main()\nexcept SystemExit:\n    pass\nsys.stderr.write(str('pathspec' in sys.modules))\n")
     runs = [subprocess.run([sys.executable, "-c", program], cwd=tmp_path, capture_output=True, text=True) for _ in range(2)]
     assert runs[0].stdout == runs[1].stdout and "Found 1 legacy pattern in 1 file." in runs[0].stdout

@@ -11,10 +11,10 @@ import typing
 import libcst as cst
 import pytest
 
-from codemod import fastwalk
-from codemod.engine import lint_bytes
-from codemod.fixer import fix_bytes
-from rules import all_rules
+from pmap_migrate import fastwalk
+from pmap_migrate.engine import lint_bytes
+from pmap_migrate.fixer import fix_bytes
+from pmap_migrate.rules import all_rules
 from tests.support.samples import FILES, parsed_samples as _parsed
 
 RULES = all_rules()

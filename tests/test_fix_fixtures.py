@@ -10,8 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from codemod.fixer import fix_bytes
-from rules import all_rules
+from pmap_migrate.fixer import fix_bytes
+from pmap_migrate.rules import all_rules
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "fix"
 FIXED_SUFFIX = ".fixed.py"

@@ -16,8 +16,8 @@ from pathlib import Path
 
 import pytest
 
-from codemod.fixer import fix_bytes
-from rules import all_rules
+from pmap_migrate.fixer import fix_bytes
+from pmap_migrate.rules import all_rules
 from tests.support import differential as diff
 from tests.support.fixed_corpus import ENVS, EXACT, REFERENCE, FixedCorpus, batch
 

@@ -7,9 +7,9 @@ import stat
 
 import libcst as cst
 
-from codemod.files import write_atomic
-from codemod.fixer import fix_bytes
-from rules.base import Edit, FixSpec, ImportSpec, Rule
+from pmap_migrate.files import write_atomic
+from pmap_migrate.fixer import fix_bytes
+from pmap_migrate.rules.base import Edit, FixSpec, ImportSpec, Rule
 
 
 class DoubleToTimesTwo(Rule):
@@ -146,7 +146,7 @@ def test_write_atomic_keeps_mode_and_leaves_no_temporary(tmp_path):
 
 def test_removing_a_statement_keeps_the_comments_above_it():
     # found by tests/test_properties.py: the unused pmap alias went with the comment before it
-    from rules import all_rules
+    from pmap_migrate.rules import all_rules
 
     source = (b"import jax\n\ndef outer():\n    # note: jax.pmap is legacy\n    mapper = jax.pmap\n"
               b"    step = mapper(lambda x: x + 3)\n    return step\n")
@@ -191,7 +191,7 @@ def _with_imports_added(module: cst.Module, added, own: bool) -> cst.Module:
     from libcst.codemod import CodemodContext
     from libcst.codemod.visitors import AddImportsVisitor
 
-    from codemod.fixer import _add_imports
+    from pmap_migrate.fixer import _add_imports
     context = CodemodContext()
     for spec in added:
         AddImportsVisitor.add_needed_import(context, *spec)
@@ -239,7 +239,7 @@ def _with_imports_removed(module: cst.Module, removed, own: bool) -> cst.Module:
     from libcst.codemod import CodemodContext
     from libcst.codemod.visitors import RemoveImportsVisitor
 
-    from codemod.fixer import _RemoveImports
+    from pmap_migrate.fixer import _RemoveImports
     context = CodemodContext()
     for spec in removed:
         RemoveImportsVisitor.remove_unused_import(context, *spec)
@@ -282,8 +282,8 @@ def test_removing_imports_keeps_the_comments_and_blank_lines_above_them():
 
 
 def test_a_fix_rebuilds_only_the_path_to_its_target():
-    from codemod.engine import analyse
-    from codemod.fixer import _Replace, applicable, apply
+    from pmap_migrate.engine import analyse
+    from pmap_migrate.fixer import _Replace, applicable, apply
 
     source = "".join(f"def f{i}(x):\n    return [x + {i} for _ in range(3)]\n\n\n" for i in range(100))
     module = cst.parse_module(source + "y = double(3)\n")
@@ -320,7 +320,7 @@ def _large(body: str) -> str:
 
 
 def test_a_large_module_s_last_round_is_the_analysis_of_its_slice(monkeypatch):
-    import codemod.fixer as fixer
+    import pmap_migrate.fixer as fixer
 
     analysed: list[int] = []
     whole = fixer.analyse
@@ -350,7 +350,7 @@ def test_a_large_module_s_last_round_is_the_analysis_of_its_slice(monkeypatch):
 
 
 def test_the_last_round_s_slice_with_a_fix_left_sends_it_to_the_next_round():
-    from codemod.fixer import _last_round
+    from pmap_migrate.fixer import _last_round
 
     fixed = _large("x = times_two(double(1))\n").encode()
     assert _last_round(fixed, "m.py", (DoubleToTimesTwo,), None, False) is None
@@ -369,7 +369,7 @@ def test_matcher_visitors_find_their_decorated_methods_as_libcst_does():
     from libcst.codemod.visitors import AddImportsVisitor, RemoveImportsVisitor
     from libcst.matchers import _visitors
 
-    import codemod.fixer  # noqa: F401  (installs the remembered answers)
+    import pmap_migrate.fixer  # noqa: F401  (installs the remembered answers)
 
     class Decorated(m.MatcherDecoratableTransformer):
         def __init__(self) -> None:
@@ -419,7 +419,7 @@ class MarkerEditsLater(Rule):
 
 
 def test_a_fix_analysis_has_the_positions_of_the_reported_nodes_and_of_their_edit_targets():
-    from codemod.engine import analyse
+    from pmap_migrate.engine import analyse
 
     module = cst.parse_module("marker()\nx = 1\ntarget()\ny = 2\nz = 3\n")
     analysis = analyse(module, "m.py", [MarkerEditsLater], all_positions=False)

@@ -23,12 +23,12 @@ import pytest
 from click.testing import CliRunner
 from libcst.metadata import MetadataWrapper
 
-from codemod.cli import main as cli
-from codemod.fixer import fix_bytes
-from rules import all_rules
-from rules.base import RuleContext, RuleOptions
-from rules.idiomatic_rewrite import why_not
-from rules.semantic import SemanticModel
+from pmap_migrate.cli import main as cli
+from pmap_migrate.fixer import fix_bytes
+from pmap_migrate.rules import all_rules
+from pmap_migrate.rules.base import RuleContext, RuleOptions
+from pmap_migrate.rules.idiomatic_rewrite import why_not
+from pmap_migrate.rules.semantic import SemanticModel
 from tests.support import differential as diff
 from tests.support.jaxenv import LEGACY, NEW_311, NEWEST, EnvUnavailable
 

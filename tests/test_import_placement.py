@@ -11,8 +11,8 @@ from __future__ import annotations
 
 import pytest
 
-from codemod.fixer import fix_bytes
-from rules import all_rules
+from pmap_migrate.fixer import fix_bytes
+from pmap_migrate.rules import all_rules
 from tests.support import jaxenv
 
 REPLICATED = "x = jax.device_put_replicated(p, jax.devices())\n"
@@ -131,7 +131,7 @@ def test_a_program_setting_x64_before_import_jax_prints_the_same_float64_numbers
 def test_in_a_notebook_they_go_to_the_cell_that_imports_jax_not_the_one_setting_the_environment():
     import json
 
-    from codemod.notebooks import fix_notebook
+    from pmap_migrate.notebooks import fix_notebook
 
     cells = ['import os\nos.environ["JAX_ENABLE_X64"] = "1"', "import jax\nimport numpy as np",
              "x = jax.device_put_replicated(np.ones(3), jax.local_devices())\nprint(x.dtype)"]

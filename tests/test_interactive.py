@@ -12,10 +12,10 @@ import libcst as cst
 import pytest
 from click.testing import CliRunner
 
-from codemod.cli import main
-from codemod.config import Settings
-from codemod.interactive import Answer, Decision, parse_answer, review_file
-from rules.base import FixSpec, Rule
+from pmap_migrate.cli import main
+from pmap_migrate.config import Settings
+from pmap_migrate.interactive import Answer, Decision, parse_answer, review_file
+from pmap_migrate.rules.base import FixSpec, Rule
 
 ROOT = Path(__file__).resolve().parents[1]
 TWO = "import jax\n\nstep = jax.pmap(lambda x: x * 2)\nother = jax.pmap(lambda x: x + 1)\n"

@@ -9,9 +9,9 @@ from pathlib import Path
 
 import pytest
 
-from codemod.diagnostics import State
-from codemod.engine import lint_bytes
-from rules import all_rules
+from pmap_migrate.diagnostics import State
+from pmap_migrate.engine import lint_bytes
+from pmap_migrate.rules import all_rules
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "lint"
 CASES = sorted(FIXTURES.glob("*.py"))
@@ -45,8 +45,8 @@ def test_fixture(case: Path, request):
 @pytest.mark.parametrize("case", CASES, ids=[c.stem for c in CASES])
 def test_triggers_admit_every_finding(case: Path):
     """A rule that reports on a fixture must also pass the text prefilter on it."""
-    from codemod.prefilter import Gate
-    from rules import rules_by_code
+    from pmap_migrate.prefilter import Gate
+    from pmap_migrate.rules import rules_by_code
 
     data = case.read_bytes()
     result = lint_bytes(data, case.name, all_rules())

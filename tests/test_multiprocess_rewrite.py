@@ -19,8 +19,8 @@ import pytest
 from support import jaxenv
 from test_shim_differential import _free_port, differences, parse
 
-from codemod.fixer import fix_bytes
-from rules import all_rules
+from pmap_migrate.fixer import fix_bytes
+from pmap_migrate.rules import all_rules
 
 ROOT = Path(__file__).resolve().parents[1]
 PROGRAMS = ROOT / "fixtures" / "programs_multiprocess"
@@ -236,7 +236,7 @@ def test_generated_code_is_copied_to_unindent_its_empty_lines_only_when_it_has_s
 
     import libcst as cst
 
-    from rules.multiprocess_rewrite import _unindented
+    from pmap_migrate.rules.multiprocess_rewrite import _unindented
 
     original = cst.parse_statement("if x:\n\n    y = 1\n")
     model = SimpleNamespace(parents={original: None})
@@ -259,8 +259,8 @@ def test_generated_statements_known_to_need_no_unindenting_are_not_walked():
 
     import libcst as cst
 
-    from rules.multiprocess_rewrite import _unindented
-    from rules.pmap_rewrite import Rewriter
+    from pmap_migrate.rules.multiprocess_rewrite import _unindented
+    from pmap_migrate.rules.pmap_rewrite import Rewriter
 
     rewriter = Rewriter.__new__(Rewriter)
     rewriter.plain_generated = {}

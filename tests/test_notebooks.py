@@ -11,8 +11,8 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
-from codemod.cli import main
-from codemod.notebooks import load, mask
+from pmap_migrate.cli import main
+from pmap_migrate.notebooks import load, mask
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "notebooks"
 LEGACY = "import jax\n\nstep = jax.pmap(lambda x: x * 2)\n"
@@ -238,8 +238,8 @@ def test_fix_diff_shows_cells(project):
 
 
 def test_cells_are_one_module_for_names():
-    from codemod.notebooks import lint_notebook
-    from rules import all_rules
+    from pmap_migrate.notebooks import lint_notebook
+    from pmap_migrate.rules import all_rules
 
     data = notebook("import jax as J", "from jax import pmap as P", "a = J.pmap(f)\nb = P(g)").encode()
     nb = load(data, "n.ipynb")
@@ -253,9 +253,9 @@ def test_cells_are_one_module_for_names():
 def _sliced_and_whole(data: bytes, monkeypatch) -> tuple:
     """A notebook's result through its relevant slice (slicing forced on, whatever its size) and
     analysed whole, and whether the first went through a slice."""
-    from codemod import slices
-    from codemod.notebooks import Notebook, lint_notebook
-    from rules import all_rules
+    from pmap_migrate import slices
+    from pmap_migrate.notebooks import Notebook, lint_notebook
+    from pmap_migrate.rules import all_rules
 
     monkeypatch.setattr(slices, "MIN_LINES", 0)
     used = []
@@ -309,9 +309,9 @@ def _code(data: bytes) -> str:
 def test_notebooks_take_the_rule_options():
     """`idiomatic` reaches the rules through a notebook as through a module: check offers the
     idiomatic fix, fix writes it (with unsafe fixes)."""
-    from codemod.notebooks import fix_notebook, lint_notebook
-    from rules import all_rules
-    from rules.base import RuleOptions
+    from pmap_migrate.notebooks import fix_notebook, lint_notebook
+    from pmap_migrate.rules import all_rules
+    from pmap_migrate.rules.base import RuleOptions
 
     data, idiomatic = _classic_loop_notebook(), RuleOptions(idiomatic=True)
 

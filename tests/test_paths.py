@@ -9,8 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from codemod.cli import main
-from codemod.runner import PathDisplay, _relative_and_normal, display_path
+from pmap_migrate.cli import main
+from pmap_migrate.runner import PathDisplay, _relative_and_normal, display_path
 
 
 def resolved_in_full(text: str) -> str:

@@ -21,8 +21,8 @@ from support import jaxenv
 from test_multiprocess_rewrite import gloo_free
 from test_shim_differential import _free_port, differences, parse
 
-from codemod.fixer import fix_bytes
-from rules import all_rules
+from pmap_migrate.fixer import fix_bytes
+from pmap_migrate.rules import all_rules
 
 PROGRAMS = Path(__file__).parent / "shim_programs"
 PROGRAM = "data_parallel"

@@ -9,8 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from codemod.engine import lint_bytes
-from rules import all_rules, rules_by_code
+from pmap_migrate.engine import lint_bytes
+from pmap_migrate.rules import all_rules, rules_by_code
 
 ROOT = Path(__file__).resolve().parents[1]
 PMAP_NAMES = {"jax.pmap", "jax.api.pmap", "jax._src.api.pmap"}

@@ -7,7 +7,7 @@ import ast
 import libcst as cst
 from libcst.metadata import MetadataWrapper, PositionProvider
 
-from codemod.positions import positions, statement_positions
+from pmap_migrate.positions import positions, statement_positions
 from tests.support.samples import parsed_samples, samples
 
 

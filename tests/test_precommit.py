@@ -189,8 +189,8 @@ def test_under_pre_commit_the_work_is_serial(tmp_path, monkeypatch):
 
     from click.testing import CliRunner
 
-    from codemod import runner
-    from codemod.cli import main
+    from pmap_migrate import runner
+    from pmap_migrate.cli import main
 
     monkeypatch.chdir(tmp_path)
     (tmp_path / "pyproject.toml").write_text("[tool.pmap-migrate]\n")
@@ -215,7 +215,7 @@ def test_files_that_all_are_excluded_pass(tmp_path, monkeypatch):
     Python), the hook passes and says so."""
     from click.testing import CliRunner
 
-    from codemod.cli import main
+    from pmap_migrate.cli import main
 
     monkeypatch.chdir(tmp_path)
     (tmp_path / "pyproject.toml").write_text('[tool.pmap-migrate]\nexclude = ["vendored"]\n')

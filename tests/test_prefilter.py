@@ -19,11 +19,11 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
-from codemod.cli import main
-from codemod.engine import lint_bytes
-from codemod.notebooks import lint_notebook
-from codemod.prefilter import _NOT_WORD_TO_SPACE, Gate, referenced_names
-from rules import all_codes, all_rules, rules_by_code
+from pmap_migrate.cli import main
+from pmap_migrate.engine import lint_bytes
+from pmap_migrate.notebooks import lint_notebook
+from pmap_migrate.prefilter import _NOT_WORD_TO_SPACE, Gate, referenced_names
+from pmap_migrate.rules import all_codes, all_rules, rules_by_code
 
 ROOT = Path(__file__).resolve().parents[1]
 RULES = all_rules()
@@ -246,7 +246,7 @@ def _run_in_a_fresh_process(cwd: Path, argv: list[str], modules: tuple[str, ...]
     which of ``modules`` it had imported by the end."""
     script = (
         "import sys\n"
-        "from codemod.cli import main\n"
+        "from pmap_migrate.cli import main\n"
         "try:\n"
         "    main(sys.argv[2:])\n"
         "except SystemExit as exit:\n"
@@ -271,7 +271,7 @@ def test_a_run_answered_by_the_cache_does_not_import_libcst(tmp_path):
 
 
 def test_each_rules_prefilter_inputs_are_its_declared_ones():
-    from rules.gates import BY_CODE
+    from pmap_migrate.rules.gates import BY_CODE
 
     assert tuple(BY_CODE) == all_codes()
     for rule in RULES:
@@ -284,15 +284,15 @@ def test_each_rules_prefilter_inputs_are_its_declared_ones():
 
 
 def test_the_declared_keywords_are_those_the_rules_report():
-    from rules import tables
-    from rules.pm401_experimental_shard_map import _KEYWORD_MESSAGES
+    from pmap_migrate.rules import tables
+    from pmap_migrate.rules.pm401_experimental_shard_map import _KEYWORD_MESSAGES
 
     assert set(_KEYWORD_MESSAGES) == set(rules_by_code()["PM401"].KEYWORDS) == {"check_rep", "auto"}
     assert set(rules_by_code()["PM403"].KEYWORDS) == set(tables.REMOVED_PJIT_KEYWORDS)
 
 
 def test_the_gate_of_the_declarations_is_the_gate_of_the_rules():
-    from codemod.prefilter import gate_of_codes
+    from pmap_migrate.prefilter import gate_of_codes
 
     codes = all_codes()
     assert gate_of_codes(codes) == GATE
@@ -300,8 +300,8 @@ def test_the_gate_of_the_declarations_is_the_gate_of_the_rules():
 
 
 def test_a_rule_without_a_declaration_is_read_from_its_class(monkeypatch):
-    from codemod.prefilter import gate_of_codes
-    from rules import gates
+    from pmap_migrate.prefilter import gate_of_codes
+    from pmap_migrate.rules import gates
 
     monkeypatch.setattr(gates, "BY_CODE", {code: value for code, value in gates.BY_CODE.items() if code != "PM104"})
     gate_of_codes.cache_clear()
@@ -316,12 +316,12 @@ def test_a_run_whose_files_the_prefilter_rules_out_does_not_import_libcst(tmp_pa
     (tmp_path / "plain.py").write_text("import numpy as np\n\ndef pmapped_name():\n    return np.tree_map\n")
     (tmp_path / "legacy.py").write_text("import jax\nf = jax.pmap(lambda x: x)\n")
     check = ["check", "--no-cache", "--jobs", "1"]
-    modules = ("libcst", "rules.base", "rules.semantic")
+    modules = ("libcst", "pmap_migrate.rules.base", "pmap_migrate.rules.semantic")
     out, last = _run_in_a_fresh_process(tmp_path, [*check, "plain.py"], modules)
     assert last == ["exit 0", "[]"], out
     out, last = _run_in_a_fresh_process(tmp_path, [*check, "plain.py", "legacy.py"], modules)
     assert "PM101" in out
-    assert last == ["exit 1", "['libcst', 'rules.base', 'rules.semantic']"]
+    assert last == ["exit 1", "['libcst', 'pmap_migrate.rules.base', 'pmap_migrate.rules.semantic']"]
 
 
 def test_a_fix_run_whose_files_the_prefilter_rules_out_does_not_import_libcst(tmp_path):
@@ -329,17 +329,17 @@ def test_a_fix_run_whose_files_the_prefilter_rules_out_does_not_import_libcst(tm
     (tmp_path / "plain.py").write_text("import numpy as np\n\ndef pmapped_name():\n    return np.tree_map\n")
     (tmp_path / "legacy.py").write_text("import jax\nx = jax.tree_map(abs, [1])\n")
     fix = ["fix", "--no-cache", "--jobs", "1"]
-    modules = ("libcst", "rules.base", "codemod.fixer")
+    modules = ("libcst", "pmap_migrate.rules.base", "pmap_migrate.fixer")
     out, last = _run_in_a_fresh_process(tmp_path, [*fix, "plain.py"], modules)
     assert last == ["exit 0", "[]"], out
     out, last = _run_in_a_fresh_process(tmp_path, [*fix, "plain.py", "legacy.py"], modules)
-    assert last == ["exit 0", "['codemod.fixer', 'libcst', 'rules.base']"], out
+    assert last == ["exit 0", "['pmap_migrate.fixer', 'libcst', 'pmap_migrate.rules.base']"], out
     assert (tmp_path / "legacy.py").read_text() == "import jax\nx = jax.tree.map(abs, [1])\n"
 
 
 def test_the_cache_keeps_only_a_few_result_files_of_other_selections(tmp_path):
-    from codemod.cache import KEEP_OTHER_RESULTS, ResultCache
-    from codemod.diagnostics import FileResult
+    from pmap_migrate.cache import KEEP_OTHER_RESULTS, ResultCache
+    from pmap_migrate.diagnostics import FileResult
 
     directory = tmp_path / "cache"
     for i in range(KEEP_OTHER_RESULTS + 5):
@@ -384,7 +384,7 @@ class L(Base, metaclass=M):
                          ids=str)
 def test_child_nodes_lists_every_child_node_but_contexts_and_operators(path):
     """The fields `node_fields` passes over never hold a node the prefilter or the slicer looks at."""
-    from codemod.prefilter import child_nodes
+    from pmap_migrate.prefilter import child_nodes
 
     source = MANY_FORMS if path == "many forms" else path.read_text(encoding="utf-8")
     leaves = (ast.expr_context, ast.operator, ast.cmpop, ast.unaryop, ast.boolop)
@@ -441,7 +441,7 @@ def test_a_check_of_a_generic_module_without_legacy_names_does_not_import_libcst
 
 
 def test_without_type_parameters():
-    from codemod.prefilter import without_type_parameters
+    from pmap_migrate.prefilter import without_type_parameters
 
     text, removed = without_type_parameters(GENERIC_CLEAN)
     ast.parse(text)

@@ -29,7 +29,7 @@ TARGET_ENVS = {"jax-0.7.2": LEGACY, "current": None, "newest": NEWEST}
 EXACT = {"jax-0.7.2"}
 # Names of legacy APIs that must not survive a rewrite (the idempotence requirement).
 LEGACY_NAMES = {"pmap", "device_put_replicated", "device_put_sharded", "PmapSharding"}
-PROJECT_PACKAGES = {"runtime_shim", "codemod", "rules"}
+PROJECT_PACKAGES = {"runtime_shim", "pmap_migrate", "codemod", "rules"}
 
 
 class LastDigitDifference(UserWarning):

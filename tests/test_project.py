@@ -5,7 +5,7 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
-from codemod.docs import refreshed
+from pmap_migrate.docs import refreshed
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -20,7 +20,7 @@ def test_ci_runs_exactly_the_readme_test_command():
 
 def test_readme_rule_table_is_generated_from_the_rules():
     readme = (ROOT / "README.md").read_text()
-    assert refreshed(readme) == readme, "run `python -m codemod.docs` to refresh the README rule table"
+    assert refreshed(readme) == readme, "run `python -m pmap_migrate.docs` to refresh the README rule table"
 
 
 def test_quickstart_example_exists():

@@ -15,8 +15,8 @@ import pytest
 from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
 
-from codemod.fixer import fix_bytes
-from rules import all_rules
+from pmap_migrate.fixer import fix_bytes
+from pmap_migrate.rules import all_rules
 
 RULES = all_rules()
 

@@ -9,11 +9,11 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
-from codemod.cli import main
-from codemod.diagnostics import Applicability, Diagnostic, FixInfo, State
-from codemod.report import Report, SiteState, classify, to_markdown
-from codemod.runner import lint_file
-from rules import all_rules
+from pmap_migrate.cli import main
+from pmap_migrate.diagnostics import Applicability, Diagnostic, FixInfo, State
+from pmap_migrate.report import Report, SiteState, classify, to_markdown
+from pmap_migrate.runner import lint_file
+from pmap_migrate.rules import all_rules
 
 ROOT = Path(__file__).resolve().parents[1]
 

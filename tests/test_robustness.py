@@ -19,11 +19,11 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
-from codemod.cli import main
-from codemod.engine import lint_bytes
-from codemod.files import FileChanged, write_atomic
-from codemod.fixer import fix_bytes
-from rules import all_rules
+from pmap_migrate.cli import main
+from pmap_migrate.engine import lint_bytes
+from pmap_migrate.files import FileChanged, write_atomic
+from pmap_migrate.fixer import fix_bytes
+from pmap_migrate.rules import all_rules
 
 RULES = all_rules()
 REPO = Path(__file__).resolve().parents[1]
@@ -168,7 +168,7 @@ def test_output_python_would_not_compile_is_refused():
     """libcst parses `return` at module level; CPython's compiler does not: never written."""
     import libcst as cst
 
-    from rules.base import FixSpec, Rule
+    from pmap_migrate.rules.base import FixSpec, Rule
 
     class ReturnAtModuleLevel(Rule):
         CODE, NAME, MESSAGE, TRIGGERS = "PM994", "test-return", "return", ("finish",)
@@ -271,14 +271,14 @@ def test_an_unreadable_file_is_reported_and_the_run_goes_on(project, monkeypatch
     if IS_ROOT:  # root reads anything: make this one file fail to read
         import builtins
 
-        import codemod.runner
+        import pmap_migrate.runner
 
         def fussy_open(file, *args, **kwargs):
             if os.path.basename(file) == "secret.py":
                 raise PermissionError(13, "Permission denied", str(file))
             return builtins.open(file, *args, **kwargs)
 
-        monkeypatch.setattr(codemod.runner, "open", fussy_open, raising=False)
+        monkeypatch.setattr(pmap_migrate.runner, "open", fussy_open, raising=False)
     else:
         os.chmod(secret, 0)
     try:
@@ -291,17 +291,17 @@ def test_an_unreadable_file_is_reported_and_the_run_goes_on(project, monkeypatch
 
 
 def test_a_file_edited_while_being_fixed_is_left_alone(project, monkeypatch):
-    import codemod.runner
+    import pmap_migrate.runner
 
     path = write(project, "busy.py", LEGACY)
-    real = codemod.runner.run_fix
+    real = pmap_migrate.runner.run_fix
 
     def run_fix_then_edit(*args, **kwargs):
         outcomes = real(*args, **kwargs)
         path.write_text(LEGACY + "# edited meanwhile\n")  # an editor saved after the file was read
         return outcomes
 
-    monkeypatch.setattr(codemod.runner, "run_fix", run_fix_then_edit)
+    monkeypatch.setattr(pmap_migrate.runner, "run_fix", run_fix_then_edit)
     result = cli("fix", ".")
     assert result.exit_code == 1
     assert "busy.py:1:1: PM001 cannot write file: file changed while it was being fixed; left unchanged" in result.output
@@ -309,7 +309,7 @@ def test_a_file_edited_while_being_fixed_is_left_alone(project, monkeypatch):
 
 
 def test_an_internal_error_in_one_file_is_exit_2_and_the_others_are_fixed(project, monkeypatch):
-    from rules import pmap_rewrite
+    from pmap_migrate.rules import pmap_rewrite
 
     write(project, "a.py", LEGACY)
     write(project, "b.py", LEGACY.replace("step", "other"))
@@ -337,11 +337,11 @@ def test_a_file_name_that_is_not_utf8_is_reported_in_every_format(tmp_path):
         pytest.skip("the file system refuses such names")
     env = {**os.environ, "PYTHONPATH": str(REPO), "PYTHONIOENCODING": "utf-8"}
     for output_format in ("text", "concise", "json", "github", "sarif"):
-        run = subprocess.run([sys.executable, "-m", "codemod", "check", "--no-cache", "--output-format", output_format, "."],
+        run = subprocess.run([sys.executable, "-m", "pmap_migrate", "check", "--no-cache", "--output-format", output_format, "."],
                              cwd=tmp_path, env=env, capture_output=True)
         assert run.returncode == 1, (output_format, run.stderr.decode(errors="replace"))
         assert b"Traceback" not in run.stderr and b"internal error" not in run.stderr, run.stderr
-    run = subprocess.run([sys.executable, "-m", "codemod", "fix", "--no-cache", "."], cwd=tmp_path, env=env,
+    run = subprocess.run([sys.executable, "-m", "pmap_migrate", "fix", "--no-cache", "."], cwd=tmp_path, env=env,
                          capture_output=True)
     assert run.returncode == 1 and b"Traceback" not in run.stderr  # the broken file is left
     assert b"jax.shard_map(" in (tmp_path / os.fsdecode(b"legacy_\xff.py")).read_bytes()
@@ -435,7 +435,7 @@ def test_ctrl_c_at_any_moment_leaves_each_file_old_or_new(tmp_path):
     for trial in range(3):
         root = tmp_path / f"trial{trial}"
         tree = _ctrl_c_tree(root, 24)  # PARALLEL_THRESHOLD files: the process pool is used
-        process = subprocess.Popen([sys.executable, "-m", "codemod", "fix", "--no-cache", "--unsafe-fixes", "."],
+        process = subprocess.Popen([sys.executable, "-m", "pmap_migrate", "fix", "--no-cache", "--unsafe-fixes", "."],
                                    cwd=root, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                                    start_new_session=True)
         if trial == 0:
@@ -571,7 +571,7 @@ def _check_with_startup_hook(tmp_path: Path, hook: str) -> subprocess.CompletedP
     hooks.mkdir()
     (hooks / "sitecustomize.py").write_text(hook)
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(hooks), str(REPO)])}
-    return subprocess.run([sys.executable, "-m", "codemod", "check", "legacy.py"], cwd=tmp_path, env=env,
+    return subprocess.run([sys.executable, "-m", "pmap_migrate", "check", "legacy.py"], cwd=tmp_path, env=env,
                           capture_output=True, text=True, timeout=120)
 
 
@@ -579,10 +579,10 @@ def test_python_dash_m_exits_130_after_an_interrupt_inside_a_string_exec(tmp_pat
     """Ctrl-C landing while a dataclass is made (a string `exec`) still ends `python -m codemod` with
     exit code 130, not a death by SIGINT (CPython marks such an interrupt unhandled even when caught)."""
     done = _check_with_startup_hook(tmp_path, (
-        "import codemod.session\n\n"
+        "import pmap_migrate.session\n\n"
         "def check(*args, **kwargs):\n"
         "    exec('raise KeyboardInterrupt', {})\n\n"
-        "codemod.session.Session.check = check\n"))
+        "pmap_migrate.session.Session.check = check\n"))
     assert done.returncode == 130, (done.returncode, done.stderr)
     assert done.stderr.strip() == "pmap-migrate: interrupted"
 

@@ -9,8 +9,8 @@ refuses it, or rows of every device are gathered, there is no fix (`out[k]` stay
 
 from __future__ import annotations
 
-from codemod.engine import lint_bytes
-from rules import all_rules
+from pmap_migrate.engine import lint_bytes
+from pmap_migrate.rules import all_rules
 
 HEAD = ("import jax\nimport jax.numpy as jnp\nimport numpy as np\nstep = jax.pmap(lambda x: x * 2)\n"
         "predict = jax.pmap(lambda w, x: x * w, in_axes=(None, 0))\nout = step(xs)\n")

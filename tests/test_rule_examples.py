@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import pytest
 
-from codemod.diagnostics import State
-from codemod.engine import lint_bytes
-from codemod.fixer import fix_bytes
-from rules import all_rules
+from pmap_migrate.diagnostics import State
+from pmap_migrate.engine import lint_bytes
+from pmap_migrate.fixer import fix_bytes
+from pmap_migrate.rules import all_rules
 
 VALID = [(rule, i, ex) for rule in all_rules() for i, ex in enumerate(rule.VALID)]
 INVALID = [(rule, i, ex) for rule in all_rules() for i, ex in enumerate(rule.INVALID)]
@@ -62,7 +62,7 @@ def test_every_rule_has_examples_and_docs():
 def test_triggers_admit_every_invalid_example():
     """The text prefilter must never drop a file a rule would report: every INVALID example
     contains one of its rule's TRIGGERS (the example tests above bypass the prefilter)."""
-    from codemod.prefilter import Gate
+    from pmap_migrate.prefilter import Gate
 
     dropped = [f"{rule.CODE}-invalid-{i}" for rule, i, example in INVALID
                if not Gate.of([rule]).needs_parse(example.code.encode())]

@@ -1,5 +1,5 @@
 """The scope analysis takes the names the code binds from the semantic model's own walk
-(`rules.semantic.resolve_scopes`), not from libcst's ExpressionContextProvider: the names must be
+(`pmap_migrate.rules.semantic.resolve_scopes`), not from libcst's ExpressionContextProvider: the names must be
 exactly those that provider marks STORE, and the scopes exactly those libcst builds by itself."""
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ from libcst.metadata import (
     ScopeProvider,
 )
 
-from rules.semantic import SemanticModel, _Indexer, resolve_scopes
+from pmap_migrate.rules.semantic import SemanticModel, _Indexer, resolve_scopes
 from tests.support.samples import parsed_samples
 
 # Every way Python binds a name, and reads that look like bindings (attributes, subscripts, `del`).
@@ -126,7 +126,7 @@ def test_the_model_hands_libcst_its_bindings_and_libcst_does_not_walk_for_them(m
 def test_no_rule_reads_the_expression_contexts_the_model_hands_libcst() -> None:
     # The wrapper keeps only the bound names as ExpressionContextProvider's result (no LOAD or DEL
     # marks): a rule asking for that provider would have to get libcst's own walk back first.
-    from rules import all_rules
+    from pmap_migrate.rules import all_rules
 
     for rule in all_rules():
         assert ExpressionContextProvider not in rule.get_inherited_dependencies(), rule.CODE

@@ -12,10 +12,10 @@ from pathlib import Path
 
 import pytest
 
-from codemod import slices
-from codemod.engine import lint_bytes
-from codemod.prefilter import Gate
-from rules import all_rules
+from pmap_migrate import slices
+from pmap_migrate.engine import lint_bytes
+from pmap_migrate.prefilter import Gate
+from pmap_migrate.rules import all_rules
 
 ROOT = Path(__file__).resolve().parents[1]
 RULES = all_rules()

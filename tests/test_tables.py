@@ -15,9 +15,9 @@ import subprocess
 
 import pytest
 
-from rules import tables
-from rules.import_names import is_within
-from rules.pm404_removed_jax_api import RemovedJaxApi
+from pmap_migrate.rules import tables
+from pmap_migrate.rules.import_names import is_within
+from pmap_migrate.rules.pm404_removed_jax_api import RemovedJaxApi
 from support import api_probe, jaxenv
 
 LEGACY_VERSION = (0, 7, 2)

@@ -12,11 +12,11 @@ from pathlib import Path
 import pytest
 from rich.console import Console
 
-from codemod.diagnostics import Applicability, Diagnostic, FixInfo
-from codemod.engine import lint_bytes
-from codemod.reporting.text import render_diagnostics
-from codemod.session import read_lines
-from rules import all_rules
+from pmap_migrate.diagnostics import Applicability, Diagnostic, FixInfo
+from pmap_migrate.engine import lint_bytes
+from pmap_migrate.reporting.text import render_diagnostics
+from pmap_migrate.session import read_lines
+from pmap_migrate.rules import all_rules
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -75,7 +75,7 @@ def test_odd_lines_tabs_wide_characters_cells_and_markup_like_text():
 
 def test_plain_writer_prints_what_rich_prints():
     """A `Plain` writer (no rich import) against rich's own output: findings, summaries, statistics."""
-    from codemod.reporting.text import Plain, render_statistics, render_summary
+    from pmap_migrate.reporting.text import Plain, render_statistics, render_summary
 
     cache: dict = {}
     diagnostics = []
@@ -115,7 +115,7 @@ class _Terminal(io.StringIO):
                                          {"TTY_COMPATIBLE": "1"}, {"NO_COLOR": "1"}, {"TERM": "dumb"}])
 @pytest.mark.parametrize("stream", [io.StringIO, _Terminal])
 def test_plain_output_only_where_rich_would_print_no_colours(monkeypatch, environment, stream):
-    from codemod.reporting.text import plain_output
+    from pmap_migrate.reporting.text import plain_output
 
     for name in ("FORCE_COLOR", "TTY_COMPATIBLE", "NO_COLOR", "TERM"):
         monkeypatch.delenv(name, raising=False)
@@ -130,7 +130,7 @@ def test_plain_output_only_where_rich_would_print_no_colours(monkeypatch, enviro
 
 def test_check_into_a_pipe_does_not_import_rich(tmp_path):
     (tmp_path / "legacy.py").write_text("import jax\n\nstep = jax.pmap(lambda x: x * 2)\n")
-    program = ("import sys\nfrom codemod.cli import main\nsys.argv = ['pmap-migrate', 'check', '.']\n"
+    program = ("import sys\nfrom pmap_migrate.cli import main\nsys.argv = ['pmap-migrate', 'check', '.']\n"
                "try:\n    main()\nexcept SystemExit:\n    pass\nsys.stderr.write(str(sorted(m for m in sys.modules if m.split('.')[0] == 'rich')))\n")
     environment = {k: v for k, v in os.environ.items() if k not in ("FORCE_COLOR", "TTY_COMPATIBLE")}
     for _ in range(2):  # cold, then answered by the cache

@@ -7,9 +7,9 @@ import os
 from collections.abc import Sequence
 from urllib.parse import quote
 
-from codemod import __version__
-from codemod.diagnostics import Diagnostic
-from rules.base import Rule
+from pmap_migrate import __version__
+from pmap_migrate.diagnostics import Diagnostic
+from pmap_migrate.rules.base import Rule
 
 TOOL_URI = "https://pypi.org/project/pmap-migrate/"
 

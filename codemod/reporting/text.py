@@ -10,7 +10,7 @@ from collections.abc import Callable, Collection, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, TextIO
 
-from codemod.diagnostics import Applicability, Diagnostic
+from pmap_migrate.diagnostics import Applicability, Diagnostic
 
 if TYPE_CHECKING:  # rich loads only when something is printed through it
     from rich.console import Console

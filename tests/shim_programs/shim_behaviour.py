@@ -22,7 +22,7 @@ from _report import devices_of, show  # noqa: E402
 
 show("backends_after_import_and_decorate", xla_bridge.backends_are_initialized())
 show("linter_modules_imported", " ".join(
-    sorted(m for m in sys.modules if m.split(".")[0] in ("libcst", "codemod", "rules"))))
+    sorted(m for m in sys.modules if m.split(".")[0] in ("libcst", "pmap_migrate", "codemod", "rules"))))
 show("installed_pmap_is_shim", [jax.pmap is runtime_shim.pmap, pmap is runtime_shim.pmap])
 show("installed_helpers_are_shim", [
     jax.device_put_replicated is runtime_shim.device_put_replicated,

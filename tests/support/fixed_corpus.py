@@ -18,8 +18,8 @@ from typing import Sequence
 
 import pytest
 
-from codemod.fixer import FixOutcome, fix_bytes
-from rules import all_rules
+from pmap_migrate.fixer import FixOutcome, fix_bytes
+from pmap_migrate.rules import all_rules
 from tests.support import differential as diff
 from tests.support.jaxenv import LEGACY, NEWEST, EnvUnavailable, JaxEnv
 

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import libcst as cst
 
-from rules import all_rules
+from pmap_migrate.rules import all_rules
 
 ROOT = Path(__file__).resolve().parents[2]
 FILES = sorted(p for d in ("fixtures/lint", "fixtures/fix", "fixtures/programs", "fixtures/programs_api",
