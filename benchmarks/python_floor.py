@@ -44,7 +44,7 @@ from pmap_migrate.engine import sliced_module
 from pmap_migrate.prefilter import gate_of_codes
 from pmap_migrate.runner import rules_for
 from pmap_migrate.rules.base import parse_module
-from pmap_migrate.rules.gates import BY_CODE
+from pmap_migrate.rules.knowledge.gates import BY_CODE
 
 SUFFIXES = (".py", ".pyi")
 

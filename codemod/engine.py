@@ -17,7 +17,7 @@ from pmap_migrate.slices import AST_WITHIN_LIBCST, Parsed, Slice, parse_python, 
 from pmap_migrate.stack import on_deep_stack
 from pmap_migrate.suppression import Suppressions, is_guarded
 from pmap_migrate.rules.base import FixSpec, Rule, RuleContext, RuleOptions, parse_module
-from pmap_migrate.rules.semantic import SemanticModel
+from pmap_migrate.rules.analysis.semantic import SemanticModel
 
 fastwalk.install()  # libcst's read-only walks without copying the tree (same callbacks)
 

@@ -28,8 +28,8 @@ from pmap_migrate.engine import (Analysis, Finding, analyse, lint_module, one_li
                             sliced_module)
 from pmap_migrate.stack import on_deep_stack
 from pmap_migrate.rules.base import Edit, Rule, RuleOptions
-from pmap_migrate.rules.import_names import imported_names
-from pmap_migrate.rules.semantic import indent_unit
+from pmap_migrate.rules.analysis.imports import imported_names
+from pmap_migrate.rules.analysis.semantic import indent_unit
 
 MAX_ROUNDS = 8
 

@@ -34,7 +34,7 @@ from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
     from pmap_migrate.rules.base import Rule
-    from pmap_migrate.rules.gates import Declared
+    from pmap_migrate.rules.knowledge.gates import Declared
 
 
 # Between the parts of a dotted name: blanks, line continuations, comments (inside brackets).
@@ -329,9 +329,9 @@ def gate_of(rules: tuple[type[Rule], ...]) -> Gate:
 
 @lru_cache(maxsize=16)
 def gate_of_codes(codes: tuple[str, ...]) -> Gate:
-    """The gate of the registered rules ``codes``, from their declarations (rules/gates.py): no
+    """The gate of the registered rules ``codes``, from their declarations (rules/knowledge/gates.py): no
     rule, and so not libcst, is imported (unless a rule has no declaration there: its class is read)."""
-    from pmap_migrate.rules.gates import BY_CODE
+    from pmap_migrate.rules.knowledge.gates import BY_CODE
 
     if any(code not in BY_CODE for code in codes):
         from pmap_migrate.rules import rules_by_code

@@ -17,7 +17,7 @@ from pmap_migrate.config import Settings
 from pmap_migrate.diagnostics import FileError, FileResult, State
 from pmap_migrate.stack import on_deep_stack
 from pmap_migrate.rules import rules_by_code
-from pmap_migrate.rules.options import RuleOptions
+from pmap_migrate.rules.fixes.choices import RuleOptions
 
 if TYPE_CHECKING:  # rule classes (and libcst) load only when a file needs analysing; the
     # prefilter and the slicer only when a file needs reading (a warm run reads none)

@@ -15,11 +15,11 @@ from typing import TYPE_CHECKING, ClassVar
 
 import libcst as cst
 
-from pmap_migrate.rules import gates
-from pmap_migrate.rules.options import RuleOptions  # re-exported; apart so that the cached path needs no libcst
+from pmap_migrate.rules.knowledge import gates
+from pmap_migrate.rules.fixes.choices import RuleOptions  # re-exported; apart so that the cached path needs no libcst
 
 if TYPE_CHECKING:
-    from pmap_migrate.rules.semantic import SemanticModel
+    from pmap_migrate.rules.analysis.semantic import SemanticModel
 
 
 def parse_module(source: str | bytes) -> cst.Module:
@@ -134,7 +134,7 @@ class Rule(cst.BatchableCSTVisitor):
     CODE: ClassVar[str]
     NAME: ClassVar[str]
     MESSAGE: ClassVar[str]
-    # The prefilter's inputs; a registered rule takes them from rules/gates.py (so that the
+    # The prefilter's inputs; a registered rule takes them from rules/knowledge/gates.py (so that the
     # prefilter works without importing any rule). Substrings of which at least one must occur in
     # a file for the rule to possibly fire; the text prefilter skips parsing files that contain
     # none of any enabled rule's triggers.

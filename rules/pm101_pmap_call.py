@@ -2,12 +2,12 @@ from __future__ import annotations
 
 import libcst as cst
 
-from pmap_migrate.rules import gates
-from pmap_migrate.rules.api_rewrite import delete_line
+from pmap_migrate.rules.knowledge import gates
+from pmap_migrate.rules.fixes.api import delete_line
 from pmap_migrate.rules.base import FixSpec, Invalid, Rule, Valid
-from pmap_migrate.rules.idiomatic_rewrite import idiomatic_fix
-from pmap_migrate.rules.pmap_rewrite import Rewriter, rewriter_for
-from pmap_migrate.rules.semantic import PMAP, TransformSite
+from pmap_migrate.rules.fixes.idiomatic import idiomatic_fix
+from pmap_migrate.rules.fixes.pmap_rewrite import Rewriter, rewriter_for
+from pmap_migrate.rules.analysis.semantic import PMAP, TransformSite
 
 
 class PmapCall(Rule):

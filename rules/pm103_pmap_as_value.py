@@ -2,10 +2,10 @@ from __future__ import annotations
 
 import libcst as cst
 
-from pmap_migrate.rules import gates
+from pmap_migrate.rules.knowledge import gates
 from pmap_migrate.rules.base import FixSpec, Invalid, Rule, Valid
-from pmap_migrate.rules.pmap_rewrite import rewriter_for
-from pmap_migrate.rules.semantic import PMAP
+from pmap_migrate.rules.fixes.pmap_rewrite import rewriter_for
+from pmap_migrate.rules.analysis.semantic import PMAP
 
 
 class PmapAsValue(Rule):

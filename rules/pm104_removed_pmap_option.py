@@ -4,10 +4,10 @@ import re
 
 import libcst as cst
 
-from pmap_migrate.rules import gates, tables
+from pmap_migrate.rules.knowledge import gates, tables
 from pmap_migrate.rules.base import Edit, FixSpec, Invalid, Rule, Valid
-from pmap_migrate.rules.placement_rewrite import remove_line
-from pmap_migrate.rules.semantic import PMAP
+from pmap_migrate.rules.fixes.placement import remove_line
+from pmap_migrate.rules.analysis.semantic import PMAP
 
 _CONFIG_UPDATE = frozenset({"jax.config.update"})
 _ENVIRON = frozenset({"os.environ"})

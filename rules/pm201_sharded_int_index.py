@@ -2,9 +2,9 @@ from __future__ import annotations
 
 import libcst as cst
 
-from pmap_migrate.rules import gates
+from pmap_migrate.rules.knowledge import gates
 from pmap_migrate.rules.base import FixSpec, Invalid, Rule, Valid
-from pmap_migrate.rules.placement_rewrite import (
+from pmap_migrate.rules.fixes.placement import (
     is_assignment_target,
     keep_parens,
     literal_index,

@@ -2,10 +2,10 @@ from __future__ import annotations
 
 import libcst as cst
 
-from pmap_migrate.rules import gates, tables
-from pmap_migrate.rules.api_rewrite import code_of, removal_spec
+from pmap_migrate.rules.knowledge import gates, tables
+from pmap_migrate.rules.fixes.api import code_of, removal_spec
 from pmap_migrate.rules.base import Edit, FixSpec, ImportSpec, Invalid, Rule, Valid
-from pmap_migrate.rules.placement_rewrite import (
+from pmap_migrate.rules.fixes.placement import (
     Unfixable,
     alias_definition,
     alias_fix,
@@ -16,7 +16,7 @@ from pmap_migrate.rules.placement_rewrite import (
     row_of,
     single_index,
 )
-from pmap_migrate.rules.semantic import DEVICE_STACKED, FunctionLike, integer_index
+from pmap_migrate.rules.analysis.semantic import DEVICE_STACKED, FunctionLike, integer_index
 
 _OPERATOR_ITEMGETTER = frozenset({"operator.itemgetter"})
 

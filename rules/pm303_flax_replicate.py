@@ -5,10 +5,10 @@ from dataclasses import replace
 import libcst as cst
 from libcst.metadata import ImportAssignment
 
-from pmap_migrate.rules import gates, tables
-from pmap_migrate.rules.api_rewrite import code_of, removal_spec
+from pmap_migrate.rules.knowledge import gates, tables
+from pmap_migrate.rules.fixes.api import code_of, removal_spec
 from pmap_migrate.rules.base import FixSpec, ImportSpec, Invalid, Rule, Valid
-from pmap_migrate.rules.placement_rewrite import (
+from pmap_migrate.rules.fixes.placement import (
     Placement,
     Unfixable,
     alias_definition,

@@ -4,9 +4,9 @@ import re
 
 import libcst as cst
 
-from pmap_migrate.rules import gates
+from pmap_migrate.rules.knowledge import gates
 from pmap_migrate.rules.base import Edit, FixSpec, Invalid, Rule, Valid
-from pmap_migrate.rules.placement_rewrite import (
+from pmap_migrate.rules.fixes.placement import (
     Unfixable,
     devices_descriptor,
     helper_devices,
@@ -15,7 +15,7 @@ from pmap_migrate.rules.placement_rewrite import (
     placement_for,
     reshard_text,
 )
-from pmap_migrate.rules.semantic import COMMITTED, JIT_OUTPUT, PMAP, REPLICATED, SHARDED_STACK, TransformSite
+from pmap_migrate.rules.analysis.semantic import COMMITTED, JIT_OUTPUT, PMAP, REPLICATED, SHARDED_STACK, TransformSite
 
 _SPACE = re.compile(r"\s+")
 

@@ -2,8 +2,8 @@ from __future__ import annotations
 
 import libcst as cst
 
-from pmap_migrate.rules import gates, tables
-from pmap_migrate.rules.api_rewrite import (
+from pmap_migrate.rules.knowledge import gates, tables
+from pmap_migrate.rules.fixes.api import (
     FixParts,
     ImportRule,
     Unfixable,
@@ -15,7 +15,7 @@ from pmap_migrate.rules.api_rewrite import (
     spec_or_none,
 )
 from pmap_migrate.rules.base import Edit, Invalid, Valid
-from pmap_migrate.rules.import_names import imported_names
+from pmap_migrate.rules.analysis.imports import imported_names
 
 _EXPERIMENTAL = "jax.experimental.shard_map.shard_map"
 _KEYWORD_MESSAGES = {

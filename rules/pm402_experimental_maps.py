@@ -2,8 +2,8 @@ from __future__ import annotations
 
 import libcst as cst
 
-from pmap_migrate.rules import gates, tables
-from pmap_migrate.rules.api_rewrite import (
+from pmap_migrate.rules.knowledge import gates, tables
+from pmap_migrate.rules.fixes.api import (
     FixParts,
     Unfixable,
     alias_index,
@@ -14,7 +14,7 @@ from pmap_migrate.rules.api_rewrite import (
     rewrite_import_from,
 )
 from pmap_migrate.rules.base import FixSpec, Invalid, Rule, Valid
-from pmap_migrate.rules.import_names import imported_names, is_within
+from pmap_migrate.rules.analysis.imports import imported_names, is_within
 
 _MODULE = tables.EXPERIMENTAL_MAPS_MODULE
 _GENERAL = "use `jax.sharding.Mesh` for `Mesh` and `jax.shard_map` over a Mesh for `xmap`"

@@ -2,8 +2,8 @@ from __future__ import annotations
 
 import libcst as cst
 
-from pmap_migrate.rules import gates, tables
-from pmap_migrate.rules.api_rewrite import (
+from pmap_migrate.rules.knowledge import gates, tables
+from pmap_migrate.rules.fixes.api import (
     FixParts,
     ImportRule,
     Unfixable,
@@ -22,7 +22,7 @@ from pmap_migrate.rules.api_rewrite import (
     rewrite_reads,
 )
 from pmap_migrate.rules.base import Edit, FixSpec, Invalid, Valid
-from pmap_migrate.rules.import_names import imported_names
+from pmap_migrate.rules.analysis.imports import imported_names
 
 _LAST_COMPONENTS = frozenset(entry.last for entry in tables.REMOVED_NAMES)
 # Replacements that are types: in an annotation the rename means exactly what the old name meant.
@@ -61,7 +61,7 @@ class RemovedJaxApi(ImportRule):
     """Use of a jax API that pmap-era code relies on and that current jax no longer has.
 
     ## What it does
-    Finds every name of the removed-API table (`rules/tables.py`, `REMOVED_NAMES`) however it is
+    Finds every name of the removed-API table (`rules/knowledge/tables.py`, `REMOVED_NAMES`) however it is
     spelled: attribute access (`jax.tree_map`, `jnp.DeviceArray`, `pxla.ShardedDeviceArray`,
     `jax.lib.xla_bridge.get_backend()`), and imports (`from jax import tree_map`,
     `from jax.interpreters.pxla import ShardedDeviceArray`, `import jax.experimental.host_callback`).
@@ -108,7 +108,7 @@ class RemovedJaxApi(ImportRule):
 
     ## Fix safety
     Each table entry says whether its replacement may be substituted (`rename` in
-    `rules/tables.py`). Safe: the same function under its new name (`jax.tree_map` ->
+    `rules/knowledge/tables.py`). Safe: the same function under its new name (`jax.tree_map` ->
     `jax.tree.map` and the other tree aliases, `xla_bridge.get_backend` ->
     `jax.extend.backend.get_backend`, `xla_bridge.device_count` -> `jax.device_count`, the
     experimental `PartitionSpec`, `from jax.config import config` -> `from jax import config`, the

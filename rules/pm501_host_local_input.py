@@ -2,9 +2,9 @@ from __future__ import annotations
 
 import libcst as cst
 
-from pmap_migrate.rules import gates, tables
+from pmap_migrate.rules.knowledge import gates, tables
 from pmap_migrate.rules.base import Invalid, Rule, Valid
-from pmap_migrate.rules.pmap_rewrite import rewriter_for
+from pmap_migrate.rules.fixes.pmap_rewrite import rewriter_for
 
 
 def _global_mesh_helpers(axis: str) -> str:

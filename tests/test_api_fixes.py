@@ -11,7 +11,8 @@ import sys
 
 import pytest
 
-from pmap_migrate.rules import api_rewrite, tables
+from pmap_migrate.rules.fixes import api as api_rewrite
+from pmap_migrate.rules.knowledge import tables
 from support import jaxenv
 
 WRITTEN = sorted(

@@ -27,8 +27,8 @@ from pmap_migrate.cli import main as cli
 from pmap_migrate.fixer import fix_bytes
 from pmap_migrate.rules import all_rules
 from pmap_migrate.rules.base import RuleContext, RuleOptions
-from pmap_migrate.rules.idiomatic_rewrite import why_not
-from pmap_migrate.rules.semantic import SemanticModel
+from pmap_migrate.rules.fixes.idiomatic import why_not
+from pmap_migrate.rules.analysis.semantic import SemanticModel
 from tests.support import differential as diff
 from tests.support.jaxenv import LEGACY, NEW_311, NEWEST, EnvUnavailable
 

@@ -236,7 +236,7 @@ def test_generated_code_is_copied_to_unindent_its_empty_lines_only_when_it_has_s
 
     import libcst as cst
 
-    from pmap_migrate.rules.multiprocess_rewrite import _unindented
+    from pmap_migrate.rules.fixes.multiprocess import _unindented
 
     original = cst.parse_statement("if x:\n\n    y = 1\n")
     model = SimpleNamespace(parents={original: None})
@@ -259,8 +259,8 @@ def test_generated_statements_known_to_need_no_unindenting_are_not_walked():
 
     import libcst as cst
 
-    from pmap_migrate.rules.multiprocess_rewrite import _unindented
-    from pmap_migrate.rules.pmap_rewrite import Rewriter
+    from pmap_migrate.rules.fixes.multiprocess import _unindented
+    from pmap_migrate.rules.fixes.pmap_rewrite import Rewriter
 
     rewriter = Rewriter.__new__(Rewriter)
     rewriter.plain_generated = {}

@@ -1,7 +1,7 @@
 """The placement fixes in a multi-process program, checked by a real two-process run.
 
 In a module that runs several processes (PM501) the pmaps are rewritten over a global mesh of every
-process's devices (`rules/multiprocess_rewrite.py`): their outputs stay global arrays, and the row
+process's devices (`rules/fixes/multiprocess.py`): their outputs stay global arrays, and the row
 reads of them (`loss[0]`, `tree_map(lambda v: v[0], params)`) become reads of this process's rows;
 the stacking helpers still become the shim's drop-ins (PM301/PM302), whose host-local stacks the
 rewritten pmaps take. `tests/shim_programs/data_parallel.py` (2 processes x 4 CPU devices, gloo

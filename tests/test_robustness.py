@@ -309,7 +309,7 @@ def test_a_file_edited_while_being_fixed_is_left_alone(project, monkeypatch):
 
 
 def test_an_internal_error_in_one_file_is_exit_2_and_the_others_are_fixed(project, monkeypatch):
-    from pmap_migrate.rules import pmap_rewrite
+    from pmap_migrate.rules.fixes import pmap_rewrite
 
     write(project, "a.py", LEGACY)
     write(project, "b.py", LEGACY.replace("step", "other"))

@@ -1,4 +1,4 @@
-"""The JAX API tables in `rules/tables.py` checked against real jax releases.
+"""The JAX API tables in `rules/knowledge/tables.py` checked against real jax releases.
 
 In process against the installed jax (CI: Python 3.11 + jax 0.10.2), then in one subprocess each
 against the legacy jax 0.7.2 and the newest jax venvs of `support.jaxenv` (skipped where no
@@ -15,8 +15,8 @@ import subprocess
 
 import pytest
 
-from pmap_migrate.rules import tables
-from pmap_migrate.rules.import_names import is_within
+from pmap_migrate.rules.knowledge import tables
+from pmap_migrate.rules.analysis.imports import is_within
 from pmap_migrate.rules.pm404_removed_jax_api import RemovedJaxApi
 from support import api_probe, jaxenv
 

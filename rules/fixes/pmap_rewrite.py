@@ -20,7 +20,7 @@ The mesh is built at trace time (importing the module queries no device; the fir
 devices, as legacy pmap used), jit caches it per signature (no retrace per call), and
 `check_vma=False` keeps legacy autodiff numbers. The pmaps of a multi-process module (PM501) get
 the same jit(shard_map) on a global mesh of every process's devices instead, with their inputs
-made global arrays and their outputs read back as this process's rows (rules/multiprocess_rewrite.py).
+made global arrays and their outputs read back as this process's rows (rules/fixes/multiprocess.py).
 What cannot be expressed exactly (nested pmaps, options computed at run time, pmap as a value, a
 multi-process data flow that is not visible, ...) is routed to `runtime_shim.pmap`, which
 reproduces the legacy semantics at run time.
@@ -34,9 +34,9 @@ from dataclasses import dataclass, field
 import libcst as cst
 from libcst.metadata import Assignment, BuiltinAssignment
 
-from pmap_migrate.rules import tables
+from pmap_migrate.rules.knowledge import tables
 from pmap_migrate.rules.base import Edit, FixSpec, ImportSpec, parse_module
-from pmap_migrate.rules.semantic import PMAP, SemanticModel, TransformSite
+from pmap_migrate.rules.analysis.semantic import PMAP, SemanticModel, TransformSite
 
 SHIM_IMPORT = ImportSpec("runtime_shim")
 KNOWN_OPTIONS = {"fun", "axis_name", "in_axes", "out_axes", "static_broadcasted_argnums", "donate_argnums",
@@ -392,7 +392,7 @@ class Rewriter:
 
     def multi_process(self) -> bool:
         if self._multi_process is None:
-            from pmap_migrate.rules import tables
+            from pmap_migrate.rules.knowledge import tables
 
             self._multi_process = self.model.uses_any(tables.MULTI_PROCESS, tables.MULTI_PROCESS_PREFIXES)
         return self._multi_process
@@ -404,9 +404,9 @@ class Rewriter:
             return self.shim_fix(site, str(why))
 
     def global_rewrite(self):
-        """The module's multi-process (global mesh) rewrite plan (rules/multiprocess_rewrite.py)."""
+        """The module's multi-process (global mesh) rewrite plan (rules/fixes/multiprocess.py)."""
         if self._global is None:
-            from pmap_migrate.rules.multiprocess_rewrite import GlobalRewrite
+            from pmap_migrate.rules.fixes.multiprocess import GlobalRewrite
 
             self._global = GlobalRewrite(self)
         return self._global
@@ -443,7 +443,7 @@ class Rewriter:
         """Imports that removing ``expr`` (a pmap callee: `jax.pmap`, `pmap`, `partial(jax.pmap, ..)`,
         `functools.partial(...)`) may leave unused; the engine removes them only if nothing uses
         them any more. Imports the fix did not touch are never removed, used or not."""
-        from pmap_migrate.rules import tables
+        from pmap_migrate.rules.knowledge import tables
 
         specs: list[ImportSpec] = []
         if isinstance(expr, cst.Call) and expr.args:
@@ -457,7 +457,7 @@ class Rewriter:
         return tuple(specs)
 
     def _pmap_reference(self, expr: cst.BaseExpression) -> cst.BaseExpression | None:
-        from pmap_migrate.rules import tables
+        from pmap_migrate.rules.knowledge import tables
 
         if isinstance(expr, (cst.Name, cst.Attribute)) and self.model.matches(expr, tables.PMAP):
             return expr
@@ -858,7 +858,7 @@ class Rewriter:
         "functools": {"functools"},
         "np": {"numpy"},
     }
-    # and the global-mesh form of multi-process modules (rules/multiprocess_rewrite.py)
+    # and the global-mesh form of multi-process modules (rules/fixes/multiprocess.py)
     GLOBAL_TEMPLATE_NAMES = {
         "multihost_utils": {"jax.experimental.multihost_utils"},
         "NamedSharding": {"jax.sharding.NamedSharding", "jax.NamedSharding"},
@@ -889,7 +889,7 @@ class Rewriter:
     def parse_generated(self, text: str) -> list[cst.BaseStatement]:
         """The statements of generated code ``text``, recorded in ``plain_generated`` (with their
         direct children) when none of their empty lines carries indentation: the multi-process plan
-        then need not walk them looking for one (rules/multiprocess_rewrite.py, ``_unindented``).
+        then need not walk them looking for one (rules/fixes/multiprocess.py, ``_unindented``).
         libcst gives an empty line indentation when it starts with its block's: a line of only
         whitespace anywhere, a blank line only at module level (whose indentation is none), in front
         of a statement or a decorator or after the decorators; nested blocks' blank lines have none."""

@@ -29,11 +29,11 @@ from collections.abc import Iterable
 import libcst as cst
 from libcst.metadata import BuiltinAssignment, ClassScope
 
-from pmap_migrate.rules import tables
-from pmap_migrate.rules.api_rewrite import Unfixable, code_of, jax_name, parenthesized, removal_spec
+from pmap_migrate.rules.knowledge import tables
+from pmap_migrate.rules.fixes.api import Unfixable, code_of, jax_name, parenthesized, removal_spec
 from pmap_migrate.rules.base import Edit, FixSpec, ImportSpec
-from pmap_migrate.rules.pmap_rewrite import rewriter_for
-from pmap_migrate.rules.semantic import DEVICE_STACKED, PMAP, SemanticModel, TransformSite
+from pmap_migrate.rules.fixes.pmap_rewrite import rewriter_for
+from pmap_migrate.rules.analysis.semantic import DEVICE_STACKED, PMAP, SemanticModel, TransformSite
 
 __all__ = ["Unfixable"]
 
@@ -338,7 +338,7 @@ class Placement:
     def _returns_arrays(self, func, position: int | None) -> bool:
         """Every return value of ``func`` is an array (or a dict of arrays) at ``position`` of its
         tuple (None: in every element, or the whole value when it is not a tuple display)."""
-        from pmap_migrate.rules.semantic import _ReturnFinder
+        from pmap_migrate.rules.analysis.semantic import _ReturnFinder
 
         if isinstance(func, cst.Lambda):
             values = [func.body]
@@ -740,7 +740,7 @@ def placement_for(context) -> Placement:
 def in_axis_of(site: TransformSite, call: cst.Call, arg: cst.Arg) -> int | None | str:
     """The in_axes entry legacy pmap applied to ``arg`` of ``call`` (an int, None for broadcast), or
     "unknown" when it is not a literal or is a pytree prefix."""
-    from pmap_migrate.rules.pmap_rewrite import Unsupported, _axis_entry, _int_tuple
+    from pmap_migrate.rules.fixes.pmap_rewrite import Unsupported, _axis_entry, _int_tuple
 
     node = site.option("in_axes")
     try:

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from pmap_migrate.rules import tables
+from pmap_migrate.rules.knowledge import tables
 
 # Names (or modules) whose use anywhere in a module makes it a multi-process program (PM501): the
 # slicer keeps every part of a large module that uses them, for every rule (``Rule.CONTEXT_NAMES``).

@@ -29,7 +29,7 @@ from libcst.metadata import (
     ScopeProvider,
 )
 
-from pmap_migrate.rules import tables
+from pmap_migrate.rules.knowledge import tables
 
 PMAP = "pmap"
 JIT = "jit"

@@ -57,11 +57,11 @@ from dataclasses import dataclass, field
 import libcst as cst
 from libcst.metadata import Assignment
 
-from pmap_migrate.rules import tables
-from pmap_migrate.rules.api_rewrite import removal_spec
+from pmap_migrate.rules.knowledge import tables
+from pmap_migrate.rules.fixes.api import removal_spec
 from pmap_migrate.rules.base import Edit, FixSpec, ImportSpec
-from pmap_migrate.rules.pmap_rewrite import _code, _int_tuple, Unsupported, rewriter_for, simple_params
-from pmap_migrate.rules.semantic import PMAP, TransformSite
+from pmap_migrate.rules.fixes.pmap_rewrite import _code, _int_tuple, Unsupported, rewriter_for, simple_params
+from pmap_migrate.rules.analysis.semantic import PMAP, TransformSite
 
 ALL = "all"  # a device count meaning "every local device"
 STATE, BATCH = "P()", "batch"
@@ -902,7 +902,7 @@ class Idiomatic:
         return self._index(self.model.module.body, node) or 0
 
     def _placement(self):
-        from pmap_migrate.rules.placement_rewrite import Placement
+        from pmap_migrate.rules.fixes.placement import Placement
 
         if "placement" not in self.context.shared:
             self.context.shared["placement"] = Placement(self.context)

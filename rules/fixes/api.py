@@ -20,9 +20,9 @@ import libcst as cst
 from libcst.helpers import get_full_name_for_node
 from libcst.metadata import ImportAssignment
 
-from pmap_migrate.rules import tables
+from pmap_migrate.rules.knowledge import tables
 from pmap_migrate.rules.base import Edit, FixSpec, ImportSpec, Rule
-from pmap_migrate.rules.semantic import SemanticModel
+from pmap_migrate.rules.analysis.semantic import SemanticModel
 
 
 class Unfixable(Exception):

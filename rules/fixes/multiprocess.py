@@ -66,9 +66,9 @@ from dataclasses import dataclass, field
 import libcst as cst
 from libcst.metadata import BaseAssignment, ClassScope
 
-from pmap_migrate.rules import tables
+from pmap_migrate.rules.knowledge import tables
 from pmap_migrate.rules.base import Edit, FixSpec, ImportSpec
-from pmap_migrate.rules.pmap_rewrite import (
+from pmap_migrate.rules.fixes.pmap_rewrite import (
     Plan,
     Rewriter,
     Unsupported,
@@ -78,7 +78,7 @@ from pmap_migrate.rules.pmap_rewrite import (
     _spec,
     jitted_parts,
 )
-from pmap_migrate.rules.semantic import TransformSite
+from pmap_migrate.rules.analysis.semantic import TransformSite
 
 _UNSUPPORTED_OPTIONS = ("devices", "backend", "axis_size")
 _MULTIHOST = ImportSpec("jax.experimental", "multihost_utils")
@@ -747,7 +747,7 @@ class GlobalRewrite:
         return calls
 
     def _placement(self):
-        from pmap_migrate.rules.placement_rewrite import Placement, placement_for
+        from pmap_migrate.rules.fixes.placement import Placement, placement_for
 
         if self.rewriter.context is not None:
             return placement_for(self.rewriter.context)
@@ -903,7 +903,7 @@ class _Reads:
     def _row_read(self, read: cst.Name, parent: cst.CSTNode | None, placement) -> list[Edit] | None:
         """`out[k]`, `tree_map(lambda v: v[k], out)`, `unreplicate(out)` on a stack with one row per
         device: this process's row k, from the device that holds it."""
-        from pmap_migrate.rules.placement_rewrite import literal_index, row_of, single_index
+        from pmap_migrate.rules.fixes.placement import literal_index, row_of, single_index
 
         model = self.model
         if not placement.one_row_per_device(read):
@@ -923,7 +923,7 @@ class _Reads:
         if len(positional) != len(call.args):
             return None
         if model.resolves_to(call.func, tables.FLAX_UNREPLICATE) and len(positional) == 1:
-            from pmap_migrate.rules.api_rewrite import removal_spec
+            from pmap_migrate.rules.fixes.api import removal_spec
 
             text = (f"jax.tree.map(lambda leaf: {_code(row_of(cst.Name('leaf'), cst.Integer('0')))}, "
                     f"{read.value})")
@@ -956,7 +956,7 @@ def _host_local_call(helper: str, call: cst.Call) -> cst.Call:
 
 
 def _is_target(model, node: cst.CSTNode) -> bool:
-    from pmap_migrate.rules.placement_rewrite import is_assignment_target
+    from pmap_migrate.rules.fixes.placement import is_assignment_target
 
     return is_assignment_target(model, node)
 

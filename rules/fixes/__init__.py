@@ -1,0 +1,2 @@
+"""How fixes are described and built: the fix description the engine applies (`spec`), fix applicability and the rules' options (`choices`), the one edit applier, and a builder per family: the faithful pmap rewrite to `jax.jit(jax.shard_map(...))`, the multi-process global-mesh rewrite (PM501), the placement fixes of the pmap-era helpers, the idiomatic rewrite, and the renames of removed JAX APIs. Builders read the analysis; they never report.
+"""
