@@ -78,7 +78,7 @@ def rewritten_sources() -> dict[str, str]:
     sys.path.insert(0, str(ROOT))
     from pmap_migrate.fixer import fix_bytes
     from pmap_migrate.rules import all_rules
-    from pmap_migrate.rules.base import RuleOptions
+    from pmap_migrate.rules.fixes.choices import RuleOptions
 
     sources = {"legacy": LEGACY_MODULE}
     for label, options in (("faithful", None), ("idiomatic", RuleOptions(idiomatic=True))):

@@ -11,7 +11,7 @@ each node of those trees at least once (here: `ast.walk`, doing nothing with the
 analysis does much more than one walk; the real `check` does all of this and libcst on top.
 
 A second bound holds for this project's design (the rules and their fixes are libcst visitors,
-docs: DESIGN.md): it adds (5) libcst's parse, as the engine calls it (`pmap_migrate.rules.base.parse_module`), of
+docs: DESIGN.md): it adds (5) libcst's parse, as the engine calls it (`pmap_migrate.libcst_patches.parse_module`), of
 what the engine gives libcst of each admitted file: its relevant slice (codemod/slices.py), or the
 whole file where there is none or it does not parse. Not timed: slicing, and everything after the
 parse (scopes, the rules' visits, positions).
@@ -43,7 +43,7 @@ from libcst import ParserSyntaxError
 from pmap_migrate.engine import sliced_module
 from pmap_migrate.prefilter import gate_of_codes
 from pmap_migrate.runner import rules_for
-from pmap_migrate.rules.base import parse_module
+from pmap_migrate.libcst_patches import parse_module
 from pmap_migrate.rules.knowledge.gates import BY_CODE
 
 SUFFIXES = (".py", ".pyi")

@@ -5,10 +5,9 @@ from __future__ import annotations
 from dataclasses import dataclass, field, replace
 from enum import Enum
 
+from pmap_migrate.rules.fixes.choices import Applicability
 
-class Applicability(str, Enum):
-    SAFE = "safe"  # applied by `fix`
-    UNSAFE = "unsafe"  # applied by `fix --unsafe-fixes`
+__all__ = ["Applicability", "Diagnostic", "FileError", "FileResult", "FixInfo", "State"]
 
 
 class State(str, Enum):

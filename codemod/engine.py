@@ -8,18 +8,18 @@ from dataclasses import dataclass, field
 import libcst as cst
 from libcst.metadata import CodeRange, MetadataWrapper
 
-from pmap_migrate import fastwalk
-from pmap_migrate.diagnostics import Applicability, Diagnostic, FileError, FileResult, FixInfo, State
+from pmap_migrate.diagnostics import Diagnostic, FileError, FileResult, FixInfo, State
 from pmap_migrate.positions import positions as node_positions
 from pmap_migrate.positions import statement_positions
 from pmap_migrate.prefilter import gate_of
 from pmap_migrate.slices import AST_WITHIN_LIBCST, Parsed, Slice, parse_python, relevant_slice
 from pmap_migrate.stack import on_deep_stack
 from pmap_migrate.suppression import Suppressions, is_guarded
-from pmap_migrate.rules.base import FixSpec, Rule, RuleContext, RuleOptions, parse_module
+from pmap_migrate.libcst_patches import parse_module
+from pmap_migrate.rules.base import Rule, RuleContext
+from pmap_migrate.rules.fixes.choices import RuleOptions
+from pmap_migrate.rules.fixes.spec import FixSpec
 from pmap_migrate.rules.analysis.semantic import SemanticModel
-
-fastwalk.install()  # libcst's read-only walks without copying the tree (same callbacks)
 
 
 def one_line(message: str) -> str:
@@ -159,7 +159,7 @@ def analyse(module: cst.Module, path: str, rules: Sequence[type[Rule]],
             state = State.ACTIVE
         info = None
         if report.fix is not None:
-            info = FixInfo(Applicability(report.fix.applicability), report.fix.summary, report.fix.shimmed)
+            info = FixInfo(report.fix.applicability, report.fix.summary, report.fix.shimmed)
         diagnostic = Diagnostic(
             code=rule.CODE, name=rule.NAME, message=report.message, path=path,
             line=line, column=where.start.column + 1, end_line=end_line,

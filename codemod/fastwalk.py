@@ -4,8 +4,9 @@ libcst walks a tree for a ``CSTVisitor`` the way it walks it for a transformer: 
 ``_visit_and_replace_children`` builds (and validates) a new copy of the node from its visited
 children, and the visitor's result is thrown away. Checking a file walks its tree several times
 (the scope and expression-context providers, the semantic index, the rules, local walks), so these
-copies were about a third of the analysis. ``install()`` makes ``CSTNode.visit`` walk read-only
-visitors without copying; transformers keep libcst's own walk.
+copies were about a third of the analysis. ``visit`` (which ``pmap_migrate.libcst_patches``
+installs as ``CSTNode.visit``) walks read-only visitors without copying; transformers keep libcst's
+own walk.
 
 What a node's walk does is read from libcst's own source, once per node class: its
 ``_visit_and_replace_children`` is a single ``return Node(field=visit_required(self, "field",
@@ -26,24 +27,20 @@ A libcst matcher visitor (``MatcherDecoratableVisitor``, as libcst's import gath
 runs) whose instance has no matchers and no decorated methods calls exactly what a plain visitor
 calls, and is walked as one; any other keeps its own callbacks, every one of them.
 
-``install()`` also answers two questions libcst's scope analysis asks per file and per node the
+Two more replacements answer questions libcst's scope analysis asks per file and per node the
 same way at less cost: which callbacks its providers have (remembered per class), and whether a
 node is assignment-like (one look-up by class instead of one ``ABCMeta`` call per listed class).
 
 One exception by design: whitespace and comment leaves are not shown to libcst's scope analysis
 (whose metadata then has no scope for them; nothing asks) nor to visitors that opt out of them
 (``WALK_PAST_WHITESPACE``, the semantic model's index), though they override ``on_visit``.
-
-``PMAP_MIGRATE_LIBCST_WALK=1`` in the environment keeps libcst's walk (for comparisons).
 """
 
 from __future__ import annotations
 
 import ast
-import contextlib
 import inspect
 import linecache
-import os
 import re
 import sys
 import textwrap
@@ -54,7 +51,6 @@ import libcst as cst
 from libcst import CSTVisitor, MaybeSentinel
 from libcst._batched_visitor import _BatchedCSTVisitor
 from libcst._nodes.base import CSTNode
-from libcst.metadata import scope_provider
 from libcst.metadata.base_provider import BatchableMetadataProvider
 from libcst.metadata.scope_provider import ScopeVisitor
 
@@ -457,7 +453,8 @@ def walk(node: CSTNode, visitor: CSTVisitor) -> None:
 _libcst_visit = CSTNode.visit
 
 
-def _visit(self, visitor):
+def visit(self, visitor):
+    """``CSTNode.visit`` with read-only visitors walked by ``walk`` (pmap_migrate.libcst_patches)."""
     if isinstance(visitor, CSTVisitor):
         walk(self, visitor)
         return self
@@ -471,7 +468,7 @@ _libcst_get_visitors = BatchableMetadataProvider.get_visitors
 _provider_visitor_names: dict[type, tuple[str, ...]] = {}
 
 
-def _provider_visitors(self) -> dict:
+def provider_visitors(self) -> dict:
     """``get_visitors`` of libcst's batchable metadata providers (the scope analysis asks it of
     two on every file): libcst's own answer (`inspect.getmembers` of the instance) for the first
     instance of a class, its names remembered for the next ones, unless an instance holds
@@ -487,7 +484,7 @@ def _provider_visitors(self) -> dict:
     return {name: getattr(self, name) for name in names}
 
 
-class _AssignmentLikeMeta(type):
+class AssignmentLikeMeta(type):
     """``isinstance(node, (cst.Assign, cst.FunctionDef, ...))`` as the scope analysis asks it when it
     leaves each node: one look-up by the node's class instead of one ``ABCMeta.__instancecheck__``
     call per listed class (18 Python calls for most nodes)."""
@@ -504,37 +501,5 @@ class _AssignmentLikeMeta(type):
             return answer
 
 
-class _AssignmentLike(metaclass=_AssignmentLikeMeta):
+class AssignmentLike(metaclass=AssignmentLikeMeta):
     pass
-
-
-def _cheaper_scope_checks() -> None:
-    listed = scope_provider._ASSIGNMENT_LIKE_NODES
-    if isinstance(listed, tuple) and all(isinstance(c, type) for c in listed):
-        _AssignmentLike.classes = listed
-        scope_provider._ASSIGNMENT_LIKE_NODES = (_AssignmentLike,)
-    BatchableMetadataProvider.get_visitors = _provider_visitors
-
-
-def install() -> None:
-    """Walk read-only visitors with ``walk`` from now on, and make two look-ups of libcst's scope
-    analysis cheaper (idempotent; see the module)."""
-    if os.environ.get("PMAP_MIGRATE_LIBCST_WALK") != "1":
-        CSTNode.visit = _visit
-        if scope_provider._ASSIGNMENT_LIKE_NODES != (_AssignmentLike,):
-            _cheaper_scope_checks()
-
-
-@contextlib.contextmanager
-def libcst_walk():
-    """Within the block, every visitor is walked by libcst's own ``visit`` and the scope analysis
-    does its own look-ups (tests, comparisons)."""
-    previous = CSTNode.visit, scope_provider._ASSIGNMENT_LIKE_NODES, BatchableMetadataProvider.get_visitors
-    CSTNode.visit = _libcst_visit
-    if _AssignmentLike.classes:
-        scope_provider._ASSIGNMENT_LIKE_NODES = _AssignmentLike.classes
-    BatchableMetadataProvider.get_visitors = _libcst_get_visitors
-    try:
-        yield
-    finally:
-        CSTNode.visit, scope_provider._ASSIGNMENT_LIKE_NODES, BatchableMetadataProvider.get_visitors = previous

@@ -21,41 +21,18 @@ import libcst as cst
 from libcst.codemod import CodemodContext
 from libcst.codemod.visitors import AddImportsVisitor, RemoveImportsVisitor
 from libcst.helpers import get_full_name_for_node
-from libcst.matchers import _visitors as matcher_visitors
 
 from pmap_migrate.diagnostics import Applicability, Diagnostic, FileError, State
 from pmap_migrate.engine import (Analysis, Finding, analyse, lint_module, one_line, parse, recursion_error,
                             sliced_module)
 from pmap_migrate.stack import on_deep_stack
-from pmap_migrate.rules.base import Edit, Rule, RuleOptions
+from pmap_migrate.rules.base import Rule
+from pmap_migrate.rules.fixes.choices import RuleOptions
+from pmap_migrate.rules.fixes.spec import Edit
 from pmap_migrate.rules.analysis.imports import imported_names
 from pmap_migrate.rules.analysis.semantic import indent_unit
 
 MAX_ROUNDS = 8
-
-
-def _remembered_when_none(gather):
-    """libcst's matcher visitors (its import adder and remover, and the visitors they run) list
-    their decorated methods from ``dir()`` of every new instance: three scans of some 700 names,
-    about 10 ms per visitor and several visitors per round. A class whose first instance has no
-    decorated method has none: that answer is remembered per class; any other is asked each time."""
-    without: set[type] = set()
-
-    def gather_once(obj):
-        if type(obj) in without:
-            return {}
-        found = gather(obj)
-        if not found:
-            without.add(type(obj))
-        return found
-
-    gather_once.__wrapped__ = gather
-    return gather_once
-
-
-for _name in ("_gather_constructed_visit_funcs", "_gather_constructed_leave_funcs", "_gather_matchers"):
-    if not hasattr(getattr(matcher_visitors, _name), "__wrapped__"):
-        setattr(matcher_visitors, _name, _remembered_when_none(getattr(matcher_visitors, _name)))
 
 
 @dataclass

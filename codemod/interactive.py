@@ -25,13 +25,15 @@ from pmap_migrate.config import Settings
 from pmap_migrate.diagnostics import Diagnostic, FileError, FileResult, State
 from pmap_migrate.engine import Finding, analyse, parse
 from pmap_migrate.prefilter import gate_of
+from pmap_migrate import libcst_patches
 from pmap_migrate.fixer import MAX_ROUNDS as MAX_FIX_ROUNDS
 from pmap_migrate.fixer import FixOutcome, _clean_indent, _python_rejects, _restore_lost_lines, apply, applicable, choose
 from pmap_migrate.notebooks import Notebook, NotebookError, is_notebook, load, notebook_diff
 from pmap_migrate.runner import apply_per_file_ignores, display_path, rule_options
 from pmap_migrate.skips import SiteKey, Skip, SkipStore, site_keys, today
 from pmap_migrate.sourcetext import decode
-from pmap_migrate.rules.base import Rule, RuleOptions
+from pmap_migrate.rules.base import Rule
+from pmap_migrate.rules.fixes.choices import RuleOptions
 
 # Each round applies or refuses at least one fix; the bound only stops a rule that keeps
 # producing new fixes from asking forever.
@@ -316,6 +318,7 @@ def review(files: Sequence[str | Path], settings: Settings, rules: Sequence[type
     """Review every file in turn; after a quit the remaining files are left as they are. ``skips``
     (updated here, saved by the caller): the project's recorded skips; the entries of each reviewed
     file become the sites that stay skipped in it (stale ones are dropped)."""
+    libcst_patches.install()
     result = Review()
     gate = gate_of(tuple(rules))
     options = rule_options(settings)

@@ -34,7 +34,8 @@ from typing import TYPE_CHECKING
 from pmap_migrate.diagnostics import Diagnostic, FileError, FileResult
 
 if TYPE_CHECKING:  # annotations only: reading a notebook's cells must not load libcst
-    from pmap_migrate.rules.base import Rule, RuleOptions
+    from pmap_migrate.rules.base import Rule
+    from pmap_migrate.rules.fixes.choices import RuleOptions
 
 NOTEBOOK_SUFFIX = ".ipynb"
 

@@ -137,11 +137,21 @@ def rule_options(settings: Settings) -> RuleOptions:
     return RuleOptions(idiomatic=settings.idiomatic)
 
 
+def _install_libcst_patches() -> None:
+    """libcst made cheaper for the analysis (pmap_migrate.libcst_patches), in every process that
+    analyses a file, before its first analysis; a run the cache or the prefilter answers never
+    gets here (nor imports libcst)."""
+    from pmap_migrate import libcst_patches
+
+    libcst_patches.install()
+
+
 @on_deep_stack
 def lint_file(data: bytes, shown: str, rules: Sequence[type[Rule]], options: RuleOptions | None = None,
               parsed: Parsed | None = None, *, whole: bool = False) -> FileResult:
     """Check one file's contents by its kind: a notebook's code cells, or a Python module (through
     its relevant slice unless ``whole``: codemod/slices.py)."""
+    _install_libcst_patches()
     if _is_notebook(shown):
         from pmap_migrate.notebooks import lint_notebook
 
@@ -154,6 +164,7 @@ def lint_file(data: bytes, shown: str, rules: Sequence[type[Rule]], options: Rul
 @on_deep_stack
 def fix_file(data: bytes, shown: str, rules: Sequence[type[Rule]], *, unsafe: bool,
              options: RuleOptions | None = None):
+    _install_libcst_patches()
     from pmap_migrate.fixer import fix_bytes
     from pmap_migrate.notebooks import fix_notebook, is_notebook
 

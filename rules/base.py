@@ -11,35 +11,17 @@ import inspect
 import textwrap
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, ClassVar
+from typing import ClassVar
 
 import libcst as cst
 
+from pmap_migrate.rules.analysis.semantic import SemanticModel
+from pmap_migrate.rules.fixes import api
+from pmap_migrate.rules.fixes.services import FileFixes
 from pmap_migrate.rules.knowledge import gates
 from pmap_migrate.rules.fixes.choices import RuleOptions  # re-exported; apart so that the cached path needs no libcst
+from pmap_migrate.rules.fixes.spec import FixSpec
 
-if TYPE_CHECKING:
-    from pmap_migrate.rules.analysis.semantic import SemanticModel
-
-
-def parse_module(source: str | bytes) -> cst.Module:
-    """``cst.parse_module(source)`` without validating each node as the parser builds it: every
-    libcst node checks its fields in ``__post_init__`` (about a tenth of a parse), which nodes made
-    from source that parsed cannot fail. The check is back in force for every node made otherwise
-    (fixes' ``with_changes``, nodes built by hand), also when the parse fails."""
-    cst.CSTNode.__post_init__ = _unchecked  # type: ignore[method-assign]
-    try:
-        return cst.parse_module(source)
-    finally:
-        cst.CSTNode.__post_init__ = _VALIDATING  # type: ignore[method-assign]
-
-
-def _unchecked(self: cst.CSTNode) -> None:
-    pass
-
-
-# libcst's own hook, taken once: restored as it is even after parses that overlapped (threads).
-_VALIDATING = cst.CSTNode.__dict__["__post_init__"]
 
 
 @dataclass(frozen=True)
@@ -61,52 +43,6 @@ class Invalid:
     expected: str | None = None
 
 
-@dataclass(frozen=True)
-class ImportSpec:
-    """``import module`` (name None), or ``from module import name [as asname]``."""
-
-    module: str
-    name: str | None = None
-    asname: str | None = None
-
-
-@dataclass(frozen=True)
-class Edit:
-    """Replace ``target`` (a node of the tree the rule saw) by ``replacement``; or, with
-    ``before``, insert statements before the statement ``target`` and keep it (with whatever
-    other fixes change inside it)."""
-
-    target: cst.CSTNode
-    replacement: cst.CSTNode | cst.RemovalSentinel | cst.FlattenSentinel | None = None
-    before: tuple[cst.BaseStatement, ...] = ()
-
-
-@dataclass(frozen=True)
-class FixSpec:
-    """A fix as rules describe it; the engine owns applying it.
-
-    ``replacement`` replaces ``target`` (default: the reported node); ``edits`` lists further
-    edits applied together with it. ``add_imports`` are added once per file; ``remove_imports``
-    are removed only if nothing uses them after the fix. ``shimmed`` marks fixes that route the
-    site to ``runtime_shim`` instead of rewriting it to plain JAX."""
-
-    applicability: str  # "safe" | "unsafe"
-    summary: str
-    replacement: cst.CSTNode | cst.RemovalSentinel | cst.FlattenSentinel | None = None
-    target: cst.CSTNode | None = None
-    edits: tuple[Edit, ...] = ()
-    add_imports: tuple[ImportSpec, ...] = ()
-    remove_imports: tuple[ImportSpec, ...] = ()
-    shimmed: bool = False
-    # Higher goes first when fixes overlap: a rewrite spanning several statements (the idiomatic
-    # PM101 fix) before the local fixes of the code it recognises, which would change that code.
-    priority: int = 0
-
-    def all_edits(self, reported: cst.CSTNode) -> tuple[Edit, ...]:
-        first = () if self.replacement is None else (Edit(self.target or reported, self.replacement),)
-        return first + self.edits
-
-
 @dataclass
 class Report:
     node: cst.CSTNode
@@ -116,11 +52,16 @@ class Report:
 
 @dataclass
 class RuleContext:
+    """What the rules of one file share: the file, its analysis, its fix builders, the options."""
+
     path: str
-    model: "SemanticModel"
-    reports: list[tuple["Rule", Report]] = field(default_factory=list)
-    shared: dict = field(default_factory=dict)  # per-file helpers shared by rules (e.g. the rewriter)
+    model: SemanticModel
+    reports: list[tuple[Rule, Report]] = field(default_factory=list)
     options: RuleOptions = field(default_factory=RuleOptions)
+    fixes: FileFixes = field(init=False)
+
+    def __post_init__(self) -> None:
+        self.fixes = FileFixes(self.model)
 
 
 _VISITOR_NAMES: dict[type, tuple[str, ...]] = {}
@@ -182,7 +123,7 @@ class Rule(cst.BatchableCSTVisitor):
         return {name: getattr(self, name) for name in names}
 
     @property
-    def model(self) -> "SemanticModel":
+    def model(self) -> SemanticModel:
         return self.context.model
 
     def report(self, node: cst.CSTNode, message: str | None = None, *, fix: FixSpec | None = None) -> None:
@@ -195,3 +136,33 @@ class Rule(cst.BatchableCSTVisitor):
     @classmethod
     def summary(cls) -> str:
         return cls.documentation().splitlines()[0] if cls.documentation() else cls.MESSAGE
+
+
+class ImportRule(Rule):
+    """Base of the rules that report an old name where it is imported (for a removed one, the
+    import is what fails): ``check_import`` sees every import statement."""
+
+    def visit_Import(self, node: cst.Import) -> None:
+        self.check_import(node)
+
+    def visit_ImportFrom(self, node: cst.ImportFrom) -> None:
+        self.check_import(node)
+
+    def check_import(self, node: cst.Import | cst.ImportFrom) -> None:
+        raise NotImplementedError
+
+    def reads_fix(self, statement: cst.Import | cst.ImportFrom, alias: cst.ImportAlias | cst.ImportStar,
+                  rewrite_use: Callable[[cst.Name], api.FixParts], summary: str) -> FixSpec | None:
+        """The fix of a reported import: every read of the name it binds rewritten by
+        ``rewrite_use`` (see ``rewrite_reads``), the import removed once unused; an import nothing
+        reads is removed, except from a package's `__init__.py` (it may be a re-export)."""
+        if not isinstance(alias, cst.ImportAlias):
+            return None
+        try:
+            result = api.rewrite_reads(self.model, statement, alias, rewrite_use)
+        except api.Unfixable:
+            return None
+        if not result.rewritten and self.context.path.endswith("__init__.py"):
+            return None
+        what = summary if result.rewritten else "remove the unused import"
+        return result.parts.spec(api.reads_summary(what, result))

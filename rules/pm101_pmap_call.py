@@ -4,10 +4,11 @@ import libcst as cst
 
 from pmap_migrate.rules.knowledge import gates
 from pmap_migrate.rules.fixes.api import delete_line
-from pmap_migrate.rules.base import FixSpec, Invalid, Rule, Valid
-from pmap_migrate.rules.fixes.idiomatic import idiomatic_fix
-from pmap_migrate.rules.fixes.pmap_rewrite import Rewriter, rewriter_for
+from pmap_migrate.rules.base import Invalid, Rule, Valid
+from pmap_migrate.rules.fixes.spec import FixSpec
+from pmap_migrate.rules.fixes.pmap_rewrite import Rewriter
 from pmap_migrate.rules.analysis.semantic import PMAP, TransformSite
+from pmap_migrate.rules.fixes.choices import Applicability
 
 
 class PmapCall(Rule):
@@ -134,16 +135,16 @@ class PmapCall(Rule):
 
     @property
     def rewriter(self) -> Rewriter:
-        return rewriter_for(self.context)
+        return self.context.fixes.rewriter
 
     def _report_site(self, site: TransformSite) -> None:
         if site.transform != PMAP:
             return
         via = site.callee.via
-        fix = idiomatic_fix(self.context, site) if self.context.options.idiomatic else None
+        fix = self.context.fixes.idiomatic.fix_for(site) if self.context.options.idiomatic else None
         note = "; idiomatic fix: the whole data-parallel loop, without the stacked device axis" if fix else ""
         if fix is None:  # not asked for, or the module's loop does not fit the pattern exactly
-            fix = self.rewriter.fix_for_site(site)
+            fix = self.context.fixes.pmap_fix(site)
         if via:
             message = f"`{via[0]}` applies the legacy `jax.pmap` (alias); migrate to `jax.jit(jax.shard_map(...))`"
             if site.callee.ambiguous:
@@ -192,10 +193,10 @@ class PmapCall(Rule):
             return None  # still used here: the uses are fixed first
         module_level = self.model.scope_of(target) is self.model.scope_of(self.model.module)
         if module_level and not target.value.startswith("_") and not self.model.is_script:
-            reference = self.rewriter._pmap_reference(value)
+            reference = self.rewriter.pmap_reference(value)
             if reference is None:
                 return None
             return self.rewriter.shim_reference(
                 reference, f"keep the public alias `{target.value}` working for importers through `runtime_shim.pmap`")
-        return FixSpec("safe", f"remove the unused alias `{target.value}`", edits=delete_line(self.model, line),
+        return FixSpec(Applicability.SAFE, f"remove the unused alias `{target.value}`", edits=delete_line(self.model, line),
                        remove_imports=self.rewriter.pmap_imports(value))

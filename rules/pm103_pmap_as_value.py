@@ -3,8 +3,8 @@ from __future__ import annotations
 import libcst as cst
 
 from pmap_migrate.rules.knowledge import gates
-from pmap_migrate.rules.base import FixSpec, Invalid, Rule, Valid
-from pmap_migrate.rules.fixes.pmap_rewrite import rewriter_for
+from pmap_migrate.rules.base import Invalid, Rule, Valid
+from pmap_migrate.rules.fixes.spec import FixSpec
 from pmap_migrate.rules.analysis.semantic import PMAP
 
 
@@ -119,8 +119,8 @@ class PmapAsValue(Rule):
         parent = self.model.parent(reference)
         if isinstance(parent, (cst.Attribute, cst.Comparison, cst.ComparisonTarget)):
             return None
-        rewriter = rewriter_for(self.context)
-        target = rewriter._pmap_reference(reference)
+        rewriter = self.context.fixes.rewriter
+        target = rewriter.pmap_reference(reference)
         if target is None:
             return None
         return rewriter.shim_reference(

@@ -5,9 +5,11 @@ import re
 import libcst as cst
 
 from pmap_migrate.rules.knowledge import gates, tables
-from pmap_migrate.rules.base import Edit, FixSpec, Invalid, Rule, Valid
+from pmap_migrate.rules.base import Invalid, Rule, Valid
+from pmap_migrate.rules.fixes.spec import Edit, FixSpec
 from pmap_migrate.rules.fixes.placement import remove_line
 from pmap_migrate.rules.analysis.semantic import PMAP
+from pmap_migrate.rules.fixes.choices import Applicability
 
 _CONFIG_UPDATE = frozenset({"jax.config.update"})
 _ENVIRON = frozenset({"os.environ"})
@@ -156,8 +158,8 @@ class RemovedPmapOption(Rule):
             previous = call.args[index - 1]  # it becomes the last argument: it ends as this one ended
             edits.append(Edit(previous, previous.with_changes(comma=arg.comma)))
         if isinstance(arg.value, cst.Name) and arg.value.value == "None":
-            return FixSpec("safe", f"drop `{arg.keyword.value}=None` (the default)", edits=tuple(edits))
-        return FixSpec("unsafe", f"drop `{arg.keyword.value}=`; jax 0.4 and later rejected any value but None, so "
+            return FixSpec(Applicability.SAFE, f"drop `{arg.keyword.value}=None` (the default)", edits=tuple(edits))
+        return FixSpec(Applicability.UNSAFE, f"drop `{arg.keyword.value}=`; jax 0.4 and later rejected any value but None, so "
                                  "this call did not run as written", edits=tuple(edits))
 
     def visit_Arg(self, node: cst.Arg) -> None:
@@ -233,9 +235,9 @@ class RemovedPmapOption(Rule):
             return None
         summary = f"delete the `{tables.PMAP_SHMAP_MERGE_FLAG}` setting"
         if _sets_false(value):
-            return FixSpec("safe", summary + " (it sets the legacy default; jax 0.10 and later reject the flag)",
+            return FixSpec(Applicability.SAFE, summary + " (it sets the legacy default; jax 0.10 and later reject the flag)",
                            replacement=remove_line(model, line), target=line)
-        return FixSpec("unsafe", summary + "; on jax 0.7.2, pmaps not migrated here would run the legacy pmap "
+        return FixSpec(Applicability.UNSAFE, summary + "; on jax 0.7.2, pmaps not migrated here would run the legacy pmap "
                                            "again", replacement=remove_line(model, line), target=line)
 
     def _is_attribute_tail(self, node: cst.Name) -> bool:

@@ -3,16 +3,17 @@ from __future__ import annotations
 import libcst as cst
 
 from pmap_migrate.rules.knowledge import gates
-from pmap_migrate.rules.base import FixSpec, Invalid, Rule, Valid
+from pmap_migrate.rules.base import Invalid, Rule, Valid
+from pmap_migrate.rules.fixes.spec import FixSpec
 from pmap_migrate.rules.fixes.placement import (
     is_assignment_target,
     keep_parens,
     literal_index,
     ROW_COMMITTED,
-    placement_for,
     row_of,
     single_index,
 )
+from pmap_migrate.rules.fixes.choices import Applicability
 
 
 # Expressions that evaluate `out[i]` for several i and keep the rows together.
@@ -285,17 +286,17 @@ class ShardedIntIndex(Rule):
         index = single_index(node)
         if index is None or is_assignment_target(self.model, node):
             return None
-        if placement_for(self.context).first_shard_reason(node, node.value) is not None:
+        if self.context.fixes.placement.first_shard_reason(node, node.value) is not None:
             return None
         if not literal_index(index) and any(isinstance(a, _COMPREHENSIONS) for a in self.model.ancestors(node)):
             return None  # rows of several devices gathered together: committed rows cannot be combined
         replacement = keep_parens(node, row_of(node.value, index))
         summary = "read the row from the device that holds it (`addressable_shards`), without a cross-device gather"
         if literal_index(index) and self.model.module.code_for_node(index) == "0" \
-                and placement_for(self.context).used_on_host(node):
-            return FixSpec("safe", summary, replacement=replacement)
+                and self.context.fixes.placement.used_on_host(node):
+            return FixSpec(Applicability.SAFE, summary, replacement=replacement)
         assumes = [ROW_COMMITTED]
         if not literal_index(index):
             assumes.insert(0, f"`{self.model.module.code_for_node(index)}` is an int (a slice or an index array "
                               "would select other rows)")
-        return FixSpec("unsafe", summary + "; assumes " + " and ".join(assumes), replacement=replacement)
+        return FixSpec(Applicability.UNSAFE, summary + "; assumes " + " and ".join(assumes), replacement=replacement)

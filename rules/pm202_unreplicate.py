@@ -3,8 +3,10 @@ from __future__ import annotations
 import libcst as cst
 
 from pmap_migrate.rules.knowledge import gates, tables
-from pmap_migrate.rules.fixes.api import code_of, removal_spec
-from pmap_migrate.rules.base import Edit, FixSpec, ImportSpec, Invalid, Rule, Valid
+from pmap_migrate.rules.fixes.api import removal_spec
+from pmap_migrate.rules.fixes.code import code_of
+from pmap_migrate.rules.base import Invalid, Rule, Valid
+from pmap_migrate.rules.fixes.spec import Edit, FixSpec, ImportSpec
 from pmap_migrate.rules.fixes.placement import (
     Unfixable,
     alias_definition,
@@ -12,11 +14,11 @@ from pmap_migrate.rules.fixes.placement import (
     called,
     keep_parens,
     literal_index,
-    placement_for,
     row_of,
     single_index,
 )
 from pmap_migrate.rules.analysis.semantic import DEVICE_STACKED, FunctionLike, integer_index
+from pmap_migrate.rules.fixes.choices import Applicability
 
 _OPERATOR_ITEMGETTER = frozenset({"operator.itemgetter"})
 
@@ -238,7 +240,7 @@ class Unreplicate(Rule):
                         fix=self._unreplicate_fix(reference))
 
     def _unreplicate_fix(self, reference: cst.BaseExpression) -> FixSpec | None:
-        placement = placement_for(self.context)
+        placement = self.context.fixes.placement
         if alias_definition(self.model, reference) is not None:
             return alias_fix(placement, reference, None)
         call = called(self.model, reference)
@@ -254,8 +256,8 @@ class Unreplicate(Rule):
         text = f"{jax}.tree.map(lambda leaf: {code_of(row_of(cst.Name('leaf'), cst.Integer('0')))}, {code_of(tree)})"
         removal = removal_spec(self.model, reference)
         summary = "read each leaf's row 0 from the device that holds it, without a cross-device gather"
-        applicability = "safe" if placement.used_on_host(call) else "unsafe"
-        if applicability == "unsafe":
+        applicability = Applicability.SAFE if placement.used_on_host(call) else Applicability.UNSAFE
+        if applicability is Applicability.UNSAFE:
             summary += "; assumes " + _NOT_COMBINED
         return FixSpec(applicability, summary,
                        replacement=keep_parens(call, cst.parse_expression(text)), target=call, add_imports=imports,
@@ -280,7 +282,7 @@ class Unreplicate(Rule):
     def _tree_map_fix(self, node: cst.Call, function: cst.BaseExpression, trees: list) -> FixSpec | None:
         if len(trees) != 1 or any(a.keyword is not None and a.keyword.value not in ("f", "tree") for a in node.args):
             return None
-        if placement_for(self.context).first_shard_reason(node, trees[0], leaf=True) is not None:
+        if self.context.fixes.placement.first_shard_reason(node, trees[0], leaf=True) is not None:
             return None
         summary = "read each leaf's row from the device that holds it, without a cross-device gather"
         if isinstance(function, cst.Call):  # operator.itemgetter(k)
@@ -290,8 +292,8 @@ class Unreplicate(Rule):
             head = function.func.value if isinstance(function.func, cst.Attribute) else None
             if removal is None and isinstance(head, cst.Name) and head.value == "operator":
                 removal = ImportSpec("operator")  # `import operator`: removed only if nothing else uses it
-            on_host = code_of(index) == "0" and placement_for(self.context).used_on_host(node)
-            applicability, note = ("safe", "") if on_host else ("unsafe", "; assumes " + _NOT_COMBINED)
+            on_host = code_of(index) == "0" and self.context.fixes.placement.used_on_host(node)
+            applicability, note = (Applicability.SAFE, "") if on_host else (Applicability.UNSAFE, "; assumes " + _NOT_COMBINED)
             return FixSpec(applicability, summary + note, replacement=keep_parens(function, cst.parse_expression(text)),
                            target=function, remove_imports=(removal,) if removal is not None else ())
         if not isinstance(function, cst.Lambda):
@@ -309,11 +311,11 @@ class Unreplicate(Rule):
         if not edits:
             return None
         if assumptions or any(code_of(single_index(s)) != "0" for s in finder.subscripts) \
-                or not placement_for(self.context).used_on_host(node):
+                or not self.context.fixes.placement.used_on_host(node):
             assumptions.append(_NOT_COMBINED)
         if assumptions:
-            return FixSpec("unsafe", summary + "; assumes " + ", ".join(assumptions), edits=tuple(edits))
-        return FixSpec("safe", summary, edits=tuple(edits))
+            return FixSpec(Applicability.UNSAFE, summary + "; assumes " + ", ".join(assumptions), edits=tuple(edits))
+        return FixSpec(Applicability.SAFE, summary, edits=tuple(edits))
 
     def _indexes_argument(self, function: cst.BaseExpression) -> bool:
         if isinstance(function, cst.Call) and self.model.matches(function.func, _OPERATOR_ITEMGETTER):

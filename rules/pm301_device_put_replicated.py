@@ -181,5 +181,5 @@ class DevicePutReplicated(Rule):
     def visit_Module(self, node: cst.Module) -> None:
         for reference in self.model.references(tables.DEVICE_PUT_REPLICATED, ("device_put_replicated",),
                                                follow_aliases=True):
-            fix = removed_helper_fix(self.context, reference, "device_put_replicated", ("x", "devices"), sharded=False)
+            fix = removed_helper_fix(self.context.fixes.placement, reference, "device_put_replicated", ("x", "devices"), sharded=False)
             self.report(reference, fix=fix)

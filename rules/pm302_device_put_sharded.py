@@ -136,5 +136,5 @@ class DevicePutSharded(Rule):
     def visit_Module(self, node: cst.Module) -> None:
         for reference in self.model.references(tables.DEVICE_PUT_SHARDED, ("device_put_sharded",),
                                                follow_aliases=True):
-            fix = removed_helper_fix(self.context, reference, "device_put_sharded", ("shards", "devices"), sharded=True)
+            fix = removed_helper_fix(self.context.fixes.placement, reference, "device_put_sharded", ("shards", "devices"), sharded=True)
             self.report(reference, fix=fix)

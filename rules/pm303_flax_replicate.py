@@ -6,8 +6,10 @@ import libcst as cst
 from libcst.metadata import ImportAssignment
 
 from pmap_migrate.rules.knowledge import gates, tables
-from pmap_migrate.rules.fixes.api import code_of, removal_spec
-from pmap_migrate.rules.base import FixSpec, ImportSpec, Invalid, Rule, Valid
+from pmap_migrate.rules.fixes.api import removal_spec
+from pmap_migrate.rules.fixes.code import code_of
+from pmap_migrate.rules.base import Invalid, Rule, Valid
+from pmap_migrate.rules.fixes.spec import FixSpec, ImportSpec
 from pmap_migrate.rules.fixes.placement import (
     Placement,
     Unfixable,
@@ -16,9 +18,9 @@ from pmap_migrate.rules.fixes.placement import (
     call_arguments,
     called,
     keep_parens,
-    placement_for,
     stack_fix,
 )
+from pmap_migrate.rules.fixes.choices import Applicability
 
 _LAST_COMPONENTS = tuple({name.rsplit(".", 1)[-1] for name in tables.FLAX_PMAP_HELPERS})
 # The plain imports (`import flax`, `import flax.jax_utils`) a helper's attribute chain reads.
@@ -167,7 +169,7 @@ class FlaxReplicate(Rule):
         return replace(spec, remove_imports=(*spec.remove_imports, *plain))
 
     def _fix_of(self, reference: cst.BaseExpression, helper: str) -> FixSpec | None:
-        placement = placement_for(self.context)
+        placement = self.context.fixes.placement
         if alias_definition(self.model, reference) is not None:
             return alias_fix(placement, reference, None)
         call = called(self.model, reference)
@@ -208,7 +210,7 @@ class FlaxReplicate(Rule):
 
     def _inline(self, call: cst.Call, reference: cst.BaseExpression, text: str, imports, summary: str) -> FixSpec:
         removal = removal_spec(self.model, reference)
-        return FixSpec("safe", summary, replacement=keep_parens(call, cst.parse_expression(text)), target=call,
+        return FixSpec(Applicability.SAFE, summary, replacement=keep_parens(call, cst.parse_expression(text)), target=call,
                        add_imports=imports, remove_imports=(removal,) if removal is not None else ())
 
 

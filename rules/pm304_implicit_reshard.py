@@ -5,17 +5,18 @@ import re
 import libcst as cst
 
 from pmap_migrate.rules.knowledge import gates
-from pmap_migrate.rules.base import Edit, FixSpec, Invalid, Rule, Valid
+from pmap_migrate.rules.base import Invalid, Rule, Valid
+from pmap_migrate.rules.fixes.spec import Edit, FixSpec
 from pmap_migrate.rules.fixes.placement import (
     Unfixable,
     devices_descriptor,
     helper_devices,
     iter_leaves,
     placed_for,
-    placement_for,
     reshard_text,
 )
 from pmap_migrate.rules.analysis.semantic import COMMITTED, JIT_OUTPUT, PMAP, REPLICATED, SHARDED_STACK, TransformSite
+from pmap_migrate.rules.fixes.choices import Applicability
 
 _SPACE = re.compile(r"\s+")
 
@@ -193,7 +194,7 @@ class ImplicitReshard(Rule):
         callee = self.model.transformed_call(node)
         if callee is None or callee.transform != PMAP:
             return
-        placement = placement_for(self.context)
+        placement = self.context.fixes.placement
         for arg in node.args:
             if arg.star:
                 continue
@@ -206,11 +207,11 @@ class ImplicitReshard(Rule):
 
     def _fix(self, value: cst.BaseExpression, call: cst.Call, callee: TransformSite, arg: cst.Arg) -> FixSpec | None:
         try:
-            text, imports = reshard_text(placement_for(self.context), value, call, callee, arg)
+            text, imports = reshard_text(self.context.fixes.placement, value, call, callee, arg)
         except Unfixable:
             return None
         replacement = cst.parse_expression(text)
-        return FixSpec("safe", "put the input where the legacy pmap put it, explicitly (the new one raises "
+        return FixSpec(Applicability.SAFE, "put the input where the legacy pmap put it, explicitly (the new one raises "
                                "instead of resharding)", edits=(Edit(value, replacement),), add_imports=imports)
 
     def _placement_problem(self, value: cst.BaseExpression, callee: TransformSite) -> str | None:

@@ -13,7 +13,8 @@ from pmap_migrate.rules.fixes.api import (
     rewrite_import,
     rewrite_import_from,
 )
-from pmap_migrate.rules.base import FixSpec, Invalid, Rule, Valid
+from pmap_migrate.rules.base import Invalid, Rule, Valid
+from pmap_migrate.rules.fixes.spec import FixSpec
 from pmap_migrate.rules.analysis.imports import imported_names, is_within
 
 _MODULE = tables.EXPERIMENTAL_MAPS_MODULE

@@ -3,16 +3,17 @@ from __future__ import annotations
 import libcst as cst
 
 from pmap_migrate.rules.knowledge import gates, tables
+from pmap_migrate.rules.base import ImportRule
 from pmap_migrate.rules.fixes.api import (
     FixParts,
-    ImportRule,
     Unfixable,
     applying_call,
     as_keyword,
     as_positional,
     spec_or_none,
 )
-from pmap_migrate.rules.base import Edit, Invalid, Valid
+from pmap_migrate.rules.base import Invalid, Valid
+from pmap_migrate.rules.fixes.spec import Edit
 from pmap_migrate.rules.analysis.imports import imported_names
 from pmap_migrate.rules.analysis.semantic import JIT
 

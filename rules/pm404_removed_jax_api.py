@@ -3,12 +3,11 @@ from __future__ import annotations
 import libcst as cst
 
 from pmap_migrate.rules.knowledge import gates, tables
+from pmap_migrate.rules.base import ImportRule
 from pmap_migrate.rules.fixes.api import (
     FixParts,
-    ImportRule,
     Unfixable,
     alias_index,
-    code_of,
     import_reads,
     in_annotation,
     parenthesized,
@@ -21,7 +20,9 @@ from pmap_migrate.rules.fixes.api import (
     rewrite_import_from,
     rewrite_reads,
 )
-from pmap_migrate.rules.base import Edit, FixSpec, Invalid, Valid
+from pmap_migrate.rules.fixes.code import code_of
+from pmap_migrate.rules.base import Invalid, Valid
+from pmap_migrate.rules.fixes.spec import Edit, FixSpec
 from pmap_migrate.rules.analysis.imports import imported_names
 
 _LAST_COMPONENTS = frozenset(entry.last for entry in tables.REMOVED_NAMES)

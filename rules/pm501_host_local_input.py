@@ -4,7 +4,6 @@ import libcst as cst
 
 from pmap_migrate.rules.knowledge import gates, tables
 from pmap_migrate.rules.base import Invalid, Rule, Valid
-from pmap_migrate.rules.fixes.pmap_rewrite import rewriter_for
 
 
 def _global_mesh_helpers(axis: str) -> str:
@@ -307,6 +306,5 @@ class HostLocalInput(Rule):
     def visit_Module(self, node: cst.Module) -> None:
         sites = self.model.pmap_sites()
         if sites and self.model.uses_any(tables.MULTI_PROCESS, tables.MULTI_PROCESS_PREFIXES):
-            rewriter = rewriter_for(self.context)
             for site in sites:
-                self.report(site.node, fix=rewriter.global_fix_for_site(site))
+                self.report(site.node, fix=self.context.fixes.global_fix(site))

@@ -20,3 +20,12 @@ def corpus_runs(tmp_path_factory):
     from tests.support.fixed_corpus import CorpusRuns
 
     return CorpusRuns(tmp_path_factory)
+
+
+@pytest.fixture(scope="session", autouse=True)
+def libcst_patched():
+    """The tests analyse with libcst patched as the runner patches it (pmap_migrate.libcst_patches);
+    tests/test_fastwalk.py and tests/test_parsing.py compare the patches with libcst's own code."""
+    from pmap_migrate import libcst_patches
+
+    return libcst_patches.install()

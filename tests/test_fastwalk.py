@@ -11,7 +11,7 @@ import typing
 import libcst as cst
 import pytest
 
-from pmap_migrate import fastwalk
+from pmap_migrate import fastwalk, libcst_patches
 from pmap_migrate.engine import lint_bytes
 from pmap_migrate.fixer import fix_bytes
 from pmap_migrate.rules import all_rules
@@ -97,7 +97,7 @@ class _Batched(cst.BatchableCSTVisitor):
 
 
 def _both(module: cst.Module, make):
-    with fastwalk.libcst_walk():
+    with libcst_patches.libcst_walk():
         reference = make()
         module.visit(reference)
     fast = make()
@@ -105,8 +105,18 @@ def _both(module: cst.Module, make):
     return reference.calls, fast.calls
 
 
-def test_walk_is_installed_by_the_engine():
-    assert cst.CSTNode.visit is fastwalk._visit
+def test_walk_is_installed_by_the_runner_not_on_import():
+    import subprocess
+    import sys
+
+    program = ("import libcst as cst, pmap_migrate.engine, pmap_migrate.fixer, pmap_migrate.runner\n"
+               "from pmap_migrate import fastwalk, libcst_patches\n"
+               "before = cst.CSTNode.visit is fastwalk.visit\n"
+               "pmap_migrate.runner.lint_file(b'import jax\\nf = jax.pmap(g)\\n', 'm.py', ())\n"
+               "print(before, cst.CSTNode.visit is fastwalk.visit, sorted(libcst_patches.installed()))\n")
+    done = subprocess.run([sys.executable, "-c", program], capture_output=True, text=True, check=True)
+    assert done.stdout.split(" ", 2)[:2] == ["False", "True"], done.stdout + done.stderr
+    assert cst.CSTNode.visit is fastwalk.visit  # and in this process (tests/conftest.py)
 
 
 def test_a_visitor_overriding_the_callbacks_gets_every_one_in_order():
@@ -133,7 +143,7 @@ def test_the_scope_analysis_sees_all_but_whitespace_leaves():
     from libcst.metadata import MetadataWrapper, ScopeProvider
 
     for name, module in list(_parsed())[:60]:
-        with fastwalk.libcst_walk():
+        with libcst_patches.libcst_walk():
             reference = MetadataWrapper(module, unsafe_skip_copy=True).resolve(ScopeProvider)
         scopes = MetadataWrapper(module, unsafe_skip_copy=True).resolve(ScopeProvider)
         tree = _nodes(module)  # (the analysis also parses string annotations into nodes of its own)
@@ -163,12 +173,12 @@ def _summary(scope):
 def test_the_assignment_like_test_answers_as_libcst_s_list():
     from libcst.metadata import scope_provider
 
-    listed = fastwalk._AssignmentLike.classes
-    assert scope_provider._ASSIGNMENT_LIKE_NODES == (fastwalk._AssignmentLike,) and cst.Assign in listed
+    listed = fastwalk.AssignmentLike.classes
+    assert scope_provider._ASSIGNMENT_LIKE_NODES == (fastwalk.AssignmentLike,) and cst.Assign in listed
     for cls in fastwalk._concrete_nodes():
         node = object.__new__(cls)  # the test reads the class only
-        assert isinstance(node, fastwalk._AssignmentLike) == isinstance(node, listed), cls
-    with fastwalk.libcst_walk():
+        assert isinstance(node, fastwalk.AssignmentLike) == isinstance(node, listed), cls
+    with libcst_patches.libcst_walk():
         assert scope_provider._ASSIGNMENT_LIKE_NODES == listed
 
 
@@ -179,11 +189,11 @@ def test_providers_get_libcst_s_callbacks():
     for provider in (ScopeProvider, ExpressionContextProvider):
         for _ in range(2):  # the first answer is libcst's own; the second comes from the table
             fast = provider().get_visitors()
-            with fastwalk.libcst_walk():
+            with libcst_patches.libcst_walk():
                 reference = provider().get_visitors()
             assert {n: m.__func__ for n, m in fast.items()} == {n: m.__func__ for n, m in reference.items()}
             assert fast and all(m.__self__ is not None for m in fast.values())
-    assert BatchableMetadataProvider.get_visitors is fastwalk._provider_visitors
+    assert BatchableMetadataProvider.get_visitors is fastwalk.provider_visitors
 
 
 def test_a_dispatching_visitor_gets_every_method_call_in_order():
@@ -227,7 +237,7 @@ def test_per_class_callback_tables_call_what_libcst_calls():
     total = 0
     for name, module in _parsed():
         _SEEN.clear()
-        with fastwalk.libcst_walk():
+        with libcst_patches.libcst_walk():
             module.visit(_OddCallbacks())
         reference = list(_SEEN)
         _SEEN.clear()
@@ -305,7 +315,7 @@ def test_libcsts_import_gatherers_find_what_they_find_with_libcsts_walk():
 
     for name, module in _parsed():
         found = []
-        for walk in (fastwalk.libcst_walk, _no_change):
+        for walk in (libcst_patches.libcst_walk, _no_change):
             with walk():
                 imports, exports = GatherImportsVisitor(CodemodContext()), GatherExportsVisitor(CodemodContext())
                 module.visit(imports)
@@ -326,7 +336,7 @@ def test_a_batch_gets_every_method_call_in_order():
     total = 0
     for name, module in _parsed():
         reference, fast = [], []
-        with fastwalk.libcst_walk():
+        with libcst_patches.libcst_walk():
             cst.visit_batched(module, [_Batched(reference)])
         cst.visit_batched(module, [_Batched(fast)])
         assert [(c[0], id(c[1])) for c in fast] == [(c[0], id(c[1])) for c in reference], name
@@ -361,7 +371,7 @@ def test_a_batch_for_the_module_only_is_not_walked_below_it(monkeypatch):
     monkeypatch.setattr(_BatchedCSTVisitor, "on_visit", counting)
     for name, module in list(_parsed())[:40]:
         reference, fast = [], []
-        with fastwalk.libcst_walk():
+        with libcst_patches.libcst_walk():
             cst.visit_batched(module, [_ModuleOnly(reference)])
         assert len(visited) > 10, name  # libcst visits every node
         visited.clear()
@@ -407,7 +417,7 @@ def test_trivia_hold_only_trivia():
 @pytest.mark.parametrize("path", [p for p in FILES if "fixtures" in p.parts], ids=lambda p: f"{p.parent.name}/{p.name}")
 def test_findings_and_fixes_are_those_of_libcst_walk(path):
     data = path.read_bytes()
-    with fastwalk.libcst_walk():
+    with libcst_patches.libcst_walk():
         lint_reference = lint_bytes(data, path.name, RULES, whole=True)
         fix_reference = fix_bytes(data, path.name, RULES, unsafe=True)
     lint = lint_bytes(data, path.name, RULES, whole=True)

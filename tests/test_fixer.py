@@ -9,7 +9,9 @@ import libcst as cst
 
 from pmap_migrate.files import write_atomic
 from pmap_migrate.fixer import fix_bytes
-from pmap_migrate.rules.base import Edit, FixSpec, ImportSpec, Rule
+from pmap_migrate.rules.base import Rule
+from pmap_migrate.rules.fixes.spec import Edit, FixSpec, ImportSpec
+from pmap_migrate.rules.fixes.choices import Applicability
 
 
 class DoubleToTimesTwo(Rule):
@@ -22,8 +24,7 @@ class DoubleToTimesTwo(Rule):
 
     def visit_Call(self, node: cst.Call) -> None:
         if isinstance(node.func, cst.Name) and node.func.value == "double":
-            self.report(node, fix=FixSpec(
-                "safe", "use times_two",
+            self.report(node, fix=FixSpec(Applicability.SAFE, "use times_two",
                 replacement=node.with_changes(func=cst.Name("times_two")),
                 add_imports=(ImportSpec("mathlib", "times_two"),),
                 remove_imports=(ImportSpec("oldlib", "double"),),
@@ -40,7 +41,7 @@ class WrapInList(Rule):
 
     def visit_Call(self, node: cst.Call) -> None:
         if isinstance(node.func, cst.Name) and node.func.value == "wrap" and node.args:
-            self.report(node, fix=FixSpec("unsafe", "assumes wrap builds a list",
+            self.report(node, fix=FixSpec(Applicability.UNSAFE, "assumes wrap builds a list",
                                           replacement=cst.List([cst.Element(node.args[0].value)])))
 
 
@@ -54,7 +55,7 @@ class BreaksSyntax(Rule):
 
     def visit_Name(self, node: cst.Name) -> None:
         if node.value == "broken":
-            self.report(node, fix=FixSpec("safe", "breaks", replacement=cst.Name("class")))
+            self.report(node, fix=FixSpec(Applicability.SAFE, "breaks", replacement=cst.Name("class")))
 
 
 class RemoveStatement(Rule):
@@ -68,9 +69,9 @@ class RemoveStatement(Rule):
     def visit_SimpleStatementLine(self, node: cst.SimpleStatementLine) -> None:
         code = cst.Module([]).code_for_node(node).strip()
         if code == "del_me()":
-            self.report(node, fix=FixSpec("safe", "remove", replacement=cst.RemovalSentinel.REMOVE))
+            self.report(node, fix=FixSpec(Applicability.SAFE, "remove", replacement=cst.RemovalSentinel.REMOVE))
         elif code == "split_me()":
-            self.report(node, fix=FixSpec("safe", "split", edits=(Edit(node, cst.FlattenSentinel([
+            self.report(node, fix=FixSpec(Applicability.SAFE, "split", edits=(Edit(node, cst.FlattenSentinel([
                 cst.parse_statement("first()\n"), cst.parse_statement("second()\n")])),)))
 
 
@@ -369,7 +370,9 @@ def test_matcher_visitors_find_their_decorated_methods_as_libcst_does():
     from libcst.codemod.visitors import AddImportsVisitor, RemoveImportsVisitor
     from libcst.matchers import _visitors
 
-    import pmap_migrate.fixer  # noqa: F401  (installs the remembered answers)
+    from pmap_migrate import libcst_patches
+
+    assert "matcher gatherers" in libcst_patches.install()
 
     class Decorated(m.MatcherDecoratableTransformer):
         def __init__(self) -> None:
@@ -414,7 +417,7 @@ class MarkerEditsLater(Rule):
         marker = next((c for c in calls if c.func.value == "marker"), None)
         target = next((c for c in calls if c.func.value == "target"), None)
         if marker is not None and target is not None:
-            self.report(marker, fix=FixSpec("safe", "edit the target",
+            self.report(marker, fix=FixSpec(Applicability.SAFE, "edit the target",
                                             edits=(Edit(target, cst.parse_expression("hit()")),)))
 
 

@@ -26,8 +26,8 @@ from libcst.metadata import MetadataWrapper
 from pmap_migrate.cli import main as cli
 from pmap_migrate.fixer import fix_bytes
 from pmap_migrate.rules import all_rules
-from pmap_migrate.rules.base import RuleContext, RuleOptions
-from pmap_migrate.rules.fixes.idiomatic import why_not
+from pmap_migrate.rules.base import RuleContext
+from pmap_migrate.rules.fixes.choices import RuleOptions
 from pmap_migrate.rules.analysis.semantic import SemanticModel
 from tests.support import differential as diff
 from tests.support.jaxenv import LEGACY, NEW_311, NEWEST, EnvUnavailable
@@ -175,7 +175,7 @@ def test_importing_the_rewrite_queries_no_device(runs, name, env_label):
 
 def _why_not(source: str) -> str | None:
     wrapper = MetadataWrapper(cst.parse_module(source), unsafe_skip_copy=True)
-    return why_not(RuleContext("example.py", SemanticModel(wrapper), options=IDIOMATIC_OPTIONS))
+    return RuleContext("example.py", SemanticModel(wrapper), options=IDIOMATIC_OPTIONS).fixes.idiomatic.reason
 
 
 FLAX_LOOP = '''

@@ -15,7 +15,9 @@ from click.testing import CliRunner
 from pmap_migrate.cli import main
 from pmap_migrate.config import Settings
 from pmap_migrate.interactive import Answer, Decision, parse_answer, review_file
-from pmap_migrate.rules.base import FixSpec, Rule
+from pmap_migrate.rules.base import Rule
+from pmap_migrate.rules.fixes.spec import FixSpec
+from pmap_migrate.rules.fixes.choices import Applicability
 
 ROOT = Path(__file__).resolve().parents[1]
 TWO = "import jax\n\nstep = jax.pmap(lambda x: x * 2)\nother = jax.pmap(lambda x: x + 1)\n"
@@ -308,7 +310,7 @@ class Wrap(Rule):
 
     def visit_Call(self, node: cst.Call) -> None:
         if isinstance(node.func, cst.Name) and node.func.value == "wrap" and node.args:
-            self.report(node, fix=FixSpec("unsafe", "assumes wrap builds a list",
+            self.report(node, fix=FixSpec(Applicability.UNSAFE, "assumes wrap builds a list",
                                           replacement=cst.List([cst.Element(node.args[0].value)])))
 
 

@@ -311,7 +311,7 @@ def test_notebooks_take_the_rule_options():
     idiomatic fix, fix writes it (with unsafe fixes)."""
     from pmap_migrate.notebooks import fix_notebook, lint_notebook
     from pmap_migrate.rules import all_rules
-    from pmap_migrate.rules.base import RuleOptions
+    from pmap_migrate.rules.fixes.choices import RuleOptions
 
     data, idiomatic = _classic_loop_notebook(), RuleOptions(idiomatic=True)
 

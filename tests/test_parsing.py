@@ -1,11 +1,11 @@
-"""pmap_migrate.rules.base.parse_module: libcst's parse without its per-node validation, same trees."""
+"""pmap_migrate.libcst_patches.parse_module: libcst's parse without its per-node validation, same trees."""
 
 from __future__ import annotations
 
 import libcst as cst
 import pytest
 
-from pmap_migrate.rules.base import parse_module
+from pmap_migrate.libcst_patches import parse_module
 from tests.support.samples import samples
 
 
@@ -38,12 +38,12 @@ def test_nodes_made_otherwise_are_validated_again_also_after_a_failed_parse(sour
 
 def test_validation_is_restored_after_parses_that_overlap():
     # Another thread's parse in progress: the hook is the unchecked one when this parse starts.
-    from pmap_migrate.rules import base
+    from pmap_migrate import libcst_patches
 
-    cst.CSTNode.__post_init__ = base._unchecked
+    cst.CSTNode.__post_init__ = libcst_patches._unchecked
     try:
         parse_module("x = 1\n")
         with pytest.raises(cst.CSTValidationError):
             cst.Name("1 not a name")
     finally:
-        cst.CSTNode.__post_init__ = base._VALIDATING
+        cst.CSTNode.__post_init__ = libcst_patches._VALIDATING

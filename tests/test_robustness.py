@@ -24,6 +24,7 @@ from pmap_migrate.engine import lint_bytes
 from pmap_migrate.files import FileChanged, write_atomic
 from pmap_migrate.fixer import fix_bytes
 from pmap_migrate.rules import all_rules
+from pmap_migrate.rules.fixes.choices import Applicability
 
 RULES = all_rules()
 REPO = Path(__file__).resolve().parents[1]
@@ -168,14 +169,15 @@ def test_output_python_would_not_compile_is_refused():
     """libcst parses `return` at module level; CPython's compiler does not: never written."""
     import libcst as cst
 
-    from pmap_migrate.rules.base import FixSpec, Rule
+    from pmap_migrate.rules.base import Rule
+    from pmap_migrate.rules.fixes.spec import FixSpec
 
     class ReturnAtModuleLevel(Rule):
         CODE, NAME, MESSAGE, TRIGGERS = "PM994", "test-return", "return", ("finish",)
 
         def visit_Expr(self, node: cst.Expr) -> None:
             if isinstance(node.value, cst.Call) and getattr(node.value.func, "value", None) == "finish":
-                self.report(node, fix=FixSpec("safe", "return", replacement=cst.Return(cst.Integer("1"))))
+                self.report(node, fix=FixSpec(Applicability.SAFE, "return", replacement=cst.Return(cst.Integer("1"))))
 
     outcome = fix_bytes(b"x = 1\nfinish()\n", "m.py", (ReturnAtModuleLevel,))
     assert outcome.fixed is None and outcome.error is not None and outcome.error.code == "PM002"
@@ -309,18 +311,18 @@ def test_a_file_edited_while_being_fixed_is_left_alone(project, monkeypatch):
 
 
 def test_an_internal_error_in_one_file_is_exit_2_and_the_others_are_fixed(project, monkeypatch):
-    from pmap_migrate.rules.fixes import pmap_rewrite
+    from pmap_migrate.rules.fixes import services
 
     write(project, "a.py", LEGACY)
     write(project, "b.py", LEGACY.replace("step", "other"))
-    real = pmap_rewrite.Rewriter.fix_for_site
+    real = services.FileFixes.pmap_fix
 
     def crash_on_other(self, site):
         if "other" in self.model.module.code:
             raise ValueError("a rule bug\nwith a second line")
         return real(self, site)
 
-    monkeypatch.setattr(pmap_rewrite.Rewriter, "fix_for_site", crash_on_other)
+    monkeypatch.setattr(services.FileFixes, "pmap_fix", crash_on_other)
     result = cli("fix", "--jobs", "1", ".")
     assert result.exit_code == 2 and "Traceback" not in result.output
     [line] = [line for line in result.output.splitlines() if "PM002" in line]

@@ -13,7 +13,7 @@ from libcst.metadata import (
     ScopeProvider,
 )
 
-from pmap_migrate.rules.analysis.semantic import SemanticModel, _Indexer, resolve_scopes
+from pmap_migrate.rules.analysis.semantic import SemanticModel, Indexer, resolve_scopes
 from tests.support.samples import parsed_samples
 
 # Every way Python binds a name, and reads that look like bindings (attributes, subscripts, `del`).
@@ -44,7 +44,7 @@ def bound_names(module: cst.Module) -> tuple[set[int], set[int]]:
     reference = MetadataWrapper(module, unsafe_skip_copy=True).resolve(ExpressionContextProvider)
     expected = {id(node) for node, context in reference.items()
                 if context is ExpressionContext.STORE and isinstance(node, cst.Name)}
-    index = _Indexer()
+    index = Indexer()
     module.visit(index)
     return expected, {id(node) for node in index.stores}
 
@@ -103,7 +103,7 @@ def _scopes_seen(scopes, key) -> list[tuple]:
 @pytest.mark.parametrize(("name", "module"), MODULES, ids=[name for name, _ in MODULES])
 def test_scopes_from_the_index_are_libcsts(name: str, module: cst.Module) -> None:
     reference = MetadataWrapper(module, unsafe_skip_copy=True).resolve(ScopeProvider)
-    index = _Indexer()
+    index = Indexer()
     module.visit(index)
     ours = resolve_scopes(MetadataWrapper(module, unsafe_skip_copy=True), index.stores)
     own = {id(module), *map(id, index.parents)}

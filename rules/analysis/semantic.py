@@ -8,7 +8,7 @@ assigned a pmap output in its scope counts as holding one) with two cheap refine
 statement's own binding does not reach the reads of its value (``x = f(x)`` reads the previous
 ``x``) unless a loop may run it again, and an assignment that runs on every path to a read hides
 the earlier ones (see ``reaching_assignments``). Module-wide facts come from one extra traversal
-(``_Indexer``); the only other walks are local (a pmapped function's own return statements). Rules
+(``Indexer``); the only other walks are local (a pmapped function's own return statements). Rules
 ask the model instead of walking the tree again.
 """
 
@@ -111,7 +111,7 @@ class TransformSite:
         return any(a.star for a in self.args)
 
 
-class _Indexer(cst.CSTVisitor):
+class Indexer(cst.CSTVisitor):
     """Collects the nodes the model reasons about, in one traversal."""
 
     WALK_PAST_WHITESPACE = True  # codemod/fastwalk.py: blanks and comments have no parent recorded
@@ -300,9 +300,9 @@ class _Indexer(cst.CSTVisitor):
 
 # The indexer's node callbacks by node class name (attribute callbacks, `visit_<Node>_<field>`, have
 # an underscore after the class name; node class names have none).
-_INDEX_VISITS = {name[len("visit_"):]: f for name, f in vars(_Indexer).items()
+_INDEX_VISITS = {name[len("visit_"):]: f for name, f in vars(Indexer).items()
                  if name.startswith("visit_") and "_" not in name[len("visit_"):]}
-_INDEX_LEAVES = {name[len("leave_"):]: f for name, f in vars(_Indexer).items()
+_INDEX_LEAVES = {name[len("leave_"):]: f for name, f in vars(Indexer).items()
                  if name.startswith("leave_") and "_" not in name[len("leave_"):]}
 
 
@@ -338,12 +338,12 @@ class SemanticModel:
 
     def __init__(self, wrapper: MetadataWrapper) -> None:
         self.module = wrapper.module
-        index = _Indexer()
+        index = Indexer()
         self.module.visit(index)
         # Qualified names are asked of the scopes directly, for the few nodes that need them:
         # what QualifiedNameProvider answers, without its traversal of every node.
         self._scopes = resolve_scopes(wrapper, index.stores)
-        self._index = index
+        self.index = index  # the one walk's facts (``Indexer``): read by the fix builders too
         self.parents = index.parents
         self._qname_cache: dict[cst.CSTNode, frozenset[str]] = {}
         self._callee_cache: dict[cst.CSTNode, Callee | None] = {}
@@ -380,6 +380,8 @@ class SemanticModel:
         self._tag_values()
         self._propagate_tags()
         self._nested: dict[cst.CSTNode, tuple[cst.CSTNode, TransformSite]] | None = None
+        self._nested_nodes: set[int] | None = None
+        self._multi_process: bool | None = None
 
     # ------------------------------------------------------------------ names
     def qualified_names(self, node: cst.CSTNode) -> frozenset[str]:
@@ -397,6 +399,10 @@ class SemanticModel:
     def scope_of(self, node: cst.CSTNode) -> Scope | None:
         return self._scopes.get(node)
 
+    def scopes(self) -> list[Scope]:
+        """Every scope of the module, once each."""
+        return list({id(s): s for s in self._scopes.values() if s is not None}.values())
+
     def assignments_of(self, name: cst.Name) -> list[BaseAssignment]:
         scope = self.scope_of(name)
         if scope is None:
@@ -408,7 +414,7 @@ class SemanticModel:
 
     def assigned_value(self, target: cst.CSTNode | None) -> cst.BaseExpression | None:
         """The value an assignment statement binds to ``target`` (a name it assigns), if any."""
-        return self._index.assigned_value.get(target)
+        return self.index.assigned_value.get(target)
 
     def assignment_for_target(self, target: cst.Name) -> BaseAssignment | None:
         scope = self.scope_of(target)
@@ -431,7 +437,7 @@ class SemanticModel:
         that does not also hold that dominating assignment stay (they reach it on the next
         iteration)."""
         assignments = self.assignments_of(name)
-        position = self._index.order.get(name)
+        position = self.index.order.get(name)
         if not assignments or position is None:
             return assignments
         enclosing = self._enclosing_expressions(name)
@@ -445,10 +451,10 @@ class SemanticModel:
         placed: list[tuple[float, BaseAssignment]] = []
         for assignment in assignments:
             node = assignment.node
-            if not isinstance(node, cst.Name) or assignment.scope is not scope or node not in self._index.order:
+            if not isinstance(node, cst.Name) or assignment.scope is not scope or node not in self.index.order:
                 return assignments  # parameters, defs, imports, outer scopes: keep it simple
             # the statement's own binding (in a loop): after the read, as the next iteration sees it
-            order = position + 0.5 if any(assignment is o for o in own) else self._index.order[node]
+            order = position + 0.5 if any(assignment is o for o in own) else self.index.order[node]
             placed.append((order, assignment))
         placed.sort(key=lambda item: item[0])
         before = [(order, a) for order, a in placed if order < position]
@@ -570,11 +576,11 @@ class SemanticModel:
         last_components = tuple(last_components)
         found: list[cst.CSTNode] = []
         for component in set(last_components):
-            for attr in self._index.attributes.get(component, ()):
+            for attr in self.index.attributes.get(component, ()):
                 if self.matches(attr, names):
                     found.append(attr)
-        for local in set(last_components) | self._index.import_aliases:
-            for name in self._index.names.get(local, ()):
+        for local in set(last_components) | self.index.import_aliases:
+            for name in self.index.names.get(local, ()):
                 if self._is_attribute_tail(name):
                     continue
                 if self.matches(name, names):
@@ -609,7 +615,7 @@ class SemanticModel:
         self._resolves_cache[key] = False  # cycle guard: p = q; q = p
         result = False
         for assignment in self.assignments_of(expr):
-            value = self._index.assigned_value.get(assignment.node) if isinstance(assignment, Assignment) else None
+            value = self.index.assigned_value.get(assignment.node) if isinstance(assignment, Assignment) else None
             if isinstance(value, (cst.Name, cst.Attribute)) and self.resolves_to(value, names):
                 result = True
                 break
@@ -620,12 +626,12 @@ class SemanticModel:
         """Reads of module-local aliases of ``names`` (``dpr`` after ``dpr = jax.device_put_replicated``),
         chains of aliases included; the alias definitions' values are found by ``references``."""
         names = frozenset(names)
-        seeds = set(last_components) | self._index.import_aliases
+        seeds = set(last_components) | self.index.import_aliases
         aliases: set[str] = set()
         changed = True
         while changed:  # one round per link of the longest alias chain
             changed = False
-            for target, value in self._index.assigned_value.items():
+            for target, value in self.index.assigned_value.items():
                 if not isinstance(target, cst.Name) or target.value in aliases:
                     continue
                 if isinstance(value, cst.Attribute):
@@ -639,7 +645,7 @@ class SemanticModel:
                     changed = True
         found: list[cst.Name] = []
         for alias in aliases:
-            for name in self._index.names.get(alias, ()):
+            for name in self.index.names.get(alias, ()):
                 if not self._is_attribute_tail(name) and not self.is_binding(name) and self.resolves_to(name, names):
                     found.append(name)
         return found
@@ -681,7 +687,7 @@ class SemanticModel:
         found: list[Callee] = []
         other = False
         for assignment in self.assignments_of(name):
-            value = self._index.assigned_value.get(assignment.node) if isinstance(assignment, Assignment) else None
+            value = self.index.assigned_value.get(assignment.node) if isinstance(assignment, Assignment) else None
             inner = self.callee(value) if value is not None else None
             if inner is None:
                 other = True
@@ -695,14 +701,14 @@ class SemanticModel:
 
     # ------------------------------------------------------------------ sites
     def _find_sites(self) -> None:
-        for call in self._index.calls:
+        for call in self.index.calls:
             callee = self.callee(call.func)
             if callee is None or not call.args:
                 continue
             site = TransformSite(callee.transform, call, callee, callee.bound_args + tuple(call.args))
             self._bind_result(site, call)
             self.sites[call] = site
-        for decorator in self._index.decorators:
+        for decorator in self.index.decorators:
             callee = self.callee(decorator.decorator)
             if callee is None:
                 continue
@@ -714,7 +720,7 @@ class SemanticModel:
             if assignment is not None:
                 site.bound_names.append(assignment)
             self.sites[decorator] = site
-        for target, value in self._index.assigned_value.items():
+        for target, value in self.index.assigned_value.items():
             if isinstance(target, cst.Name) and value not in self.sites:
                 callee = self.callee(value)
                 if callee is not None:
@@ -751,7 +757,7 @@ class SemanticModel:
         found: list[cst.BaseExpression] = list(self.references(names, last))
         aliases = {name for name, callee in self.alias_definitions.values() if callee.transform == transform}
         for alias in aliases:
-            for node in self._index.names.get(alias, ()):
+            for node in self.index.names.get(alias, ()):
                 if self._is_attribute_tail(node) or self.is_binding(node):
                     continue
                 callee = self.callee(node)
@@ -807,7 +813,7 @@ class SemanticModel:
             if site.bound_attribute is not None:
                 cls, attr = site.bound_attribute
                 _prefer_pmap(self._callable_by_attribute, (id(cls), attr), site)
-        for call in self._index.calls:
+        for call in self.index.calls:
             site = self.sites.get(call.func) or self.callable_site(call.func)
             if site is not None:
                 self._calls_to[call] = site
@@ -888,7 +894,7 @@ class SemanticModel:
         return tags
 
     def _tag_values(self) -> None:
-        for call in self._index.calls:
+        for call in self.index.calls:
             tags = self._classify_call(call)
             site = self._calls_to.get(call)
             if not tags and site is None:
@@ -928,7 +934,7 @@ class SemanticModel:
         cover chains of copies; modules without tagged values skip this entirely."""
         if not self._tags:
             return
-        copies = [(target, value) for target, value in self._index.assigned_value.items()
+        copies = [(target, value) for target, value in self.index.assigned_value.items()
                   if isinstance(value, (cst.Name, cst.Attribute, cst.Subscript))]
         for _ in range(3):
             changed = False
@@ -975,7 +981,7 @@ class SemanticModel:
         output is a Python sequence of arrays (``step(x)[0]`` picks an output, not a device)."""
         cached = self._tuple_sites.get(id(site))
         if cached is None:
-            functions = self._mapped_functions(site)
+            functions = self.mapped_functions(site)
             cached = bool(functions) and all(_returns_sequence(f) for f in functions)
             self._tuple_sites[id(site)] = cached
         return cached
@@ -1068,7 +1074,7 @@ class SemanticModel:
         if site is not None:
             key = (id(site), position)
             if key not in self._sequence_sites:
-                functions = self._mapped_functions(site) if site.transform == PMAP else []
+                functions = self.mapped_functions(site) if site.transform == PMAP else []
                 self._sequence_sites[key] = bool(functions) and all(
                     _returns_sequence(f, position, _SEQUENCE_DISPLAYS) for f in functions)
             return self._sequence_sites[key]
@@ -1095,7 +1101,7 @@ class SemanticModel:
                 and _returns_sequence(d.node, None, _SEQUENCE_DISPLAYS) for d in definitions)
         if isinstance(expr, cst.Name):
             assignments = self.reaching_assignments(expr)
-            values = [self._index.assigned_value.get(getattr(a, "node", None)) for a in assignments]
+            values = [self.index.assigned_value.get(getattr(a, "node", None)) for a in assignments]
             return bool(values) and all(v is not None and self._is_sequence(v, depth + 1) for v in values)
         return False
 
@@ -1163,11 +1169,11 @@ class SemanticModel:
     def _scan_body(self, owner: FunctionLike, found: list[cst.CSTNode], bodies: list[FunctionLike],
                    expanded: set[int]) -> None:
         """What the code directly in ``owner``'s body runs: pmaps to ``found``, functions to ``bodies``."""
-        for decorator in self._index.owned_decorators.get(owner, ()):
+        for decorator in self.index.owned_decorators.get(owner, ()):
             site = self.sites.get(decorator)
             if site is not None and site.transform == PMAP:
                 found.append(decorator)
-        for call in self._index.owned_calls.get(owner, ()):
+        for call in self.index.owned_calls.get(owner, ()):
             site = self.sites.get(call)
             if site is not None:
                 if site.transform == PMAP:
@@ -1182,7 +1188,7 @@ class SemanticModel:
                 if isinstance(arg.value, (cst.Name, cst.Attribute)) and not arg.star:
                     self._expand_callable(arg.value, found, bodies, expanded)
 
-    def _mapped_functions(self, site: TransformSite) -> list[FunctionLike]:
+    def mapped_functions(self, site: TransformSite) -> list[FunctionLike]:
         if site.decorated is not None:
             return [site.decorated]
         fun = site.fun
@@ -1227,9 +1233,35 @@ class SemanticModel:
         while stack:
             current = stack.pop()
             yield current
-            stack.extend(self._index.child_functions.get(current, ()))
+            stack.extend(self.index.child_functions.get(current, ()))
+
+    def nested_nodes(self) -> set[int]:
+        """The ids of the nodes of every nesting (``nested_sites``): the inner node, the outer pmap,
+        and the site that built an inner pmapped callable (a call of it, or a reference to it)."""
+        if self._nested_nodes is None:
+            nodes: set[int] = set()
+            for inner, (outer, _) in self.nested_sites().items():
+                nodes.add(id(inner))
+                nodes.add(id(outer))
+                if isinstance(inner, cst.Call):
+                    site = self.transformed_call(inner)
+                elif isinstance(inner, (cst.Name, cst.Attribute)):
+                    site = self.callable_site(inner)
+                else:
+                    site = None
+                if site is not None:
+                    nodes.add(id(site.node))
+            self._nested_nodes = nodes
+        return self._nested_nodes
 
     # ------------------------------------------------------------ module-wide
+    def multi_process(self) -> bool:
+        """The module uses the multi-process API (`jax.process_index()`, ...): a program whose pmaps
+        took host-local inputs (PM501)."""
+        if self._multi_process is None:
+            self._multi_process = self.uses_any(tables.MULTI_PROCESS, tables.MULTI_PROCESS_PREFIXES)
+        return self._multi_process
+
     @property
     def indent(self) -> str:
         """One level of the module's indentation, for generated code (``indent_unit``)."""
@@ -1256,21 +1288,21 @@ class SemanticModel:
         components = {n.rsplit(".", 1)[-1] for n in names | modules}
         # Local names an import bound to one of them (`import jax.distributed as jd`, `from
         # jax.experimental.multihost_utils import process_allgather`), checked through scopes.
-        imported = {local for local, fulls in self._index.imports.items()
+        imported = {local for local, fulls in self.index.imports.items()
                     if any(f in names or f in modules or f.startswith(prefixes) for f in fulls)}
         for component in components:
-            for node in self._index.attributes.get(component, ()):
+            for node in self.index.attributes.get(component, ()):
                 if hit(self.qualified_names(node)):
                     return True
         for local in components | imported:
-            for node in self._index.names.get(local, ()):
+            for node in self.index.names.get(local, ()):
                 if not self._is_attribute_tail(node) and hit(self.qualified_names(node)):
                     return True
         return False
 
     @property
     def subscripts(self) -> list[cst.Subscript]:
-        return self._index.subscripts
+        return self.index.subscripts
 
 
 def _runs_at_least_once(model: SemanticModel, loop: cst.For) -> bool:

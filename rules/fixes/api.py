@@ -4,8 +4,8 @@ The rules decide what a use of an old API becomes; this module knows how to say 
 under which name `jax` is reachable at a node, a dotted replacement as an expression, positional
 arguments turned into keywords, the reads of the name an import binds, and an import statement
 rewritten in place (a name that moved to another module keeps its local name and its place).
-``ImportRule`` is what the rules share: reporting at import statements, and the fix of a reported
-import (its reads rewritten, then the import removed).
+The fix of a reported import (its reads rewritten, then the import removed) is ``rewrite_reads``;
+``rules.base.ImportRule`` reports at import statements and builds it.
 
 Imports that a rewrite leaves unused are handed to the engine as ``remove_imports`` (removed only
 if nothing uses them after the round); an import with no use left at all is deleted by an edit.
@@ -21,16 +21,13 @@ from libcst.helpers import get_full_name_for_node
 from libcst.metadata import ImportAssignment
 
 from pmap_migrate.rules.knowledge import tables
-from pmap_migrate.rules.base import Edit, FixSpec, ImportSpec, Rule
+from pmap_migrate.rules.fixes.spec import Edit, FixSpec, ImportSpec
 from pmap_migrate.rules.analysis.semantic import SemanticModel
+from pmap_migrate.rules.fixes.choices import Applicability
 
 
 class Unfixable(Exception):
     """No automatic fix for this use; the message says why (the manual route is in the finding)."""
-
-
-def code_of(node: cst.CSTNode) -> str:
-    return cst.Module([]).code_for_node(node)
 
 
 def dotted(name: str) -> cst.Attribute | cst.Name:
@@ -77,7 +74,7 @@ class FixParts:
         assumptions = list(dict.fromkeys(self.assumptions))
         if assumptions:
             summary += "; assumes " + "; ".join(assumptions)
-        return FixSpec("unsafe" if assumptions else "safe", summary, edits=tuple(self.edits),
+        return FixSpec(Applicability.UNSAFE if assumptions else Applicability.SAFE, summary, edits=tuple(self.edits),
                        add_imports=tuple(dict.fromkeys(self.add_imports)),
                        remove_imports=tuple(dict.fromkeys(self.remove_imports)))
 
@@ -416,33 +413,3 @@ def spec_or_none(build: Callable[[], FixParts], summary: str) -> FixSpec | None:
         return build().spec(summary)
     except Unfixable:
         return None
-
-
-class ImportRule(Rule):
-    """Base of the rules that report an old name where it is imported (for a removed one, the
-    import is what fails): ``check_import`` sees every import statement."""
-
-    def visit_Import(self, node: cst.Import) -> None:
-        self.check_import(node)
-
-    def visit_ImportFrom(self, node: cst.ImportFrom) -> None:
-        self.check_import(node)
-
-    def check_import(self, node: cst.Import | cst.ImportFrom) -> None:
-        raise NotImplementedError
-
-    def reads_fix(self, statement: cst.Import | cst.ImportFrom, alias: cst.ImportAlias | cst.ImportStar,
-                  rewrite_use: Callable[[cst.Name], FixParts], summary: str) -> FixSpec | None:
-        """The fix of a reported import: every read of the name it binds rewritten by
-        ``rewrite_use`` (see ``rewrite_reads``), the import removed once unused; an import nothing
-        reads is removed, except from a package's `__init__.py` (it may be a re-export)."""
-        if not isinstance(alias, cst.ImportAlias):
-            return None
-        try:
-            result = rewrite_reads(self.model, statement, alias, rewrite_use)
-        except Unfixable:
-            return None
-        if not result.rewritten and self.context.path.endswith("__init__.py"):
-            return None
-        what = summary if result.rewritten else "remove the unused import"
-        return result.parts.spec(reads_summary(what, result))

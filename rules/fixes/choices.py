@@ -1,8 +1,19 @@
-"""Rule options (no libcst here: a run answered from the cache imports this)."""
+"""What decides which fixes a run applies: each fix's applicability, and the rules' options.
+
+No libcst here: a run answered from the cache (and its reports) imports this.
+"""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
+from enum import Enum
+
+
+class Applicability(str, Enum):
+    """How safe a fix is: which run applies it."""
+
+    SAFE = "safe"  # applied by `fix`
+    UNSAFE = "unsafe"  # applied by `fix --unsafe-fixes`
 
 
 @dataclass(frozen=True)

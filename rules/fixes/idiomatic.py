@@ -59,9 +59,13 @@ from libcst.metadata import Assignment
 
 from pmap_migrate.rules.knowledge import tables
 from pmap_migrate.rules.fixes.api import removal_spec
-from pmap_migrate.rules.base import Edit, FixSpec, ImportSpec
-from pmap_migrate.rules.fixes.pmap_rewrite import _code, _int_tuple, Unsupported, rewriter_for, simple_params
+from pmap_migrate.rules.fixes.spec import Edit, FixSpec, ImportSpec
+from pmap_migrate.rules.fixes.code import code_of, simple_params
+from pmap_migrate.rules.fixes.pmap_options import Unsupported, int_tuple
+from pmap_migrate.rules.fixes.placement import Placement
+from pmap_migrate.rules.fixes.pmap_rewrite import Rewriter
 from pmap_migrate.rules.analysis.semantic import PMAP, TransformSite
+from pmap_migrate.rules.fixes.choices import Applicability
 
 ALL = "all"  # a device count meaning "every local device"
 STATE, BATCH = "P()", "batch"
@@ -90,21 +94,6 @@ class _Reject(Exception):
     """The module does not fit the pattern exactly; the message says where."""
 
 
-def idiomatic_fix(context, site: TransformSite) -> FixSpec | None:
-    """The idiomatic fix for PM101 at ``site`` when the module's data-parallel loop is recognised
-    (None: use the faithful rewrite)."""
-    if "idiomatic" not in context.shared:
-        context.shared["idiomatic"] = Idiomatic(context)
-    return context.shared["idiomatic"].fix_for(site)
-
-
-def why_not(context) -> str | None:
-    """Why the module's loop was not recognised (None when it was); for tests and debugging."""
-    if "idiomatic" not in context.shared:
-        context.shared["idiomatic"] = Idiomatic(context)
-    return context.shared["idiomatic"].reason
-
-
 @dataclass
 class _Step:
     site: TransformSite
@@ -123,10 +112,11 @@ class _Step:
 class Idiomatic:
     """Recognises the module's data-parallel loop once and builds the one fix that rewrites it."""
 
-    def __init__(self, context) -> None:
-        self.context = context
-        self.model = context.model
-        self.rewriter = rewriter_for(context)
+    def __init__(self, rewriter: Rewriter, placement: Placement) -> None:
+        self.model = rewriter.model
+        self.rewriter = rewriter
+        self.placement = placement
+        # Why the module's loop was not recognised (None when it was).
         self.reason: str | None = None
         self.steps: list[_Step] = []
         self.fix: FixSpec | None = None
@@ -142,12 +132,12 @@ class Idiomatic:
         if site is self.steps[0].site:
             return self.fix
         if any(site is step.site for step in self.steps):
-            return FixSpec("unsafe", f"rewritten together with `{self.steps[0].name}` by its idiomatic fix")
+            return FixSpec(Applicability.UNSAFE, f"rewritten together with `{self.steps[0].name}` by its idiomatic fix")
         return None
 
     # ------------------------------------------------------------------------------ recognition
     def _recognise(self) -> None:
-        if self.rewriter.multi_process():
+        if self.model.multi_process():
             raise _Reject("the module runs several processes")
         steps = [step for step in map(self._step, self.model.pmap_sites()) if step is not None]
         if not any(self._differentiates(step.func) for step in steps):
@@ -199,7 +189,7 @@ class Idiomatic:
         """``site`` as a data-parallel step, or None when it is not one (it keeps its own fix)."""
         if site.transform != PMAP or site.callee.ambiguous or site.dynamic_options:
             return None
-        if id(site.node) in self.rewriter.nested_nodes():
+        if id(site.node) in self.model.nested_nodes():
             return None
         if any(a.keyword is not None and a.keyword.value not in _STEP_OPTIONS for a in site.args):
             return None
@@ -213,7 +203,7 @@ class Idiomatic:
             if value is not None and not (isinstance(value, cst.Integer) and value.value == "0"):
                 return None
         try:
-            donate = _int_tuple(site.option("donate_argnums"), "donate_argnums")
+            donate = int_tuple(site.option("donate_argnums"), "donate_argnums")
         except Unsupported:
             return None
         if site.is_decorator:
@@ -255,7 +245,7 @@ class Idiomatic:
                 parent = self.model.parent(access.node)
                 if not (isinstance(parent, cst.Call) and parent.func is access.node and parent in calls):
                     return None  # the step is used as a value (or called another way)
-        return _Step(site, func, name, statement, params, elements, tuple_return, _code(axis), donate, calls)
+        return _Step(site, func, name, statement, params, elements, tuple_return, code_of(axis), donate, calls)
 
     def _reduces_gradients(self, func: cst.FunctionDef, axis: str) -> bool:
         """A `pmean`/`psum` over ``axis`` takes the gradients: ``lax.pmean(grads, axis)``, or
@@ -319,7 +309,7 @@ class Idiomatic:
                 line = self.model.parent(assign)
                 if not (isinstance(assign, cst.Assign) and len(assign.targets) == 1
                         and isinstance(line, cst.SimpleStatementLine) and len(line.body) == 1):
-                    raise _Reject(f"`{_code(call)}` is not of the form `outputs = {step.name}(...)`")
+                    raise _Reject(f"`{code_of(call)}` is not of the form `outputs = {step.name}(...)`")
                 target = assign.targets[0].target
                 if step.tuple_return:
                     if not (isinstance(target, (cst.Tuple, cst.List)) and len(target.elements) == len(step.elements)
@@ -355,7 +345,7 @@ class Idiomatic:
         for node in nodes.values():
             if self.model.scope_of(node) is not self.scope:
                 raise _Reject(f"`{name}` is also read by a nested function or comprehension")
-        return sorted(nodes.values(), key=lambda n: self.model._index.order.get(n, 0))
+        return sorted(nodes.values(), key=lambda n: self.model.index.order.get(n, 0))
 
     def _argument(self, name: str) -> None:
         """Classify an argument variable (replicated state, or batch) and check every use of it."""
@@ -480,7 +470,7 @@ class Idiomatic:
                 raise _Reject(f"the per-device value `{name}` is read by something other than a step")
             self._argument_kind(access, BATCH)
         value = self.model.assigned_value(node)
-        merged = f"np.concatenate({name})" if value is not None and self._placement().is_array(value) \
+        merged = f"np.concatenate({name})" if value is not None and self.placement.is_array(value) \
             else f"jax.tree.map(np.concatenate, {name})"
         statement = cst.parse_statement(f"{name} = jax.device_put({merged}, {self._sharding(BATCH)})")
         if not any(self.model.is_within(siblings[anchor], e.target) or e.target is siblings[anchor]
@@ -502,7 +492,7 @@ class Idiomatic:
     def _inline_batch(self, step: _Step, position: int, value: cst.BaseExpression) -> None:
         found = self._unstacked(value)
         if found is None:
-            raise _Reject(f"`{step.name}` gets `{_code(value)}`, which is neither a name nor a reshaped batch")
+            raise _Reject(f"`{step.name}` gets `{code_of(value)}`, which is neither a name nor a reshaped batch")
         new, count = found
         self.counts.add(count)
         self._kind(step, position, BATCH)
@@ -560,11 +550,11 @@ class Idiomatic:
             statement = self._statement_of(read)
             if id(statement) in unstacks:
                 if len(self.model.parent(statement).body) == 1:
-                    raise _Reject(f"cannot remove `{_code(statement).strip()}`: it is alone in its block")
+                    raise _Reject(f"cannot remove `{code_of(statement).strip()}`: it is alone in its block")
                 self.edits.append(Edit(statement, cst.RemovalSentinel.REMOVE))
                 return
             if isinstance(read, cst.Subscript) and not self._array_output(name):
-                raise _Reject(f"`{_code(read)}` may pick an element of a tuple output, not a device's row")
+                raise _Reject(f"`{code_of(read)}` may pick an element of a tuple output, not a device's row")
             plain = cst.Name(name, lpar=getattr(read, "lpar", ()), rpar=getattr(read, "rpar", ()))
             self.edits.append(Edit(read, plain))
             self._remove_import_of(read.func if isinstance(read, cst.Call) else None)
@@ -572,7 +562,7 @@ class Idiomatic:
         if self._printed(access) and (kind == STATE or self._replicated_output(name)):
             self.printed.add(name)
             return
-        raise _Reject(f"`{_code(self._statement_of(access)).strip()}` reads the device axis of `{name}`")
+        raise _Reject(f"`{code_of(self._statement_of(access)).strip()}` reads the device axis of `{name}`")
 
     def _row_read(self, access: cst.Name) -> cst.BaseExpression | None:
         """``v[0]``, ``unreplicate(v)`` or ``tree_map(lambda x: x[0], v)`` around ``access``."""
@@ -660,7 +650,7 @@ class Idiomatic:
     def _array_like(self, value: cst.BaseExpression, depth: int = 0) -> bool:
         if depth > 4:
             return False
-        if self._placement().is_array(value):
+        if self.placement.is_array(value):
             return True
         if isinstance(value, cst.Call) and self.model.matches(value.func, _COLLECTIVES) and value.args:
             return self._array_like(value.args[0].value, depth + 1)
@@ -839,12 +829,12 @@ class Idiomatic:
             if len(items) < 2 or self._count(items[0]) is None:
                 return None
             count = self._count(items[0])
-            rest = [_code(i) for i in items[2:]]
+            rest = [code_of(i) for i in items[2:]]
             if not rest and extra is not None and self._tail_shape(extra, receiver):
                 return receiver, count
             text = "(" + ", ".join(["-1", *rest]) + ("," if not rest else "") + ")"
             if extra is not None:
-                text += f" + {_code(extra)}"
+                text += f" + {code_of(extra)}"
         else:
             if len(shape_args) < 2 or shape_args[0].star or shape_args[1].star:
                 return None
@@ -854,11 +844,11 @@ class Idiomatic:
             rest = shape_args[2:]
             if len(rest) == 1 and rest[0].star == "*" and self._tail_shape(rest[0].value, receiver):
                 return receiver, count
-            text = ", ".join(["-1", *(("*" if a.star else "") + _code(a.value) for a in rest)])
+            text = ", ".join(["-1", *(("*" if a.star else "") + code_of(a.value) for a in rest)])
         if function:
-            new = f"{_code(value.func)}({_code(receiver)}, {text})"
+            new = f"{code_of(value.func)}({code_of(receiver)}, {text})"
         else:
-            new = f"{_code(receiver)}.reshape({text})"
+            new = f"{code_of(receiver)}.reshape({text})"
         return cst.parse_expression(new), count
 
     def _tail_shape(self, node: cst.BaseExpression, receiver: cst.BaseExpression) -> bool:
@@ -868,7 +858,7 @@ class Idiomatic:
                 and isinstance(node.slice[0].slice.lower, cst.Integer) and node.slice[0].slice.lower.value == "1"
                 and node.slice[0].slice.upper is None and node.slice[0].slice.step is None
                 and isinstance(node.value, cst.Attribute) and node.value.attr.value == "shape"
-                and _code(node.value.value) == _code(receiver))
+                and code_of(node.value.value) == code_of(receiver))
 
     # --------------------------------------------------------------------------- positions
     def _statement_of(self, node: cst.CSTNode) -> cst.BaseStatement:
@@ -892,7 +882,7 @@ class Idiomatic:
             return self._is_driver_parameter(node)
         index = self._index(self.block, node)
         if index is None:
-            raise _Reject(f"`{_code(node)}` is bound outside the driver's body")
+            raise _Reject(f"`{code_of(node)}` is bound outside the driver's body")
         return index < start
 
     def _is_driver_parameter(self, node: cst.CSTNode) -> bool:
@@ -901,19 +891,12 @@ class Idiomatic:
     def _order(self, node: cst.CSTNode) -> int:
         return self._index(self.model.module.body, node) or 0
 
-    def _placement(self):
-        from pmap_migrate.rules.fixes.placement import Placement
-
-        if "placement" not in self.context.shared:
-            self.context.shared["placement"] = Placement(self.context)
-        return self.context.shared["placement"]
-
     # ------------------------------------------------------------------------------- the fix
     def _sharding(self, kind: str) -> str:
         return f"NamedSharding({self.mesh}(), {'P()' if kind == STATE else f'P({self.axis})'})"
 
     def _put(self, value: cst.BaseExpression, kind: str) -> cst.BaseExpression:
-        return cst.parse_expression(f"jax.device_put({_code(value)}, {self._sharding(kind)})")
+        return cst.parse_expression(f"jax.device_put({code_of(value)}, {self._sharding(kind)})")
 
     def _remove_import_of(self, func: cst.BaseExpression | None) -> None:
         if isinstance(func, cst.Name):
@@ -945,7 +928,7 @@ class Idiomatic:
                     raise _Reject(f"the module binds `{name}` to something else")
         axis_word = self.axis.strip("\"'")
         literal = self.axis[:1] in "\"'"  # a constant's name (`_PMAP_AXIS_NAME`) makes no mesh name
-        self.mesh = self.rewriter._unique_name(f"{axis_word}_mesh" if literal and re.fullmatch(r"[A-Za-z_]\w*", axis_word)
+        self.mesh = self.rewriter.names.fresh(f"{axis_word}_mesh" if literal and re.fullmatch(r"[A-Za-z_]\w*", axis_word)
                                                else "data_mesh")
         self._rename_mesh_in_edits()  # the placements above were built before the name was chosen
         indent = self.model.indent
@@ -976,7 +959,7 @@ class Idiomatic:
         self.imports += [ImportSpec("jax"), ImportSpec("functools"), ImportSpec("jax.sharding", "Mesh"),
                          ImportSpec("jax.sharding", "NamedSharding"), ImportSpec("jax.sharding", "PartitionSpec", "P")]
         imports = tuple(spec for spec in dict.fromkeys(self.imports) if not self._bound(spec))
-        self.fix = FixSpec("unsafe", summary, edits=tuple(self.edits), add_imports=imports,
+        self.fix = FixSpec(Applicability.UNSAFE, summary, edits=tuple(self.edits), add_imports=imports,
                            remove_imports=tuple(dict.fromkeys(self.removes)), priority=PRIORITY)
 
     def _bound(self, spec: ImportSpec) -> bool:
@@ -1019,7 +1002,7 @@ class Idiomatic:
                      else "@jax.jit")
         params = ", ".join(step.params)
         if step.site.is_decorator:
-            body_name = self.rewriter._unique_name("_" + step.name)
+            body_name = self.rewriter.names.fresh("_" + step.name)
         else:
             body_name = step.site.fun.value
         if self._differentiates(step.func):

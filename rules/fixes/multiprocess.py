@@ -67,18 +67,14 @@ import libcst as cst
 from libcst.metadata import BaseAssignment, ClassScope
 
 from pmap_migrate.rules.knowledge import tables
-from pmap_migrate.rules.base import Edit, FixSpec, ImportSpec
-from pmap_migrate.rules.fixes.pmap_rewrite import (
-    Plan,
-    Rewriter,
-    Unsupported,
-    _code,
-    _int_literal,
-    _is_none,
-    _spec,
-    jitted_parts,
-)
+from pmap_migrate.rules.fixes.spec import Edit, FixSpec, ImportSpec
+from pmap_migrate.rules.fixes.code import code_of, int_literal, is_none
+from pmap_migrate.rules.fixes.pmap_options import Unsupported
+from pmap_migrate.rules.fixes.pmap_render import Plan, jitted_parts, spec_for
+from pmap_migrate.rules.fixes.pmap_rewrite import Rewriter
 from pmap_migrate.rules.analysis.semantic import TransformSite
+from pmap_migrate.rules.fixes.choices import Applicability
+from pmap_migrate.rules.fixes.placement import Placement
 
 _UNSUPPORTED_OPTIONS = ("devices", "backend", "axis_size")
 _MULTIHOST = ImportSpec("jax.experimental", "multihost_utils")
@@ -117,15 +113,15 @@ class _Site:
 class GlobalRewrite:
     """The module's global-mesh plan: which pmap sites are rewritten (and how), which keep the shim."""
 
-    def __init__(self, rewriter: Rewriter) -> None:
+    def __init__(self, rewriter: Rewriter, placement: Placement) -> None:
         self.rewriter = rewriter
+        self.placement = placement
         self.model = rewriter.model
         self._reasons: dict[int, str] = {}
         self._sites: list[_Site] = []
         self._fix: FixSpec | None = None
         self._planned = False
         self._helper_names: dict[str, _Helpers] = {}  # axis literal -> its helpers
-        self._own_placement = None
         self._host_local: str | None = None
         self._host_local_used = False
         self._accesses: dict[str, list[cst.Name]] | None = None
@@ -183,7 +179,7 @@ class GlobalRewrite:
 
     def _position(self, site: TransformSite) -> int:
         """Source order (the first Name node under the site's node)."""
-        order = self.model._index.order
+        order = self.model.index.order
         for node in _walk(site.node):
             if isinstance(node, cst.Name) and node in order:
                 return order[node]
@@ -195,7 +191,7 @@ class GlobalRewrite:
         rewriter.check_rewritable(site)
         for option in _UNSUPPORTED_OPTIONS:
             node = site.option(option)
-            if node is not None and not _is_none(node):
+            if node is not None and not is_none(node):
                 raise Unsupported(f"`{option}=` in a multi-process program")
         entry = _Site(site)
         entry.layout = self._layout(site)
@@ -256,7 +252,7 @@ class GlobalRewrite:
     def _define(self, entry: _Site) -> None:
         """The definition edits of ``entry`` (the faithful machinery with the global renderer); when
         rendered again (as a boundary), with the same names."""
-        taken = self.rewriter.taken_names()
+        taken = self.rewriter.names.taken()
         earlier = entry.names
         taken.difference_update(earlier)
         before = set(taken)
@@ -289,11 +285,11 @@ class GlobalRewrite:
 
     @staticmethod
     def _axis(node: cst.BaseExpression) -> int | None:
-        if _is_none(node):
+        if is_none(node):
             return None
-        value = _int_literal(node)
+        value = int_literal(node)
         if value is None or value < 0:
-            raise Unsupported(f"out_axes `{_code(node)}` is not a literal non-negative axis")
+            raise Unsupported(f"out_axes `{code_of(node)}` is not a literal non-negative axis")
         return value
 
     def _callable_only_called(self, site: TransformSite, name: str) -> None:
@@ -342,7 +338,7 @@ class GlobalRewrite:
         for call in entry.calls:
             for arg, axis in self._argument_axes(entry, call):
                 if axis is None and not self._host_value(arg.value):
-                    raise Unsupported(f"`{_code(arg.value)}` is passed for an in_axes=None parameter and may be a "
+                    raise Unsupported(f"`{code_of(arg.value)}` is passed for an in_axes=None parameter and may be a "
                                       "committed jax.Array (jit refuses those with global arrays)")
 
     def _host_value(self, node: cst.BaseExpression, depth: int = 0) -> bool:
@@ -377,8 +373,8 @@ class GlobalRewrite:
         if axis not in helpers:
             stem = axis.strip("\"'")
             stem = stem if axis[:1] in "\"'" and stem.isidentifier() else "pmap"  # a literal's word only
-            helpers[axis] = _Helpers(axis, self.rewriter._unique_name(f"{stem}_mesh"),
-                                     self.rewriter._unique_name(f"{stem}_global"))
+            helpers[axis] = _Helpers(axis, self.rewriter.names.fresh(f"{stem}_mesh"),
+                                     self.rewriter.names.fresh(f"{stem}_global"))
         return helpers[axis]
 
     def _render(self, entry: _Site, plan: Plan, indent: str) -> str:
@@ -393,7 +389,7 @@ class GlobalRewrite:
         entry.plan = plan
         entry.wrapper_name = plan.name
         helpers = self._helpers(plan.axis)
-        jit_name = self.rewriter._unique_name(f"_{plan.name.lstrip('_')}_sharded")
+        jit_name = self.rewriter.names.fresh(f"_{plan.name.lstrip('_')}_sharded")
         i1 = indent
         head, body, size, call = jitted_parts(plan, indent, name=jit_name)
         lines = list(plan.hoisted)
@@ -409,7 +405,7 @@ class GlobalRewrite:
             params = list(plan.params)
             mapped = [p for i, p in enumerate(plan.params) if i not in plan.static]
             axes = plan.in_axes if isinstance(plan.in_axes, list) else [plan.in_axes] * len(mapped)
-            converted = [(p, _spec(a, plan.axis)) for p, a in zip(mapped, axes) if a is not None]
+            converted = [(p, spec_for(a, plan.axis)) for p, a in zip(mapped, axes) if a is not None]
             forward = ", ".join(plan.params)
         lines.append(f"def {plan.name}({', '.join(params)}):")
         if entry.boundary is None:
@@ -474,7 +470,7 @@ class GlobalRewrite:
     def host_local_name(self) -> str:
         """The module's one host-local view helper (written only if a read uses it)."""
         if self._host_local is None:
-            self._host_local = self.rewriter._unique_name("host_local")
+            self._host_local = self.rewriter.names.fresh("host_local")
         self._host_local_used = True
         return self._host_local
 
@@ -554,7 +550,7 @@ class GlobalRewrite:
                        "global, reads take this process's rows (same values as legacy pmap)")
             if boundary:
                 summary += f"; and {boundary} the same way, {at_boundary}"
-        return FixSpec("safe", summary, edits=tuple(edits), add_imports=tuple(dict.fromkeys(imports)),
+        return FixSpec(Applicability.SAFE, summary, edits=tuple(edits), add_imports=tuple(dict.fromkeys(imports)),
                        remove_imports=tuple(dict.fromkeys(removes)), priority=1)
 
     def _top_statement(self, node: cst.CSTNode) -> cst.BaseStatement:
@@ -621,12 +617,11 @@ class GlobalRewrite:
         parameters, keywords or attribute tails), in source order."""
         if self._accesses is None:
             accesses: dict[str, list[cst.Name]] = {}
-            scopes = {id(s): s for s in self.model._scopes.values() if s is not None}
-            for scope in scopes.values():
+            for scope in self.model.scopes():
                 for access in scope.accesses:
                     if isinstance(access.node, cst.Name):
                         accesses.setdefault(access.node.value, []).append(access.node)
-            order = self.model._index.order
+            order = self.model.index.order
             for nodes in accesses.values():
                 nodes.sort(key=lambda n: order.get(n, 0))
             self._accesses = accesses
@@ -682,7 +677,7 @@ class GlobalRewrite:
         name = func.name.value
         scope = self.model.scope_of(func)
         if isinstance(scope, ClassScope):  # a method: `jax.jit(self.step)`, `self.step` handed on
-            return any(self._handed_to_jax(node) for node in self.model._index.attributes.get(name, ()))
+            return any(self._handed_to_jax(node) for node in self.model.index.attributes.get(name, ()))
         if scope is None:
             return False
         for assignment in scope.assignments[name]:
@@ -729,7 +724,7 @@ class GlobalRewrite:
         when it is also used as a value."""
         scope = self.model.scope_of(func)
         if scope is None or isinstance(scope, ClassScope):
-            return self._placement()._direct_calls(func)
+            return self.placement._direct_calls(func)
         calls: list[cst.Call] = []
         for assignment in scope.assignments[func.name.value]:
             if getattr(assignment, "node", None) is not func:
@@ -745,23 +740,6 @@ class GlobalRewrite:
                     continue  # the program's entry point
                 return None
         return calls
-
-    def _placement(self):
-        from pmap_migrate.rules.fixes.placement import Placement, placement_for
-
-        if self.rewriter.context is not None:
-            return placement_for(self.rewriter.context)
-        if self._own_placement is None:
-            self._own_placement = Placement(_Context(self.rewriter))
-        return self._own_placement
-
-
-class _Context:
-    """The bits of a rule context `Placement` reads, for a rewriter used without one."""
-
-    def __init__(self, rewriter: Rewriter) -> None:
-        self.model = rewriter.model
-        self.shared = {"rewriter": rewriter}
 
 
 class _SiteFailure(Exception):
@@ -862,7 +840,7 @@ class _Reads:
     def for_assignment(self, assignment: BaseAssignment) -> list[Edit]:
         name = assignment.name
         edits: list[Edit] = []
-        for node in self.model._index.names.get(name, ()):
+        for node in self.model.index.names.get(name, ()):
             # `out += x`, `del out`: targets, not reads (the scopes do not list them as accesses)
             parent = self.model.parent(node)
             in_place = (isinstance(parent, cst.AugAssign) and parent.target is node) or isinstance(parent, cst.Del)
@@ -885,7 +863,7 @@ class _Reads:
         layouts = {repr(self.outputs.layout(a)): self.outputs.layout(a) for a in reaching if a in self.outputs}
         # outputs laid out differently: neither a pass-through nor a row read, the host-local view is exact
         layout = next(iter(layouts.values())) if len(layouts) == 1 else "mixed"
-        placement = self.plan._placement()
+        placement = self.plan.placement
         if self.plan.may_be_traced(read):
             raise Unsupported(f"`{read.value}` is read in code that may be traced")
         if self._passed_through(read, layout):
@@ -925,7 +903,7 @@ class _Reads:
         if model.resolves_to(call.func, tables.FLAX_UNREPLICATE) and len(positional) == 1:
             from pmap_migrate.rules.fixes.api import removal_spec
 
-            text = (f"jax.tree.map(lambda leaf: {_code(row_of(cst.Name('leaf'), cst.Integer('0')))}, "
+            text = (f"jax.tree.map(lambda leaf: {code_of(row_of(cst.Name('leaf'), cst.Integer('0')))}, "
                     f"{read.value})")
             removal = removal_spec(model, call.func)
             if removal is not None:

@@ -30,10 +30,12 @@ import libcst as cst
 from libcst.metadata import BuiltinAssignment, ClassScope
 
 from pmap_migrate.rules.knowledge import tables
-from pmap_migrate.rules.fixes.api import Unfixable, code_of, jax_name, parenthesized, removal_spec
-from pmap_migrate.rules.base import Edit, FixSpec, ImportSpec
-from pmap_migrate.rules.fixes.pmap_rewrite import rewriter_for
+from pmap_migrate.rules.fixes.api import Unfixable, jax_name, parenthesized, removal_spec
+from pmap_migrate.rules.fixes.code import code_of
+from pmap_migrate.rules.fixes.spec import Edit, FixSpec, ImportSpec
 from pmap_migrate.rules.analysis.semantic import DEVICE_STACKED, PMAP, SemanticModel, TransformSite
+from pmap_migrate.rules.fixes.choices import Applicability
+from pmap_migrate.rules.fixes.naming import NameAllocator
 
 __all__ = ["Unfixable"]
 
@@ -77,10 +79,9 @@ _ARRAY_METHODS = frozenset({"sum", "mean", "max", "min", "prod", "astype", "resh
 class Placement:
     """The placement fixes of one module; shared by the rules of a file (they see the same tree)."""
 
-    def __init__(self, context) -> None:
-        self.context = context
-        self.model: SemanticModel = context.model
-        self.rewriter = rewriter_for(context)
+    def __init__(self, model: SemanticModel, names: NameAllocator) -> None:
+        self.model = model
+        self.allocator = names
         self._traced: dict[int, bool] = {}
 
     # ------------------------------------------------------------------ names and layout
@@ -117,11 +118,11 @@ class Placement:
         return len(self.model.indent) * depth
 
     def fresh_name(self, base: str) -> str:
-        return self.rewriter._unique_name(base)
+        return self.allocator.fresh(base)
 
     @property
     def multi_process(self) -> bool:
-        return self.rewriter.multi_process()
+        return self.model.multi_process()
 
     # ------------------------------------------------------------------ statements
     def statement_of(self, node: cst.CSTNode) -> cst.SimpleStatementLine | None:
@@ -212,7 +213,7 @@ class Placement:
         scope = self.model.scope_of(func)
         if isinstance(scope, ClassScope):
             # a method: every `<x>.name` in the module might be it
-            for attribute in self.model._index.attributes.get(name, ()):
+            for attribute in self.model.index.attributes.get(name, ()):
                 parent = self.model.parent(attribute)
                 if not (isinstance(parent, cst.Call) and parent.func is attribute):
                     return None
@@ -237,7 +238,7 @@ class Placement:
         `device_put_sharded` / flax `replicate` stack."""
         if not self.model.always_tagged(value, DEVICE_STACKED):
             return False
-        nested = self.rewriter.nested_nodes()
+        nested = self.model.nested_nodes()
         for producer in self.model.producers(value):
             if producer.transform == PMAP and id(producer.node) in nested:
                 return False
@@ -311,7 +312,7 @@ class Placement:
         model = self.model
         if not any(a is assignment for a in model.reaching_assignments(read)):
             return False
-        order = model._index.order
+        order = model.index.order
         if assignment.node in order and read in order and order[assignment.node] > order[read]:
             return any(isinstance(a, (cst.For, cst.While)) and model.is_within(assignment.node, a)
                        for a in model.ancestors(read))
@@ -328,7 +329,7 @@ class Placement:
         for call, position in sources:
             site = self.model.transformed_call(call)
             if site is not None:
-                functions = self.model._mapped_functions(site) if site.transform == PMAP else []
+                functions = self.model.mapped_functions(site) if site.transform == PMAP else []
                 if not functions or not all(self._returns_arrays(f, position) for f in functions):
                     return False
             elif not self._stacks_an_array(call):
@@ -646,7 +647,7 @@ def shim_swap(placement: Placement, reference: cst.BaseExpression, attribute: st
         return None
     replacement = keep_parens(reference, cst.Attribute(cst.Name("runtime_shim"), cst.Name(attribute)))
     spec = removal_spec(placement.model, reference)
-    return FixSpec("safe", f"use `runtime_shim.{attribute}` (the legacy result at run time; needs pmap-migrate "
+    return FixSpec(Applicability.SAFE, f"use `runtime_shim.{attribute}` (the legacy result at run time; needs pmap-migrate "
                            f"installed): {why}", replacement=replacement, target=reference, add_imports=imports,
                    remove_imports=(spec,) if spec is not None else (), shimmed=True)
 
@@ -683,7 +684,7 @@ def alias_fix(placement: Placement, reference: cst.BaseExpression, attribute: st
         return shim_swap(placement, reference, attribute,
                          f"keep the public alias `{target.value}` working for importers")
     spec = removal_spec(model, reference)
-    return FixSpec("safe", f"remove the unused alias `{target.value}`", replacement=remove_line(model, line),
+    return FixSpec(Applicability.SAFE, f"remove the unused alias `{target.value}`", replacement=remove_line(model, line),
                    target=line, remove_imports=(spec,) if spec is not None else ())
 
 
@@ -731,20 +732,14 @@ class _Names(cst.CSTVisitor):
         return False
 
 
-def placement_for(context) -> Placement:
-    if "placement" not in context.shared:
-        context.shared["placement"] = Placement(context)
-    return context.shared["placement"]
-
-
 def in_axis_of(site: TransformSite, call: cst.Call, arg: cst.Arg) -> int | None | str:
     """The in_axes entry legacy pmap applied to ``arg`` of ``call`` (an int, None for broadcast), or
     "unknown" when it is not a literal or is a pytree prefix."""
-    from pmap_migrate.rules.fixes.pmap_rewrite import Unsupported, _axis_entry, _int_tuple
+    from pmap_migrate.rules.fixes.pmap_options import Unsupported, axis_entry, int_tuple
 
     node = site.option("in_axes")
     try:
-        static = _int_tuple(site.option("static_broadcasted_argnums"), "static_broadcasted_argnums")
+        static = int_tuple(site.option("static_broadcasted_argnums"), "static_broadcasted_argnums")
         if node is None:
             entry = 0
         elif isinstance(node, (cst.Tuple, cst.List)):
@@ -754,9 +749,9 @@ def in_axis_of(site: TransformSite, call: cst.Call, arg: cst.Arg) -> int | None 
             index = next(i for i, a in enumerate(positional) if a is arg)
             if index in static or index >= len(node.elements):
                 return "unknown"
-            entry = _axis_entry(node.elements[index].value)
+            entry = axis_entry(node.elements[index].value)
         else:
-            entry = _axis_entry(node)
+            entry = axis_entry(node)
             if arg.keyword is not None:
                 entry = 0  # legacy pmap maps keyword arguments on axis 0 whatever in_axes says
             elif not isinstance(entry, (int, type(None))):
@@ -837,16 +832,15 @@ def stack_fix(placement: Placement, call: cst.Call, reference: cst.BaseExpressio
     removal = removal_spec(model, reference)
     summary = (f"{what} -> the same stack, one row put on each device and assembled with "
                "`NamedSharding(Mesh(devices), P('i'))`")
-    return FixSpec("safe", summary, edits=(Edit(call, replacement), *edits),
+    return FixSpec(Applicability.SAFE, summary, edits=(Edit(call, replacement), *edits),
                    add_imports=(*jax_imports, *imports), remove_imports=(removal,) if removal is not None else ())
 
 
-def removed_helper_fix(context, reference: cst.BaseExpression, attribute: str,
+def removed_helper_fix(placement: Placement, reference: cst.BaseExpression, attribute: str,
                        parameters: tuple[str, str], *, sharded: bool) -> FixSpec | None:
     """The fix of one reference to a removed stacking helper (`jax.<attribute>`, whose
     ``parameters`` are the tree and the devices): an unused local alias goes, a call becomes the
     explicit `jax.device_put` of the same stack, anything else the shim's drop-in."""
-    placement = placement_for(context)
     if alias_definition(placement.model, reference) is not None:
         return alias_fix(placement, reference, attribute)
     call = called(placement.model, reference)

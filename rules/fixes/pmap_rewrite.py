@@ -28,406 +28,41 @@ reproduces the legacy semantics at run time.
 
 from __future__ import annotations
 
-import re
-from dataclasses import dataclass, field
 
 import libcst as cst
 from libcst.metadata import Assignment, BuiltinAssignment
 
 from pmap_migrate.rules.knowledge import tables
-from pmap_migrate.rules.base import Edit, FixSpec, ImportSpec, parse_module
+from pmap_migrate.rules.fixes.spec import Edit, FixSpec, ImportSpec
+from pmap_migrate.rules.fixes.naming import NameAllocator
 from pmap_migrate.rules.analysis.semantic import PMAP, SemanticModel, TransformSite
+from pmap_migrate.rules.fixes.choices import Applicability
+from pmap_migrate.rules.fixes.code import WHITESPACE_LINE, int_literal, is_none, own_blank_lines_unindented, simple_params
+from pmap_migrate.rules.fixes.code import code_of
+from pmap_migrate.rules.fixes.pmap_options import AxisEntry, DEFAULT_AXIS, KNOWN_OPTIONS, NotConstant, Unsupported, axis_entry, axis_value, int_tuple, leaf_axes
+from pmap_migrate.rules.fixes.pmap_render import Plan, STATIC_TEMPLATE_LOCALS, expand_expr, process_guard, render, squeeze_line
 
 SHIM_IMPORT = ImportSpec("runtime_shim")
-KNOWN_OPTIONS = {"fun", "axis_name", "in_axes", "out_axes", "static_broadcasted_argnums", "donate_argnums",
-                 "devices", "backend", "axis_size"}
-_DEFAULT_AXIS = '"i"'  # legacy pmap without axis_name: no collective can name the axis
-
-
-# A line of generated text that holds only whitespace: parsed, it is an empty line that carries the
-# indentation of its block (see `Rewriter.parse_generated`).
-_WHITESPACE_LINE = re.compile(r"^[ \t\f]+\r?$", re.MULTILINE)
-
-
-def _own_blank_lines_unindented(statement: cst.BaseStatement) -> cst.BaseStatement:
-    """A module-level statement whose own empty lines without a comment (in front of it, of its
-    decorators, after them) carry no indentation: at module level the same text, in a block no
-    trailing whitespace."""
-
-    def plain(lines):
-        return [line.with_changes(indent=False) if line.indent and line.comment is None else line for line in lines]
-
-    def indented(lines) -> bool:
-        return any(line.indent and line.comment is None for line in lines)
-
-    changes = {}
-    if indented(statement.leading_lines):
-        changes["leading_lines"] = plain(statement.leading_lines)
-    if isinstance(statement, (cst.FunctionDef, cst.ClassDef)):
-        if indented(statement.lines_after_decorators):
-            changes["lines_after_decorators"] = plain(statement.lines_after_decorators)
-        if any(indented(d.leading_lines) for d in statement.decorators):
-            changes["decorators"] = [d.with_changes(leading_lines=plain(d.leading_lines)) for d in statement.decorators]
-    return statement.with_changes(**changes) if changes else statement
-
-
-class Unsupported(Exception):
-    """The site cannot be rewritten to plain JAX faithfully; the message says why."""
-
-
-def _code(node: cst.CSTNode) -> str:
-    return cst.Module([]).code_for_node(node)
-
-
-class _NotConstant(Exception):
-    """An option expression that is not computed from literals alone."""
-
-
-def _int_literal(node: cst.BaseExpression) -> int | None:
-    if isinstance(node, cst.Integer):
-        return int(node.value, 0)
-    if isinstance(node, cst.UnaryOperation) and isinstance(node.operator, cst.Minus) and isinstance(node.expression, cst.Integer):
-        return -int(node.expression.value, 0)
-    return None
-
-
-def _is_none(node: cst.BaseExpression | None) -> bool:
-    return isinstance(node, cst.Name) and node.value == "None"
-
-
-def _axis_value(node: cst.BaseExpression) -> int | None:
-    """An in_axes/out_axes leaf: an int literal or None; anything else is not supported."""
-    if _is_none(node):
-        return None
-    value = _int_literal(node)
-    if value is None:
-        raise Unsupported(f"`{_code(node)}` is not a literal axis")
-    return value
-
-
-# An in_axes entry for one argument: an axis (int or None), or a one-level pytree prefix of axes
-# for a dict argument ({"key": axis}) or a tuple argument ((axis, axis)).
-AxisEntry = int | None | dict[str, int | None] | tuple[int | None, ...]
-
-
-def _axis_entry(node: cst.BaseExpression) -> AxisEntry:
-    if isinstance(node, cst.Dict):
-        entries: dict[str, int | None] = {}
-        for element in node.elements:
-            if not isinstance(element, cst.DictElement) or not isinstance(element.key, cst.SimpleString):
-                raise Unsupported(f"`{_code(node)}` is not a literal in_axes prefix")
-            entries[_code(element.key)] = _axis_value(element.value)
-        return entries
-    if isinstance(node, cst.Tuple):
-        return tuple(_axis_value(e.value) for e in node.elements)
-    return _axis_value(node)
-
-
-def _leaf_axes(entry: AxisEntry) -> list[int | None]:
-    if isinstance(entry, dict):
-        return list(entry.values())
-    if isinstance(entry, tuple):
-        return list(entry)
-    return [entry]
-
-
-def _int_tuple(node: cst.BaseExpression | None, option: str) -> tuple[int, ...]:
-    if node is None:
-        return ()
-    value = _int_literal(node)
-    if value is not None:
-        return (value,)
-    if isinstance(node, (cst.Tuple, cst.List)):
-        values = tuple(_int_literal(e.value) for e in node.elements)
-        if all(v is not None for v in values):
-            return values  # type: ignore[return-value]
-    raise Unsupported(f"`{option}` is not a literal")
-
-
-@dataclass
-class Signature:
-    params: list[str] | None  # None: unknown, use *args
-    call_prefix: str = ""  # e.g. "_blend(" for the body call; the body call is f"{callee}({args})"
-
-
-@dataclass
-class Plan:
-    name: str
-    params: list[str] | None
-    axis: str
-    in_axes: list[AxisEntry] | int | None
-    out_axes: list[int | None] | int | None
-    static: tuple[int, ...]
-    donate: tuple[int, ...]
-    mesh_devices: str  # the device list; "{size}" stands for the mapped axis size
-    size: str | None  # axis_size, when given
-    body_call: str  # how per_device calls the mapped function
-    hoisted: list[str] = field(default_factory=list)
-    unsafe_reasons: list[str] = field(default_factory=list)
-    # Unknown signature: the wrapper also takes keyword arguments (mapped on axis 0, as legacy did).
-    keywords: bool = False
-    # ``axis`` is a name the hoisted statements bind (a computed axis_name, read where pmap read it).
-    axis_hoisted: bool = False
-
-
-def _spec(axis: int | None, name: str) -> str:
-    if axis is None:
-        return "P()"
-    return "P(" + "None, " * axis + f"{name})"
-
-
-def _squeeze(names: list[str], axis: int | tuple[int, ...]) -> str:
-    if len(names) == 1:
-        return f"{names[0]} = jax.tree.map(lambda leaf: leaf.squeeze({axis}), {names[0]})"
-    joined = ", ".join(names)
-    return f"{joined} = jax.tree.map(lambda leaf: leaf.squeeze({axis}), ({joined}))"
-
-
-def _squeeze_expr(expr: str, axis: int) -> str:
-    return f"jax.tree.map(lambda leaf: leaf.squeeze({axis}), {expr})"
-
-
-def _entry_spec(entry: AxisEntry, name: str) -> str:
-    if isinstance(entry, dict):
-        return "{" + ", ".join(f"{key}: {_spec(axis, name)}" for key, axis in entry.items()) + "}"
-    if isinstance(entry, tuple):
-        return "(" + ", ".join(_spec(axis, name) for axis in entry) + ("," if len(entry) == 1 else "") + ")"
-    return _spec(entry, name)
-
-
-def _expand(expr: str, axis: int | tuple[int, ...]) -> str:
-    return f"jax.tree.map(lambda leaf: jnp.expand_dims(leaf, {axis}), {expr})"
-
-
-def render(plan: Plan, indent: str = "    ") -> str:
-    """The wrapper's source text (module-level indentation)."""
-    i1 = indent
-    lines = list(plan.hoisted)
-    head, body, mesh_size, call = jitted_parts(plan, indent)
-    mesh = f"{i1}mesh = Mesh({plan.mesh_devices.replace('{size}', mesh_size)}, ({plan.axis},))"
-    lines += [*head, *body, "", *_process_guard(i1), mesh, call]
-    return "\n".join(lines) + "\n"
-
-
-def jitted_parts(plan: Plan, indent: str, name: str | None = None) -> tuple[list[str], list[str], str, str]:
-    """The pieces of the jitted shard_map wrapper: its decorator and `def` line, the `per_device`
-    body, the mapped size expression and the final `return jax.shard_map(...)(...)` line; the
-    caller puts the mesh in between."""
-    jit_kwargs = []
-    if plan.static:
-        jit_kwargs.append(f"static_argnums={_tuple_text(plan.static)}")
-    if plan.donate:
-        jit_kwargs.append(f"donate_argnums={_tuple_text(plan.donate)}")
-    decorator = f"@functools.partial(jax.jit, {', '.join(jit_kwargs)})" if jit_kwargs else "@jax.jit"
-    name = name or plan.name
-    i1, i2 = indent, indent * 2
-    if plan.params is None and plan.keywords:
-        # Unknown signature, called with keywords (or used as a value): every argument, positional or
-        # keyword, mapped on axis 0, as legacy did; the function applies its own defaults.
-        head = [decorator, f"def {name}(*args, **kwargs):"]
-        body = [
-            f"{i1}def per_device(args, kwargs):  # each device holds a (1, ...) block; the pmap body saw the slice",
-            f"{i2}args, kwargs = jax.tree.map(lambda leaf: leaf.squeeze(0), (args, kwargs))",
-            f"{i2}return {_expand(plan.body_call, 0)}",
-        ]
-        call = (f"{i1}return jax.shard_map(per_device, mesh=mesh, in_specs=P({plan.axis}), out_specs=P({plan.axis}), "
-                f"check_vma=False)(args, kwargs)")
-        return head, body, plan.size or "jax.tree.leaves((args, kwargs))[0].shape[0]", call
-    if plan.params is None and plan.static:
-        # Unknown signature with static positions: the others mapped on axis 0; the static ones stay
-        # the Python values jit hashed (legacy pmap passed them as they were), put back in place.
-        static = _tuple_text(plan.static)
-        assert plan.body_call.endswith("(*args)") and not plan.keywords, plan.body_call
-        callee = plan.body_call.removesuffix("(*args)")
-        head = [decorator, f"def {name}(*args):"]
-        last = max(plan.static)
-        body = [
-            f"{i1}if len(args) <= {last}:  # as legacy pmap: every static argument is passed by position",
-            f'{i2}raise ValueError(f"pmapped function has static_broadcasted_argnums={static} but was called with '
-            f'only {{len(args)}} positional arguments. All static broadcasted arguments must be passed positionally.")',
-            f"{i1}dynamic = [arg for i, arg in enumerate(args) if i not in {static}]  # static arguments: not mapped",
-            "",
-            f"{i1}def per_device(*blocks):  # each device holds a (1, ...) block; the pmap body saw the slice",
-            f"{i2}blocks = iter(jax.tree.map(lambda leaf: leaf.squeeze(0), blocks))",
-            f"{i2}return {_expand(f'{callee}(*[arg if i in {static} else next(blocks) for i, arg in enumerate(args)])', 0)}",
-        ]
-        call = (f"{i1}return jax.shard_map(per_device, mesh=mesh, in_specs=P({plan.axis}), out_specs=P({plan.axis}), "
-                f"check_vma=False)(*dynamic)")
-        return head, body, plan.size or "jax.tree.leaves(dynamic)[0].shape[0]", call
-    if plan.params is None:
-        # Unknown signature: every positional argument mapped on axis 0 (checked by the planner).
-        head = [decorator, f"def {name}(*args):"]
-        body = [
-            f"{i1}def per_device(*args):  # each device holds a (1, ...) block; the pmap body saw the slice",
-            f"{i2}args = jax.tree.map(lambda leaf: leaf.squeeze(0), args)",
-            f"{i2}return {_expand(plan.body_call, 0)}",
-        ]
-        call = (f"{i1}return jax.shard_map(per_device, mesh=mesh, in_specs=P({plan.axis}), out_specs=P({plan.axis}), "
-                f"check_vma=False)(*args)")
-        return head, body, plan.size or "jax.tree.leaves(args)[0].shape[0]", call
-    params = plan.params
-    mapped = [p for i, p in enumerate(params) if i not in plan.static]
-    axes = plan.in_axes if isinstance(plan.in_axes, list) else [plan.in_axes] * len(mapped)
-    body = [f"{i1}def per_device({', '.join(mapped)}):  # each device holds a (1, ...) block; the pmap body saw the slice"]
-    groups: dict[int, list[str]] = {}
-    for name_, entry in zip(mapped, axes):
-        if isinstance(entry, int):
-            groups.setdefault(entry, []).append(name_)
-    for axis, names in groups.items():
-        body.append(f"{i2}{_squeeze(names, axis)}")
-    for name_, entry in zip(mapped, axes):
-        if isinstance(entry, dict):
-            parts = ", ".join(f"{key}: {_squeeze_expr(f'{name_}[{key}]', axis)}"
-                              for key, axis in entry.items() if axis is not None)
-            body.append(f"{i2}{name_} = {{**{name_}, {parts}}}")
-        elif isinstance(entry, tuple):
-            parts = [f"{name_}[{k}]" if axis is None else _squeeze_expr(f"{name_}[{k}]", axis)
-                     for k, axis in enumerate(entry)]
-            body.append(f"{i2}{name_} = ({', '.join(parts)}{',' if len(parts) == 1 else ''})")
-    out = plan.out_axes
-    if isinstance(out, list):
-        body.append(f"{i2}out = {plan.body_call}")
-        parts = [f"out[{k}]" if a is None else _expand(f"out[{k}]", a) for k, a in enumerate(out)]
-        body.append(f"{i2}return {', '.join(parts)}")
-        out_specs = "(" + ", ".join(_spec(a, plan.axis) for a in out) + ")"
-    elif out is None:
-        body.append(f"{i2}return {plan.body_call}")
-        out_specs = "P()"
-    else:
-        body.append(f"{i2}return {_expand(plan.body_call, out)}")
-        out_specs = _spec(out, plan.axis)
-    size = plan.size if plan.size is not None else _size_expression(mapped, axes)
-    in_specs = "(" + ", ".join(_entry_spec(a, plan.axis) for a in axes) + ("," if len(axes) == 1 else "") + ")"
-    call = (f"{i1}return jax.shard_map(per_device, mesh=mesh, in_specs={in_specs}, out_specs={out_specs}, "
-            f"check_vma=False)({', '.join(mapped)})")
-    return [decorator, f"def {name}({', '.join(params)}):"], body, size, call
-
-
-# The names the wrapper of an unknown signature with static positions binds around the call of the
-# mapped function (a function of one of these names would not be the one called).
-_STATIC_TEMPLATE_LOCALS = frozenset({"args", "dynamic", "blocks", "per_device", "mesh"})
-
-
-def _process_guard(indent: str) -> list[str]:
-    """The rewrite maps over this process's devices only. In a multi-process program legacy pmap
-    mapped host-local inputs over every process's devices (PM501): fail loudly there rather than
-    compute per-process collectives. (Spelled with device counts, not `jax.process_count()`, so
-    that the rewritten module does not look multi-process to PM501 itself.)"""
-    return [f"{indent}if jax.device_count() > jax.local_device_count():  # several processes: see PM501",
-            f'{indent}{indent}raise NotImplementedError("multi-process pmap semantics: use runtime_shim.pmap")']
-
-
-def _size_expression(mapped: list[str], axes: list) -> str:
-    """The mapped axis size, read from the first argument (or pytree entry) that is mapped."""
-    for name, entry in zip(mapped, axes):
-        if isinstance(entry, int):
-            return f"jax.tree.leaves({name})[0].shape[{entry}]"
-    for name, entry in zip(mapped, axes):
-        if isinstance(entry, dict):
-            for key, axis in entry.items():
-                if axis is not None:
-                    return f"jax.tree.leaves({name}[{key}])[0].shape[{axis}]"
-        if isinstance(entry, tuple):
-            for k, axis in enumerate(entry):
-                if axis is not None:
-                    return f"jax.tree.leaves({name}[{k}])[0].shape[{axis}]"
-    raise Unsupported("no mapped argument and no axis_size")
-
-
-def _tuple_text(values: tuple[int, ...]) -> str:
-    return "(" + ", ".join(str(v) for v in values) + ("," if len(values) == 1 else "") + ")"
-
-
-def simple_params(params: cst.Parameters) -> list[str] | None:
-    """Parameter names when every parameter is plain positional (no defaults, no *args/**kwargs,
-    no keyword-only): then the wrapper can repeat the signature exactly."""
-    if params.star_arg is not cst.MaybeSentinel.DEFAULT or params.star_kwarg is not None or params.kwonly_params:
-        return None
-    plain = list(params.posonly_params) + list(params.params)
-    if any(p.default is not None for p in plain):
-        return None
-    return [p.name.value for p in plain]
-
-
-def rewriter_for(context) -> "Rewriter":
-    """The module's rewriter, shared by the rules of one file (they see the same tree)."""
-    if "rewriter" not in context.shared:
-        context.shared["rewriter"] = Rewriter(context.model, context)
-    return context.shared["rewriter"]
 
 
 class Rewriter:
     """Builds fixes for the PM1xx rules of one module."""
 
-    def __init__(self, model: SemanticModel, context=None) -> None:
+    def __init__(self, model: SemanticModel, names: NameAllocator | None = None) -> None:
         self.model = model
-        self.context = context  # the rule context of the file (None in unit uses of the rewriter)
-        self._nested: set[int] | None = None
-        self._global = None
-        self._multi_process: bool | None = None
-        self._taken_names: set[str] | None = None
+        self.names = names or NameAllocator(model)
         # Generated statements (and their direct children) parsed from text without whitespace-only
         # lines, by id (the dictionary keeps them alive): none of their empty lines carries indentation.
         self.plain_generated: dict[int, cst.CSTNode] = {}
-
-    # ------------------------------------------------------------ decisions
-    def nested_nodes(self) -> set[int]:
-        if self._nested is None:
-            nodes: set[int] = set()
-            for inner, (outer, _) in self.model.nested_sites().items():
-                nodes.add(id(inner))
-                nodes.add(id(outer))
-                # the inner node may be a call of, or a reference to, a pmapped callable: the site
-                # that built it must be shimmed too
-                if isinstance(inner, cst.Call):
-                    site = self.model.transformed_call(inner)
-                elif isinstance(inner, (cst.Name, cst.Attribute)):
-                    site = self.model.callable_site(inner)
-                else:
-                    site = None
-                if site is not None:
-                    nodes.add(id(site.node))
-            self._nested = nodes
-        return self._nested
-
-    def multi_process(self) -> bool:
-        if self._multi_process is None:
-            from pmap_migrate.rules.knowledge import tables
-
-            self._multi_process = self.model.uses_any(tables.MULTI_PROCESS, tables.MULTI_PROCESS_PREFIXES)
-        return self._multi_process
-
-    def fix_for_site(self, site: TransformSite) -> FixSpec:
-        try:
-            return self._faithful(site)
-        except Unsupported as why:
-            return self.shim_fix(site, str(why))
-
-    def global_rewrite(self):
-        """The module's multi-process (global mesh) rewrite plan (rules/fixes/multiprocess.py)."""
-        if self._global is None:
-            from pmap_migrate.rules.fixes.multiprocess import GlobalRewrite
-
-            self._global = GlobalRewrite(self)
-        return self._global
-
-    def global_fix_for_site(self, site: TransformSite) -> FixSpec | None:
-        """PM501's fix: the global-mesh rewrite of a pmap of a multi-process module, or None where
-        the site keeps the shim (PM101's fix says why)."""
-        try:
-            self.check_rewritable(site)
-            return self.global_rewrite().fix_for(site)
-        except Unsupported:
-            return None
 
     # ------------------------------------------------------------------ shim
     def shim_fix(self, site: TransformSite, why: str) -> FixSpec:
         """Swap the `jax.pmap` reference of ``site`` for `runtime_shim.pmap` (always exact)."""
         expr = site.node.func if isinstance(site.node, cst.Call) else site.node.decorator
-        target = self._pmap_reference(expr)
+        target = self.pmap_reference(expr)
         summary = f"use `runtime_shim.pmap` (legacy semantics at run time; needs pmap-migrate installed): {why}"
         if target is None:
-            return FixSpec("safe", summary)  # reference lives elsewhere (an alias); its own fix swaps it
+            return FixSpec(Applicability.SAFE, summary)  # reference lives elsewhere (an alias); its own fix swaps it
         return self.shim_reference(target, summary)
 
     def shim_reference(self, node: cst.BaseExpression, summary: str) -> FixSpec:
@@ -436,15 +71,13 @@ class Rewriter:
         removes = ()
         if isinstance(node, cst.Name):
             removes = (ImportSpec("jax", "pmap", None if node.value == "pmap" else node.value),)
-        return FixSpec("safe", summary, replacement=replacement, target=node, add_imports=(SHIM_IMPORT,),
+        return FixSpec(Applicability.SAFE, summary, replacement=replacement, target=node, add_imports=(SHIM_IMPORT,),
                        remove_imports=removes, shimmed=True)
 
     def pmap_imports(self, expr: cst.BaseExpression) -> tuple[ImportSpec, ...]:
         """Imports that removing ``expr`` (a pmap callee: `jax.pmap`, `pmap`, `partial(jax.pmap, ..)`,
         `functools.partial(...)`) may leave unused; the engine removes them only if nothing uses
         them any more. Imports the fix did not touch are never removed, used or not."""
-        from pmap_migrate.rules.knowledge import tables
-
         specs: list[ImportSpec] = []
         if isinstance(expr, cst.Call) and expr.args:
             if isinstance(expr.func, cst.Attribute) and isinstance(expr.func.value, cst.Name):
@@ -456,30 +89,25 @@ class Rewriter:
             specs.append(ImportSpec("jax", "pmap", None if expr.value == "pmap" else expr.value))
         return tuple(specs)
 
-    def _pmap_reference(self, expr: cst.BaseExpression) -> cst.BaseExpression | None:
-        from pmap_migrate.rules.knowledge import tables
-
+    def pmap_reference(self, expr: cst.BaseExpression) -> cst.BaseExpression | None:
         if isinstance(expr, (cst.Name, cst.Attribute)) and self.model.matches(expr, tables.PMAP):
             return expr
         if isinstance(expr, cst.Call) and expr.args and self.model.matches(expr.func, tables.PARTIAL):
-            return self._pmap_reference(expr.args[0].value)
+            return self.pmap_reference(expr.args[0].value)
         if isinstance(expr, cst.Name):
             # a local alias: swap its definition, which covers every use
             for assignment in self.model.assignments_of(expr):
                 if isinstance(assignment, Assignment):
                     value = self.model.assigned_value(assignment.node)
                     if value is not None:
-                        found = self._pmap_reference(value)
+                        found = self.pmap_reference(value)
                         if found is not None:
                             return found
         return None
 
     # -------------------------------------------------------------- faithful
-    def _faithful(self, site: TransformSite) -> FixSpec:
-        if self.multi_process():
-            # Host-local inputs and outputs (PM501): a global mesh where the data flow is visible.
-            self.check_rewritable(site)
-            return self.global_rewrite().fix_for(site)
+    def faithful(self, site: TransformSite) -> FixSpec:
+        """The single-process faithful rewrite of ``site``; raises Unsupported."""
         if site.transform != PMAP:
             raise Unsupported("not a pmap")
         if site.callee.ambiguous:
@@ -488,7 +116,7 @@ class Rewriter:
         if chain is not None:
             return self._nested_fix(chain)
         if self._inner_of_direct_nest(site):
-            return FixSpec("safe", "rewritten together with the enclosing pmap")
+            return FixSpec(Applicability.SAFE, "rewritten together with the enclosing pmap")
         self._check_options(site)
         return self.definition_fix(site)
 
@@ -503,14 +131,14 @@ class Rewriter:
         self._check_options(site)
 
     def _check_options(self, site: TransformSite) -> None:
-        if id(site.node) in self.nested_nodes():
+        if id(site.node) in self.model.nested_nodes():
             raise Unsupported("a pmapped function runs inside another pmapped function (see PM102)")
         if site.dynamic_options:
             raise Unsupported("options passed with * or **")
         for arg in site.args:
             if arg.keyword is None or arg.keyword.value in KNOWN_OPTIONS:
                 continue
-            if arg.keyword.value == "global_arg_shapes" and _is_none(arg.value):
+            if arg.keyword.value == "global_arg_shapes" and is_none(arg.value):
                 continue  # the default, spelled out: nothing to carry over (PM104 drops it too)
             raise Unsupported(f"option `{arg.keyword.value}` has no exact equivalent")
 
@@ -570,7 +198,7 @@ class Rewriter:
         params, body_call, hoisted = self._signature(fun, target, outer)
         if params is None:
             raise Unsupported("nested pmap of a function whose signature is unknown")
-        axes = [_code(level.option("axis_name")) for level in chain]
+        axes = [code_of(level.option("axis_name")) for level in chain]
         depth = len(chain)
         leading = tuple(range(depth))
         i1, i2 = (self.model.indent,) * 2
@@ -584,11 +212,11 @@ class Rewriter:
             f"def {target}({', '.join(params)}):",
             f"{i1}def per_device({', '.join(params)}):  # each device holds a ({'1, ' * depth}...) block; "
             "the nested pmap body saw the slice",
-            f"{i2}{_squeeze(params, leading)}",
-            f"{i2}return {_expand(body_call, leading)}",
+            f"{i2}{squeeze_line(params, leading)}",
+            f"{i2}return {expand_expr(body_call, leading)}",
             "",
             f"{i1}{sizes}{',' if depth == 1 else ''} = jax.tree.leaves({params[0]})[0].shape[:{depth}]",
-            *_process_guard(i1),
+            *process_guard(i1),
             f"{i1}mesh = Mesh(np.array(jax.local_devices()[: {product}]).reshape({sizes}), ({', '.join(axes)}))",
             f"{i1}return jax.shard_map(per_device, mesh=mesh, in_specs={spec}, out_specs={spec}, "
             f"check_vma=False)({', '.join(params)})",
@@ -605,17 +233,17 @@ class Rewriter:
 
     def _options(self, site: TransformSite, params: list[str] | None) -> dict:
         axis_node = site.option("axis_name")
-        if axis_node is None or _is_none(axis_node):
-            axis = _DEFAULT_AXIS
+        if axis_node is None or is_none(axis_node):
+            axis = DEFAULT_AXIS
         elif isinstance(axis_node, cst.SimpleString):
-            axis = _code(axis_node)
+            axis = code_of(axis_node)
         elif isinstance(axis_node, cst.Name) and self._string_constant(axis_node):
             axis = axis_node.value  # `_PMAP_AXIS_NAME = "data"`: the mesh axis follows the constant
         else:
             axis = None  # any other expression: read once, where pmap read it (`_plan` hoists it)
-        static = _int_tuple(self._folded(site.option("static_broadcasted_argnums"), iterable=True),
+        static = int_tuple(self._folded(site.option("static_broadcasted_argnums"), iterable=True),
                             "static_broadcasted_argnums")
-        donate = _int_tuple(self._folded(site.option("donate_argnums"), iterable=True), "donate_argnums")
+        donate = int_tuple(self._folded(site.option("donate_argnums"), iterable=True), "donate_argnums")
         if any(i < 0 for i in static + donate):
             raise Unsupported("negative argnums")
         n_params = len(params) if params is not None else None
@@ -625,10 +253,10 @@ class Rewriter:
 
         size_node = site.option("axis_size")
         size = None
-        if size_node is not None and not _is_none(size_node):
-            if _int_literal(size_node) is None:
+        if size_node is not None and not is_none(size_node):
+            if int_literal(size_node) is None:
                 raise Unsupported("`axis_size` is not a literal")
-            size = _code(size_node)
+            size = code_of(size_node)
         in_node = self._folded(site.option("in_axes"))
         in_axes: list[AxisEntry] | int | None
         if in_node is None:
@@ -639,7 +267,7 @@ class Rewriter:
         elif isinstance(in_node, cst.Tuple):
             if params is None:
                 raise Unsupported("a per-argument in_axes with an unknown signature")
-            entries = [_axis_entry(e.value) for e in in_node.elements]
+            entries = [axis_entry(e.value) for e in in_node.elements]
             if static:
                 # Legacy pmap picks in_axes[i] for each non-static position i.
                 dynamic = [i for i in range(n_params) if i not in static]
@@ -650,10 +278,10 @@ class Rewriter:
                 raise Unsupported("in_axes does not match the number of arguments")
             in_axes = entries
         else:
-            in_axes = _axis_value(in_node)
+            in_axes = axis_value(in_node)
             if in_axes is None and params is None:
                 raise Unsupported("in_axes=None with an unknown signature")
-        flat_in = [a for e in (in_axes if isinstance(in_axes, list) else [in_axes]) for a in _leaf_axes(e)]
+        flat_in = [a for e in (in_axes if isinstance(in_axes, list) else [in_axes]) for a in leaf_axes(e)]
         if any(a is not None and a < 0 for a in flat_in):
             raise Unsupported("negative in_axes")
         if all(a is None for a in flat_in) and size is None:
@@ -669,9 +297,9 @@ class Rewriter:
             # A list prefix matches list outputs only (legacy refused a tuple output with it).
             raise Unsupported("an out_axes list (legacy pmap matched it to list outputs only)")
         elif isinstance(out_node, cst.Tuple):
-            out_axes = [_axis_value(e.value) for e in out_node.elements]
+            out_axes = [axis_value(e.value) for e in out_node.elements]
         else:
-            out_axes = _axis_value(out_node)
+            out_axes = axis_value(out_node)
         flat_out = out_axes if isinstance(out_axes, list) else [out_axes]
         if any(a is not None and a < 0 for a in flat_out):
             raise Unsupported("negative out_axes")
@@ -681,17 +309,17 @@ class Rewriter:
         unsafe: list[str] = []
         devices_node = site.option("devices")
         backend = site.option("backend")
-        if devices_node is not None and not _is_none(devices_node):
+        if devices_node is not None and not is_none(devices_node):
             # Legacy pmap maps over exactly the given devices (their number must match the axis).
-            devices = _code(devices_node)
+            devices = code_of(devices_node)
             unsafe.append(f"assumes `{devices}` names the same devices when the function is first called "
                           "as when pmap was built")
             mesh_devices = devices
         else:
-            if backend is not None and not _is_none(backend):
+            if backend is not None and not is_none(backend):
                 if not isinstance(backend, cst.SimpleString):
                     raise Unsupported("`backend` is not a string literal")
-                mesh_devices = f"jax.local_devices(backend={_code(backend)})"
+                mesh_devices = f"jax.local_devices(backend={code_of(backend)})"
             else:
                 mesh_devices = "jax.local_devices()"
             mesh_devices += "[: {size}]"
@@ -707,7 +335,7 @@ class Rewriter:
             return node
         try:
             value = self._constant(node)
-        except _NotConstant:
+        except NotConstant:
             return node
         if iterable and isinstance(value, range):
             value = tuple(value)
@@ -717,11 +345,11 @@ class Rewriter:
 
     def _constant(self, node: cst.BaseExpression):
         """The value of an expression of int literals, None, tuples and lists, `+` and `*` on them,
-        and the builtins `range`, `list` and `tuple` (raises _NotConstant for anything else; a `range`
+        and the builtins `range`, `list` and `tuple` (raises NotConstant for anything else; a `range`
         call is a `range`, which only `list`/`tuple` and ``iterable`` options take)."""
-        if _is_none(node):
+        if is_none(node):
             return None
-        value = _int_literal(node)
+        value = int_literal(node)
         if value is not None:
             return value
         if isinstance(node, (cst.Tuple, cst.List)) and not any(isinstance(e, cst.StarredElement) for e in node.elements):
@@ -745,7 +373,7 @@ class Rewriter:
                 return range(*args)
             if node.func.value in ("list", "tuple") and len(args) == 1 and isinstance(args[0], (tuple, list, range)):
                 return list(args[0]) if node.func.value == "list" else tuple(args[0])
-        raise _NotConstant
+        raise NotConstant
 
     def _strings_only(self, expr: cst.BaseExpression) -> bool:
         """``expr`` is a name every binding of which assigns a string literal (it cannot be None)."""
@@ -816,7 +444,7 @@ class Rewriter:
                 raise Unsupported("static_broadcasted_argnums with an unknown signature, and keyword arguments "
                                   "(or the function used as a value)")
             callee = body_call.removesuffix("(*args)")
-            if callee in _STATIC_TEMPLATE_LOCALS:
+            if callee in STATIC_TEMPLATE_LOCALS:
                 raise Unsupported(f"the mapped function's name `{callee}` is a name of the wrapper's own")
         if keywords:
             assert body_call.endswith("(*args)"), body_call
@@ -826,10 +454,10 @@ class Rewriter:
             # A computed axis name (`self.pmap_axis_name`): legacy read it once, when pmap was built;
             # the wrapper's mesh and specs read it from a name bound there. None named no axis.
             expression = opts["axis_node"]
-            axis = self._unique_name(f"{name.lstrip('_') or 'pmapped'}_axis")
-            hoisted = [*hoisted, f"{axis} = {_code(expression)}  # pmap's axis_name, read once where pmap read it"]
+            axis = self.names.fresh(f"{name.lstrip('_') or 'pmapped'}_axis")
+            hoisted = [*hoisted, f"{axis} = {code_of(expression)}  # pmap's axis_name, read once where pmap read it"]
             if not self._strings_only(expression):
-                hoisted.append(f"{axis} = {_DEFAULT_AXIS} if {axis} is None else {axis}  # None: an unnamed axis")
+                hoisted.append(f"{axis} = {DEFAULT_AXIS} if {axis} is None else {axis}  # None: an unnamed axis")
         return Plan(name=name, params=params, axis=axis, in_axes=opts["in_axes"], out_axes=opts["out_axes"],
                     static=opts["static"], donate=opts["donate"], mesh_devices=opts["mesh_devices"],
                     size=opts["size"], body_call=body_call, hoisted=hoisted, unsafe_reasons=opts["unsafe"],
@@ -878,9 +506,9 @@ class Rewriter:
     def _finish(self, site: TransformSite, plan: Plan, edits: tuple[Edit, ...], what: str) -> FixSpec:
         self._check_names_free()
         summary = f"rewrite {what} as `jax.jit(jax.shard_map(...))` (same values as legacy pmap)"
-        applicability = "safe"
+        applicability = Applicability.SAFE
         if plan.unsafe_reasons:
-            applicability = "unsafe"
+            applicability = Applicability.UNSAFE
             summary += "; " + "; ".join(plan.unsafe_reasons)
         expr = site.node.func if isinstance(site.node, cst.Call) else site.node.decorator
         return FixSpec(applicability, summary, edits=edits, add_imports=self._imports(plan),
@@ -893,33 +521,14 @@ class Rewriter:
         libcst gives an empty line indentation when it starts with its block's: a line of only
         whitespace anywhere, a blank line only at module level (whose indentation is none), in front
         of a statement or a decorator or after the decorators; nested blocks' blank lines have none."""
-        body = list(parse_module(text).body)
-        if _WHITESPACE_LINE.search(text) is None:
+        body = list(cst.parse_module(text).body)
+        if WHITESPACE_LINE.search(text) is None:
             for k, statement in enumerate(body):
                 if isinstance(statement, (cst.SimpleStatementLine, cst.FunctionDef, cst.ClassDef)):
-                    body[k] = statement = _own_blank_lines_unindented(statement)
+                    body[k] = statement = own_blank_lines_unindented(statement)
                     for node in (statement, *statement.children):
                         self.plain_generated[id(node)] = node
         return body
-
-    def taken_names(self) -> set[str]:
-        """Every name the module binds, and those the rewrites have taken (the set itself)."""
-        if self._taken_names is None:
-            taken: set[str] = set()
-            for scope in {id(s): s for s in self.model._scopes.values() if s is not None}.values():
-                taken.update(a.name for a in scope.assignments)
-            self._taken_names = taken
-        return self._taken_names
-
-    def _unique_name(self, base: str) -> str:
-        self.taken_names()
-        candidate = base
-        counter = 2
-        while candidate in self._taken_names:
-            candidate = f"{base}{counter}"
-            counter += 1
-        self._taken_names.add(candidate)
-        return candidate
 
     def _decorator_fix(self, site: TransformSite, renderer=render) -> FixSpec:
         func = site.decorated
@@ -931,7 +540,7 @@ class Rewriter:
             raise Unsupported("async function")
         index = next(i for i, d in enumerate(func.decorators) if d is site.node)
         above, below = func.decorators[:index], func.decorators[index + 1:]
-        body_name = self._unique_name("_" + func.name.value)
+        body_name = self.names.fresh("_" + func.name.value)
         body_call = f"{body_name}(*args)" if params is None else f"{body_name}({', '.join(params)})"
         plan = self._plan(site, func.name.value, params, body_call, [])
         indent = self.model.indent
@@ -979,7 +588,7 @@ class Rewriter:
         else:
             anchor = statement
         base = self._base_name(call, fun)
-        wrapper_name = self._unique_name(f"{base}_mapped")
+        wrapper_name = self.names.fresh(f"{base}_mapped")
         params, body_call, hoisted = self._signature(fun, base, site, named=False)
         plan = self._plan(site, wrapper_name, params, body_call, hoisted)
         new = self.parse_generated(renderer(plan, self.model.indent))
@@ -1055,13 +664,13 @@ class Rewriter:
         if isinstance(fun, cst.Lambda):
             params = simple_params(fun.params)
             if params is not None:
-                return params, _code(fun.body), []
+                return params, code_of(fun.body), []
         if isinstance(fun, cst.Name):
             defs = [f for f in self.model.resolve_functions(fun) if isinstance(f, cst.FunctionDef)]
             params = simple_params(defs[0].params) if len(defs) == 1 else None
             called, hoisted = fun.value, []
             if named and fun.value == target:  # `f = jax.pmap(f)`: the wrapper takes the name, keep the function
-                called = self._unique_name(f"{target}_body")
+                called = self.names.fresh(f"{target}_body")
                 hoisted = [f"{called} = {fun.value}  # the function pmap was applied to"]
             if params is not None:
                 return params, f"{called}({', '.join(params)})", hoisted
@@ -1069,8 +678,8 @@ class Rewriter:
         # Any other expression (a bound method, partial(...), a call): evaluate it once, where pmap
         # evaluated it, under a name of its own.
         stem = fun.attr.value.lstrip("_") if isinstance(fun, cst.Attribute) else "_" + target
-        hoisted_name = self._unique_name(stem or "_" + target)
-        hoisted = [f"{hoisted_name} = {_code(fun)}  # evaluated once, where pmap evaluated it"]
+        hoisted_name = self.names.fresh(stem or "_" + target)
+        hoisted = [f"{hoisted_name} = {code_of(fun)}  # evaluated once, where pmap evaluated it"]
         params = self._method_params(fun)
         if params is None:
             params = self._partial_params(fun, site)

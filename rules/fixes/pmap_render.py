@@ -1,0 +1,203 @@
+"""The text of the faithful rewrite: the jitted shard_map wrapper of a planned pmap site."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from pmap_migrate.rules.fixes.pmap_options import AxisEntry, Unsupported
+
+
+
+
+@dataclass
+class Signature:
+    params: list[str] | None  # None: unknown, use *args
+    call_prefix: str = ""  # e.g. "_blend(" for the body call; the body call is f"{callee}({args})"
+
+
+@dataclass
+class Plan:
+    name: str
+    params: list[str] | None
+    axis: str
+    in_axes: list[AxisEntry] | int | None
+    out_axes: list[int | None] | int | None
+    static: tuple[int, ...]
+    donate: tuple[int, ...]
+    mesh_devices: str  # the device list; "{size}" stands for the mapped axis size
+    size: str | None  # axis_size, when given
+    body_call: str  # how per_device calls the mapped function
+    hoisted: list[str] = field(default_factory=list)
+    unsafe_reasons: list[str] = field(default_factory=list)
+    # Unknown signature: the wrapper also takes keyword arguments (mapped on axis 0, as legacy did).
+    keywords: bool = False
+    # ``axis`` is a name the hoisted statements bind (a computed axis_name, read where pmap read it).
+    axis_hoisted: bool = False
+
+
+def spec_for(axis: int | None, name: str) -> str:
+    if axis is None:
+        return "P()"
+    return "P(" + "None, " * axis + f"{name})"
+
+
+def squeeze_line(names: list[str], axis: int | tuple[int, ...]) -> str:
+    if len(names) == 1:
+        return f"{names[0]} = jax.tree.map(lambda leaf: leaf.squeeze({axis}), {names[0]})"
+    joined = ", ".join(names)
+    return f"{joined} = jax.tree.map(lambda leaf: leaf.squeeze({axis}), ({joined}))"
+
+
+def squeeze_expr(expr: str, axis: int) -> str:
+    return f"jax.tree.map(lambda leaf: leaf.squeeze({axis}), {expr})"
+
+
+def entry_spec(entry: AxisEntry, name: str) -> str:
+    if isinstance(entry, dict):
+        return "{" + ", ".join(f"{key}: {spec_for(axis, name)}" for key, axis in entry.items()) + "}"
+    if isinstance(entry, tuple):
+        return "(" + ", ".join(spec_for(axis, name) for axis in entry) + ("," if len(entry) == 1 else "") + ")"
+    return spec_for(entry, name)
+
+
+def expand_expr(expr: str, axis: int | tuple[int, ...]) -> str:
+    return f"jax.tree.map(lambda leaf: jnp.expand_dims(leaf, {axis}), {expr})"
+
+
+def render(plan: Plan, indent: str = "    ") -> str:
+    """The wrapper's source text (module-level indentation)."""
+    i1 = indent
+    lines = list(plan.hoisted)
+    head, body, mesh_size, call = jitted_parts(plan, indent)
+    mesh = f"{i1}mesh = Mesh({plan.mesh_devices.replace('{size}', mesh_size)}, ({plan.axis},))"
+    lines += [*head, *body, "", *process_guard(i1), mesh, call]
+    return "\n".join(lines) + "\n"
+
+
+def jitted_parts(plan: Plan, indent: str, name: str | None = None) -> tuple[list[str], list[str], str, str]:
+    """The pieces of the jitted shard_map wrapper: its decorator and `def` line, the `per_device`
+    body, the mapped size expression and the final `return jax.shard_map(...)(...)` line; the
+    caller puts the mesh in between."""
+    jit_kwargs = []
+    if plan.static:
+        jit_kwargs.append(f"static_argnums={tuple_text(plan.static)}")
+    if plan.donate:
+        jit_kwargs.append(f"donate_argnums={tuple_text(plan.donate)}")
+    decorator = f"@functools.partial(jax.jit, {', '.join(jit_kwargs)})" if jit_kwargs else "@jax.jit"
+    name = name or plan.name
+    i1, i2 = indent, indent * 2
+    if plan.params is None and plan.keywords:
+        # Unknown signature, called with keywords (or used as a value): every argument, positional or
+        # keyword, mapped on axis 0, as legacy did; the function applies its own defaults.
+        head = [decorator, f"def {name}(*args, **kwargs):"]
+        body = [
+            f"{i1}def per_device(args, kwargs):  # each device holds a (1, ...) block; the pmap body saw the slice",
+            f"{i2}args, kwargs = jax.tree.map(lambda leaf: leaf.squeeze(0), (args, kwargs))",
+            f"{i2}return {expand_expr(plan.body_call, 0)}",
+        ]
+        call = (f"{i1}return jax.shard_map(per_device, mesh=mesh, in_specs=P({plan.axis}), out_specs=P({plan.axis}), "
+                f"check_vma=False)(args, kwargs)")
+        return head, body, plan.size or "jax.tree.leaves((args, kwargs))[0].shape[0]", call
+    if plan.params is None and plan.static:
+        # Unknown signature with static positions: the others mapped on axis 0; the static ones stay
+        # the Python values jit hashed (legacy pmap passed them as they were), put back in place.
+        static = tuple_text(plan.static)
+        assert plan.body_call.endswith("(*args)") and not plan.keywords, plan.body_call
+        callee = plan.body_call.removesuffix("(*args)")
+        head = [decorator, f"def {name}(*args):"]
+        last = max(plan.static)
+        body = [
+            f"{i1}if len(args) <= {last}:  # as legacy pmap: every static argument is passed by position",
+            f'{i2}raise ValueError(f"pmapped function has static_broadcasted_argnums={static} but was called with '
+            f'only {{len(args)}} positional arguments. All static broadcasted arguments must be passed positionally.")',
+            f"{i1}dynamic = [arg for i, arg in enumerate(args) if i not in {static}]  # static arguments: not mapped",
+            "",
+            f"{i1}def per_device(*blocks):  # each device holds a (1, ...) block; the pmap body saw the slice",
+            f"{i2}blocks = iter(jax.tree.map(lambda leaf: leaf.squeeze(0), blocks))",
+            f"{i2}return {expand_expr(f'{callee}(*[arg if i in {static} else next(blocks) for i, arg in enumerate(args)])', 0)}",
+        ]
+        call = (f"{i1}return jax.shard_map(per_device, mesh=mesh, in_specs=P({plan.axis}), out_specs=P({plan.axis}), "
+                f"check_vma=False)(*dynamic)")
+        return head, body, plan.size or "jax.tree.leaves(dynamic)[0].shape[0]", call
+    if plan.params is None:
+        # Unknown signature: every positional argument mapped on axis 0 (checked by the planner).
+        head = [decorator, f"def {name}(*args):"]
+        body = [
+            f"{i1}def per_device(*args):  # each device holds a (1, ...) block; the pmap body saw the slice",
+            f"{i2}args = jax.tree.map(lambda leaf: leaf.squeeze(0), args)",
+            f"{i2}return {expand_expr(plan.body_call, 0)}",
+        ]
+        call = (f"{i1}return jax.shard_map(per_device, mesh=mesh, in_specs=P({plan.axis}), out_specs=P({plan.axis}), "
+                f"check_vma=False)(*args)")
+        return head, body, plan.size or "jax.tree.leaves(args)[0].shape[0]", call
+    params = plan.params
+    mapped = [p for i, p in enumerate(params) if i not in plan.static]
+    axes = plan.in_axes if isinstance(plan.in_axes, list) else [plan.in_axes] * len(mapped)
+    body = [f"{i1}def per_device({', '.join(mapped)}):  # each device holds a (1, ...) block; the pmap body saw the slice"]
+    groups: dict[int, list[str]] = {}
+    for name_, entry in zip(mapped, axes):
+        if isinstance(entry, int):
+            groups.setdefault(entry, []).append(name_)
+    for axis, names in groups.items():
+        body.append(f"{i2}{squeeze_line(names, axis)}")
+    for name_, entry in zip(mapped, axes):
+        if isinstance(entry, dict):
+            parts = ", ".join(f"{key}: {squeeze_expr(f'{name_}[{key}]', axis)}"
+                              for key, axis in entry.items() if axis is not None)
+            body.append(f"{i2}{name_} = {{**{name_}, {parts}}}")
+        elif isinstance(entry, tuple):
+            parts = [f"{name_}[{k}]" if axis is None else squeeze_expr(f"{name_}[{k}]", axis)
+                     for k, axis in enumerate(entry)]
+            body.append(f"{i2}{name_} = ({', '.join(parts)}{',' if len(parts) == 1 else ''})")
+    out = plan.out_axes
+    if isinstance(out, list):
+        body.append(f"{i2}out = {plan.body_call}")
+        parts = [f"out[{k}]" if a is None else expand_expr(f"out[{k}]", a) for k, a in enumerate(out)]
+        body.append(f"{i2}return {', '.join(parts)}")
+        out_specs = "(" + ", ".join(spec_for(a, plan.axis) for a in out) + ")"
+    elif out is None:
+        body.append(f"{i2}return {plan.body_call}")
+        out_specs = "P()"
+    else:
+        body.append(f"{i2}return {expand_expr(plan.body_call, out)}")
+        out_specs = spec_for(out, plan.axis)
+    size = plan.size if plan.size is not None else size_expression(mapped, axes)
+    in_specs = "(" + ", ".join(entry_spec(a, plan.axis) for a in axes) + ("," if len(axes) == 1 else "") + ")"
+    call = (f"{i1}return jax.shard_map(per_device, mesh=mesh, in_specs={in_specs}, out_specs={out_specs}, "
+            f"check_vma=False)({', '.join(mapped)})")
+    return [decorator, f"def {name}({', '.join(params)}):"], body, size, call
+
+
+# The names the wrapper of an unknown signature with static positions binds around the call of the
+# mapped function (a function of one of these names would not be the one called).
+STATIC_TEMPLATE_LOCALS = frozenset({"args", "dynamic", "blocks", "per_device", "mesh"})
+
+
+def process_guard(indent: str) -> list[str]:
+    """The rewrite maps over this process's devices only. In a multi-process program legacy pmap
+    mapped host-local inputs over every process's devices (PM501): fail loudly there rather than
+    compute per-process collectives. (Spelled with device counts, not `jax.process_count()`, so
+    that the rewritten module does not look multi-process to PM501 itself.)"""
+    return [f"{indent}if jax.device_count() > jax.local_device_count():  # several processes: see PM501",
+            f'{indent}{indent}raise NotImplementedError("multi-process pmap semantics: use runtime_shim.pmap")']
+
+
+def size_expression(mapped: list[str], axes: list) -> str:
+    """The mapped axis size, read from the first argument (or pytree entry) that is mapped."""
+    for name, entry in zip(mapped, axes):
+        if isinstance(entry, int):
+            return f"jax.tree.leaves({name})[0].shape[{entry}]"
+    for name, entry in zip(mapped, axes):
+        if isinstance(entry, dict):
+            for key, axis in entry.items():
+                if axis is not None:
+                    return f"jax.tree.leaves({name}[{key}])[0].shape[{axis}]"
+        if isinstance(entry, tuple):
+            for k, axis in enumerate(entry):
+                if axis is not None:
+                    return f"jax.tree.leaves({name}[{k}])[0].shape[{axis}]"
+    raise Unsupported("no mapped argument and no axis_size")
+
+
+def tuple_text(values: tuple[int, ...]) -> str:
+    return "(" + ", ".join(str(v) for v in values) + ("," if len(values) == 1 else "") + ")"

@@ -1,0 +1,69 @@
+"""The fix builders of one file, made when a rule first asks for one and shared by all its rules.
+
+The rules of a file see the same tree and must agree: one name allocator (fixes applied in the same
+round never take the same name), one rewriter (its generated code is what the multi-process plan
+composes), one placement builder, one multi-process plan and one idiomatic plan per module.
+"""
+
+from __future__ import annotations
+
+from functools import cached_property
+
+from pmap_migrate.rules.analysis.semantic import SemanticModel, TransformSite
+from pmap_migrate.rules.fixes.idiomatic import Idiomatic
+from pmap_migrate.rules.fixes.multiprocess import GlobalRewrite
+from pmap_migrate.rules.fixes.naming import NameAllocator
+from pmap_migrate.rules.fixes.placement import Placement
+from pmap_migrate.rules.fixes.pmap_options import Unsupported
+from pmap_migrate.rules.fixes.pmap_rewrite import Rewriter
+from pmap_migrate.rules.fixes.spec import FixSpec
+
+
+class FileFixes:
+    """Each builder is made on first use: a file whose rules need none builds none."""
+
+    def __init__(self, model: SemanticModel) -> None:
+        self.model = model
+
+    @cached_property
+    def names(self) -> NameAllocator:
+        return NameAllocator(self.model)
+
+    @cached_property
+    def rewriter(self) -> Rewriter:
+        return Rewriter(self.model, self.names)
+
+    @cached_property
+    def placement(self) -> Placement:
+        return Placement(self.model, self.names)
+
+    @cached_property
+    def global_rewrite(self) -> GlobalRewrite:
+        """The module's multi-process (global mesh) plan (PM501)."""
+        return GlobalRewrite(self.rewriter, self.placement)
+
+    @cached_property
+    def idiomatic(self) -> Idiomatic:
+        """The module's data-parallel loop, recognised once (``reason`` says why not)."""
+        return Idiomatic(self.rewriter, self.placement)
+
+    def pmap_fix(self, site: TransformSite) -> FixSpec:
+        """PM101's fix of a pmap: the faithful rewrite, or in a multi-process module the global-mesh
+        rewrite; where neither is exact, `runtime_shim.pmap` with the reason."""
+        try:
+            if self.model.multi_process():
+                # Host-local inputs and outputs (PM501): a global mesh where the data flow is visible.
+                self.rewriter.check_rewritable(site)
+                return self.global_rewrite.fix_for(site)
+            return self.rewriter.faithful(site)
+        except Unsupported as why:
+            return self.rewriter.shim_fix(site, str(why))
+
+    def global_fix(self, site: TransformSite) -> FixSpec | None:
+        """PM501's fix: the global-mesh rewrite of a pmap of a multi-process module, or None where
+        the site keeps the shim (PM101's fix says why)."""
+        try:
+            self.rewriter.check_rewritable(site)
+            return self.global_rewrite.fix_for(site)
+        except Unsupported:
+            return None

@@ -1,0 +1,60 @@
+"""A fix as rules describe it: edits of the tree they saw, imports to add and remove; the engine
+applies it (``pmap_migrate.fixer``)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import libcst as cst
+
+from pmap_migrate.rules.fixes.choices import Applicability
+
+
+@dataclass(frozen=True)
+class ImportSpec:
+    """``import module`` (name None), or ``from module import name [as asname]``."""
+
+    module: str
+    name: str | None = None
+    asname: str | None = None
+
+
+@dataclass(frozen=True)
+class Edit:
+    """Replace ``target`` (a node of the tree the rule saw) by ``replacement``; or, with
+    ``before``, insert statements before the statement ``target`` and keep it (with whatever
+    other fixes change inside it)."""
+
+    target: cst.CSTNode
+    replacement: cst.CSTNode | cst.RemovalSentinel | cst.FlattenSentinel | None = None
+    before: tuple[cst.BaseStatement, ...] = ()
+
+
+@dataclass(frozen=True)
+class FixSpec:
+    """A fix as rules describe it; the engine owns applying it.
+
+    ``replacement`` replaces ``target`` (default: the reported node); ``edits`` lists further
+    edits applied together with it. ``add_imports`` are added once per file; ``remove_imports``
+    are removed only if nothing uses them after the fix. ``shimmed`` marks fixes that route the
+    site to ``runtime_shim`` instead of rewriting it to plain JAX."""
+
+    applicability: Applicability
+    summary: str
+    replacement: cst.CSTNode | cst.RemovalSentinel | cst.FlattenSentinel | None = None
+    target: cst.CSTNode | None = None
+    edits: tuple[Edit, ...] = ()
+    add_imports: tuple[ImportSpec, ...] = ()
+    remove_imports: tuple[ImportSpec, ...] = ()
+    shimmed: bool = False
+    # Higher goes first when fixes overlap: a rewrite spanning several statements (the idiomatic
+    # PM101 fix) before the local fixes of the code it recognises, which would change that code.
+    priority: int = 0
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.applicability, Applicability):
+            raise TypeError(f"a fix's applicability is an Applicability, not {self.applicability!r}")
+
+    def all_edits(self, reported: cst.CSTNode) -> tuple[Edit, ...]:
+        first = () if self.replacement is None else (Edit(self.target or reported, self.replacement),)
+        return first + self.edits
