@@ -19,7 +19,7 @@ from pmap_migrate.libcst_patches import parse_module
 from pmap_migrate.rules.base import Rule, RuleContext
 from pmap_migrate.rules.fixes.choices import RuleOptions
 from pmap_migrate.rules.fixes.spec import FixSpec
-from pmap_migrate.rules.analysis.semantic import SemanticModel
+from pmap_migrate.rules.analysis.model import SemanticModel
 
 
 def one_line(message: str) -> str:

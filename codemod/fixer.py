@@ -30,7 +30,7 @@ from pmap_migrate.rules.base import Rule
 from pmap_migrate.rules.fixes.choices import RuleOptions
 from pmap_migrate.rules.fixes.spec import Edit
 from pmap_migrate.rules.analysis.imports import imported_names
-from pmap_migrate.rules.analysis.semantic import indent_unit
+from pmap_migrate.rules.analysis.index import indent_unit
 
 MAX_ROUNDS = 8
 

@@ -33,7 +33,7 @@ out otherwise (the analysis then runs on libcst's own code):
 
 Not a patch, but libcst's internals all the same: the semantic model hands libcst's scope
 analysis the names the code binds, in the wrapper's table of resolved providers
-(``rules.analysis.semantic.resolve_scopes``; tests/test_semantic_scopes.py).
+(``rules.analysis.index.resolve_scopes``; tests/test_semantic_scopes.py).
 """
 
 from __future__ import annotations

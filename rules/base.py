@@ -15,7 +15,7 @@ from typing import ClassVar
 
 import libcst as cst
 
-from pmap_migrate.rules.analysis.semantic import SemanticModel
+from pmap_migrate.rules.analysis.model import SemanticModel
 from pmap_migrate.rules.fixes import api
 from pmap_migrate.rules.fixes.services import FileFixes
 from pmap_migrate.rules.knowledge import gates

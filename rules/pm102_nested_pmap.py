@@ -4,7 +4,7 @@ import libcst as cst
 
 from pmap_migrate.rules.knowledge import gates
 from pmap_migrate.rules.base import Invalid, Rule, Valid
-from pmap_migrate.rules.analysis.semantic import TransformSite
+from pmap_migrate.rules.analysis.sites import TransformSite
 
 
 class NestedPmap(Rule):

@@ -17,8 +17,9 @@ from pmap_migrate.rules.fixes.placement import (
     row_of,
     single_index,
 )
-from pmap_migrate.rules.analysis.semantic import DEVICE_STACKED, FunctionLike, integer_index
+from pmap_migrate.rules.analysis.sites import DEVICE_STACKED, FunctionLike
 from pmap_migrate.rules.fixes.choices import Applicability
+from pmap_migrate.rules.analysis.syntax import IntegerIndexOf
 
 _OPERATOR_ITEMGETTER = frozenset({"operator.itemgetter"})
 
@@ -298,7 +299,7 @@ class Unreplicate(Rule):
                            target=function, remove_imports=(removal,) if removal is not None else ())
         if not isinstance(function, cst.Lambda):
             return None  # a def may be used elsewhere
-        finder = _IntegerIndexOf(function.params.params[0].name.value, collect=True)
+        finder = IntegerIndexOf(function.params.params[0].name.value, collect=True)
         function.body.visit(finder)
         edits, assumptions = [], []
         for subscript in finder.subscripts:
@@ -327,29 +328,8 @@ def _indexes_first_parameter(function: FunctionLike) -> bool:
     params = function.params.params
     if not params:
         return False
-    finder = _IntegerIndexOf(params[0].name.value)
+    finder = IntegerIndexOf(params[0].name.value)
     function.body.visit(finder)
     return finder.found
 
 
-class _IntegerIndexOf(cst.CSTVisitor):
-    """Whether ``name[<int>]`` occurs (the name as the function's own parameter); with
-    ``collect``, every such subscript."""
-
-    def __init__(self, name: str, collect: bool = False) -> None:
-        self.name = name
-        self.found = False
-        self.collect = collect
-        self.subscripts: list[cst.Subscript] = []
-
-    def visit_Subscript(self, node: cst.Subscript) -> bool:
-        if isinstance(node.value, cst.Name) and node.value.value == self.name and integer_index(node):
-            self.found = True
-            self.subscripts.append(node)
-        return self.collect or not self.found
-
-    def visit_Lambda(self, node: cst.Lambda) -> bool:
-        return not any(p.name.value == self.name for p in node.params.params)  # shadowed
-
-    def visit_FunctionDef(self, node: cst.FunctionDef) -> bool:
-        return not any(p.name.value == self.name for p in node.params.params)

@@ -15,7 +15,14 @@ from pmap_migrate.rules.fixes.placement import (
     placed_for,
     reshard_text,
 )
-from pmap_migrate.rules.analysis.semantic import COMMITTED, JIT_OUTPUT, PMAP, REPLICATED, SHARDED_STACK, TransformSite
+from pmap_migrate.rules.analysis.sites import (
+    COMMITTED,
+    JIT_OUTPUT,
+    PMAP,
+    REPLICATED,
+    SHARDED_STACK,
+    TransformSite,
+)
 from pmap_migrate.rules.fixes.choices import Applicability
 
 _SPACE = re.compile(r"\s+")

@@ -15,7 +15,7 @@ from pmap_migrate.rules.fixes.api import (
 from pmap_migrate.rules.base import Invalid, Valid
 from pmap_migrate.rules.fixes.spec import Edit
 from pmap_migrate.rules.analysis.imports import imported_names
-from pmap_migrate.rules.analysis.semantic import JIT
+from pmap_migrate.rules.analysis.sites import JIT
 
 _PJIT = "jax.experimental.pjit.pjit"
 # Positional parameters every pjit release agreed on (the oldest named the two shardings

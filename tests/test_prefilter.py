@@ -316,7 +316,7 @@ def test_a_run_whose_files_the_prefilter_rules_out_does_not_import_libcst(tmp_pa
     (tmp_path / "plain.py").write_text("import numpy as np\n\ndef pmapped_name():\n    return np.tree_map\n")
     (tmp_path / "legacy.py").write_text("import jax\nf = jax.pmap(lambda x: x)\n")
     check = ["check", "--no-cache", "--jobs", "1"]
-    modules = ("libcst", "pmap_migrate.rules.base", "pmap_migrate.rules.analysis.semantic")
+    modules = ("libcst", "pmap_migrate.rules.base", "pmap_migrate.rules.analysis.model")
     out, last = _run_in_a_fresh_process(tmp_path, [*check, "plain.py"], modules)
     assert last == ["exit 0", "[]"], out
     out, last = _run_in_a_fresh_process(tmp_path, [*check, "plain.py", "legacy.py"], modules)

@@ -1,5 +1,5 @@
 """The scope analysis takes the names the code binds from the semantic model's own walk
-(`pmap_migrate.rules.analysis.semantic.resolve_scopes`), not from libcst's ExpressionContextProvider: the names must be
+(`pmap_migrate.rules.analysis.index.resolve_scopes`), not from libcst's ExpressionContextProvider: the names must be
 exactly those that provider marks STORE, and the scopes exactly those libcst builds by itself."""
 
 from __future__ import annotations
@@ -13,7 +13,8 @@ from libcst.metadata import (
     ScopeProvider,
 )
 
-from pmap_migrate.rules.analysis.semantic import SemanticModel, Indexer, resolve_scopes
+from pmap_migrate.rules.analysis.index import Indexer, resolve_scopes
+from pmap_migrate.rules.analysis.model import SemanticModel
 from tests.support.samples import parsed_samples
 
 # Every way Python binds a name, and reads that look like bindings (attributes, subscripts, `del`).

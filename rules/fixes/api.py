@@ -22,7 +22,7 @@ from libcst.metadata import ImportAssignment
 
 from pmap_migrate.rules.knowledge import tables
 from pmap_migrate.rules.fixes.spec import Edit, FixSpec, ImportSpec
-from pmap_migrate.rules.analysis.semantic import SemanticModel
+from pmap_migrate.rules.analysis.model import SemanticModel
 from pmap_migrate.rules.fixes.choices import Applicability
 
 

@@ -64,8 +64,9 @@ from pmap_migrate.rules.fixes.code import code_of, simple_params
 from pmap_migrate.rules.fixes.pmap_options import Unsupported, int_tuple
 from pmap_migrate.rules.fixes.placement import Placement
 from pmap_migrate.rules.fixes.pmap_rewrite import Rewriter
-from pmap_migrate.rules.analysis.semantic import PMAP, TransformSite
+from pmap_migrate.rules.analysis.sites import PMAP, TransformSite
 from pmap_migrate.rules.fixes.choices import Applicability
+from pmap_migrate.rules.analysis.syntax import ReturnFinder
 
 ALL = "all"  # a device count meaning "every local device"
 STATE, BATCH = "P()", "batch"
@@ -1050,23 +1051,9 @@ class _CallFinder(cst.CSTVisitor):
         self.calls.append(node)
 
 
-class _ReturnFinder(cst.CSTVisitor):
-    def __init__(self) -> None:
-        self.returns: list[cst.Return] = []
-
-    def visit_Return(self, node: cst.Return) -> None:
-        self.returns.append(node)
-
-    def visit_FunctionDef(self, node: cst.FunctionDef) -> bool:
-        return False
-
-    def visit_Lambda(self, node: cst.Lambda) -> bool:
-        return False
-
-
 def _single_return(func: cst.FunctionDef) -> cst.BaseExpression | None:
     """The returned expression when ``func`` has exactly one `return`, its last statement."""
-    finder = _ReturnFinder()
+    finder = ReturnFinder()
     for statement in func.body.body:
         statement.visit(finder)
     last = func.body.body[-1] if func.body.body else None

@@ -72,9 +72,10 @@ from pmap_migrate.rules.fixes.code import code_of, int_literal, is_none
 from pmap_migrate.rules.fixes.pmap_options import Unsupported
 from pmap_migrate.rules.fixes.pmap_render import Plan, jitted_parts, spec_for
 from pmap_migrate.rules.fixes.pmap_rewrite import Rewriter
-from pmap_migrate.rules.analysis.semantic import TransformSite
+from pmap_migrate.rules.analysis.sites import TransformSite
 from pmap_migrate.rules.fixes.choices import Applicability
 from pmap_migrate.rules.fixes.placement import Placement
+from pmap_migrate.rules.analysis.syntax import IntegerIndexOf
 
 _UNSUPPORTED_OPTIONS = ("devices", "backend", "axis_size")
 _MULTIHOST = ImportSpec("jax.experimental", "multihost_utils")
@@ -914,9 +915,7 @@ class _Reads:
             if not isinstance(function, cst.Lambda) or len(function.params.params) != 1 or \
                     function.params.star_arg is not cst.MaybeSentinel.DEFAULT:
                 return None
-            from pmap_migrate.rules.pm202_unreplicate import _IntegerIndexOf
-
-            finder = _IntegerIndexOf(function.params.params[0].name.value, collect=True)
+            finder = IntegerIndexOf(function.params.params[0].name.value, collect=True)
             function.body.visit(finder)
             edits = []
             for subscript in finder.subscripts:

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from pmap_migrate.rules.analysis.semantic import SemanticModel
+from pmap_migrate.rules.analysis.model import SemanticModel
 
 
 class NameAllocator:

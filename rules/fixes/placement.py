@@ -33,7 +33,8 @@ from pmap_migrate.rules.knowledge import tables
 from pmap_migrate.rules.fixes.api import Unfixable, jax_name, parenthesized, removal_spec
 from pmap_migrate.rules.fixes.code import code_of
 from pmap_migrate.rules.fixes.spec import Edit, FixSpec, ImportSpec
-from pmap_migrate.rules.analysis.semantic import DEVICE_STACKED, PMAP, SemanticModel, TransformSite
+from pmap_migrate.rules.analysis.model import SemanticModel
+from pmap_migrate.rules.analysis.sites import DEVICE_STACKED, PMAP, TransformSite
 from pmap_migrate.rules.fixes.choices import Applicability
 from pmap_migrate.rules.fixes.naming import NameAllocator
 
@@ -339,12 +340,12 @@ class Placement:
     def _returns_arrays(self, func, position: int | None) -> bool:
         """Every return value of ``func`` is an array (or a dict of arrays) at ``position`` of its
         tuple (None: in every element, or the whole value when it is not a tuple display)."""
-        from pmap_migrate.rules.analysis.semantic import _ReturnFinder
+        from pmap_migrate.rules.analysis.syntax import ReturnFinder
 
         if isinstance(func, cst.Lambda):
             values = [func.body]
         else:
-            finder = _ReturnFinder()
+            finder = ReturnFinder()
             func.body.visit(finder)
             values = finder.values
         if not values or any(v is None for v in values):

@@ -35,7 +35,8 @@ from libcst.metadata import Assignment, BuiltinAssignment
 from pmap_migrate.rules.knowledge import tables
 from pmap_migrate.rules.fixes.spec import Edit, FixSpec, ImportSpec
 from pmap_migrate.rules.fixes.naming import NameAllocator
-from pmap_migrate.rules.analysis.semantic import PMAP, SemanticModel, TransformSite
+from pmap_migrate.rules.analysis.model import SemanticModel
+from pmap_migrate.rules.analysis.sites import PMAP, TransformSite
 from pmap_migrate.rules.fixes.choices import Applicability
 from pmap_migrate.rules.fixes.code import WHITESPACE_LINE, int_literal, is_none, own_blank_lines_unindented, simple_params
 from pmap_migrate.rules.fixes.code import code_of

@@ -9,7 +9,8 @@ from __future__ import annotations
 
 from functools import cached_property
 
-from pmap_migrate.rules.analysis.semantic import SemanticModel, TransformSite
+from pmap_migrate.rules.analysis.model import SemanticModel
+from pmap_migrate.rules.analysis.sites import TransformSite
 from pmap_migrate.rules.fixes.idiomatic import Idiomatic
 from pmap_migrate.rules.fixes.multiprocess import GlobalRewrite
 from pmap_migrate.rules.fixes.naming import NameAllocator

@@ -1,0 +1,357 @@
+"""What a module does with pmap, computed once per file and shared by every rule.
+
+Rules ask questions ("is this call a pmap?", "does this name hold a pmap output?") instead of
+re-deriving them. Names resolve through libcst's QualifiedNameProvider and ScopeProvider,
+never by text; module-local aliases (``p = jax.pmap``, ``pmap_i = partial(jax.pmap, ...)``) are
+followed through scope assignments. The data flow is flow-insensitive (a name that is *ever*
+assigned a pmap output in its scope counts as holding one) with two cheap refinements: a
+statement's own binding does not reach the reads of its value (``x = f(x)`` reads the previous
+``x``) unless a loop may run it again, and an assignment that runs on every path to a read hides
+the earlier ones (see ``reaching_assignments``). Module-wide facts come from one extra traversal
+(``Indexer``); the only other walks are local (a pmapped function's own return statements). Rules
+ask the model instead of walking the tree again.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from collections.abc import Iterable
+
+import libcst as cst
+from libcst.metadata import (
+    Assignment,
+    BaseAssignment,
+    MetadataWrapper,
+)
+
+from pmap_migrate.rules.knowledge import tables
+from pmap_migrate.rules.analysis.bindings import Bindings
+from pmap_migrate.rules.analysis.index import Indexer, indent_unit, resolve_scopes
+from pmap_migrate.rules.analysis.nesting import Nesting
+from pmap_migrate.rules.analysis.sites import JIT, PMAP, Callee, TransformSite
+from pmap_migrate.rules.analysis.values import ValueFlow
+
+
+class SemanticModel(Bindings, ValueFlow, Nesting):
+    """Facts about one module's use of pmap, jit and the pmap-era helpers."""
+
+    def __init__(self, wrapper: MetadataWrapper) -> None:
+        self.module = wrapper.module
+        index = Indexer()
+        self.module.visit(index)
+        # Qualified names are asked of the scopes directly, for the few nodes that need them:
+        # what QualifiedNameProvider answers, without its traversal of every node.
+        self._scopes = resolve_scopes(wrapper, index.stores)
+        self.index = index  # the one walk's facts (``Indexer``): read by the fix builders too
+        self.parents = index.parents
+        self._qname_cache: dict[cst.CSTNode, frozenset[str]] = {}
+        self._callee_cache: dict[cst.CSTNode, Callee | None] = {}
+        self._resolving: set[cst.CSTNode] = set()
+        self._resolves_cache: dict[tuple[int, frozenset[str]], bool] = {}
+        self._assigned_names = frozenset(t.value for t in index.assigned_value if isinstance(t, cst.Name))
+        self._value_uses: dict[str, list[cst.BaseExpression]] = {}
+
+        self.sites: dict[cst.CSTNode, TransformSite] = {}  # Call/Decorator node -> site
+        self.alias_definitions: dict[cst.BaseExpression, tuple[str, Callee]] = {}
+        self._find_sites()
+        self._calls_to: dict[cst.Call, TransformSite] = {}
+        # Names/attributes bound to a transformed callable (`p = jax.pmap(f)`, `@jax.pmap def f`,
+        # `self.p = jax.pmap(...)`), to find what a call or an argument refers to.
+        self._callable_by_assignment: dict[BaseAssignment, TransformSite] = {}
+        self._callable_by_attribute: dict[tuple[int, str], TransformSite] = {}
+        self._find_transformed_calls()
+        self._tags: dict[BaseAssignment, set[str]] = defaultdict(set)
+        self._call_tags: dict[cst.Call, set[str]] = {}
+        # Which transform sites produced a value (PM304 compares the producer's `devices=`).
+        self._assignment_producers: dict[BaseAssignment, list[TransformSite]] = defaultdict(list)
+        # Which tagged calls (helpers such as device_put_replicated included) produced a value, with
+        # the position of the call's tuple output the name received (None: the whole output).
+        self._assignment_calls: dict[BaseAssignment, list[tuple[cst.Call, int | None]]] = defaultdict(list)
+        # Names bound to a whole tuple-returning output (`out = step(x)` with `return a, b`):
+        # `out[0]` on them selects an output, it does not index the device axis.
+        self._whole_tuple_outputs: set[BaseAssignment] = set()
+        # Names bound to a stacked value that is visibly a Python list or tuple of the pytree (a
+        # pmapped function returning `[w * 2 for w in ws]` there, `device_put_replicated([w, b])`):
+        # tags describe its leaves; `x[0]` on it picks an element, as it does on a tuple output.
+        self._sequence_values: set[BaseAssignment] = set()
+        self._tuple_sites: dict[int, bool] = {}
+        self._sequence_sites: dict[tuple[int, int | None], bool] = {}
+        self._tag_values()
+        self._propagate_tags()
+        self._nested: dict[cst.CSTNode, tuple[cst.CSTNode, TransformSite]] | None = None
+        self._nested_nodes: set[int] | None = None
+        self._multi_process: bool | None = None
+
+    # ---------------------------------------------------------------- callees
+    def callee(self, expr: cst.BaseExpression) -> Callee | None:
+        """If calling ``expr`` with a function applies pmap or jit, describe how."""
+        if expr in self._callee_cache:
+            return self._callee_cache[expr]
+        if expr in self._resolving:  # alias cycles: p = q; q = p
+            return None
+        self._resolving.add(expr)
+        try:
+            result = self._compute_callee(expr)
+        finally:
+            self._resolving.discard(expr)
+        self._callee_cache[expr] = result
+        return result
+
+    def _compute_callee(self, expr: cst.BaseExpression) -> Callee | None:
+        if isinstance(expr, (cst.Name, cst.Attribute)):
+            names = self.qualified_names(expr)
+            if not names.isdisjoint(tables.PMAP):
+                return Callee(PMAP)
+            if not names.isdisjoint(tables.JIT):
+                return Callee(JIT)
+        if isinstance(expr, cst.Call) and self.matches(expr.func, tables.PARTIAL) and expr.args:
+            first = expr.args[0]
+            if first.keyword is None and not first.star:
+                inner = self.callee(first.value)
+                if inner is not None:
+                    return Callee(inner.transform, inner.bound_args + tuple(expr.args[1:]), inner.via,
+                                  inner.ambiguous)
+        if isinstance(expr, cst.Name):
+            return self._alias_callee(expr)
+        return None
+
+    def _alias_callee(self, name: cst.Name) -> Callee | None:
+        found: list[Callee] = []
+        other = False
+        for assignment in self.assignments_of(name):
+            value = self.index.assigned_value.get(assignment.node) if isinstance(assignment, Assignment) else None
+            inner = self.callee(value) if value is not None else None
+            if inner is None:
+                other = True
+            else:
+                found.append(inner)
+        if not found:
+            return None
+        first = found[0]
+        ambiguous = other or any(c.transform != first.transform for c in found)
+        return Callee(first.transform, first.bound_args, (name.value,) + first.via, ambiguous or first.ambiguous)
+
+    # ------------------------------------------------------------------ sites
+    def _find_sites(self) -> None:
+        for call in self.index.calls:
+            callee = self.callee(call.func)
+            if callee is None or not call.args:
+                continue
+            site = TransformSite(callee.transform, call, callee, callee.bound_args + tuple(call.args))
+            self._bind_result(site, call)
+            self.sites[call] = site
+        for decorator in self.index.decorators:
+            callee = self.callee(decorator.decorator)
+            if callee is None:
+                continue
+            func = self.parents.get(decorator)
+            if not isinstance(func, cst.FunctionDef):
+                continue
+            site = TransformSite(callee.transform, decorator, callee, callee.bound_args, decorated=func)
+            assignment = self._function_assignment(func)
+            if assignment is not None:
+                site.bound_names.append(assignment)
+            self.sites[decorator] = site
+        for target, value in self.index.assigned_value.items():
+            if isinstance(target, cst.Name) and value not in self.sites:
+                callee = self.callee(value)
+                if callee is not None:
+                    self.alias_definitions[value] = (target.value, callee)
+
+    def _function_assignment(self, func: cst.FunctionDef) -> BaseAssignment | None:
+        scope = self.scope_of(func)
+        if scope is None:
+            return None
+        for assignment in scope.assignments[func.name.value]:
+            if assignment.node is func:
+                return assignment
+        return None
+
+    def _bind_result(self, site: TransformSite, call: cst.Call) -> None:
+        parent = self.parents.get(call)
+        if not isinstance(parent, (cst.Assign, cst.AnnAssign)):
+            return
+        targets = [t.target for t in parent.targets] if isinstance(parent, cst.Assign) else [parent.target]
+        for target in targets:
+            if isinstance(target, cst.Name):
+                assignment = self.assignment_for_target(target)
+                if assignment is not None:
+                    site.bound_names.append(assignment)
+            elif isinstance(target, cst.Attribute) and isinstance(target.value, cst.Name):
+                cls = self.enclosing_class(call)
+                if cls is not None and target.value.value == "self":
+                    site.bound_attribute = (cls, target.attr.value)
+
+    def transform_references(self, transform: str) -> list[cst.BaseExpression]:
+        """Every read of the transform (``jax.pmap``, ``from jax import pmap as p``) or of a
+        module-local alias of it (``p = jax.pmap``; ``pmap_i = partial(jax.pmap, ...)``)."""
+        names, last = (tables.PMAP, ("pmap",)) if transform == PMAP else (tables.JIT, ("jit", "pjit"))
+        found: list[cst.BaseExpression] = list(self.references(names, last))
+        aliases = {name for name, callee in self.alias_definitions.values() if callee.transform == transform}
+        for alias in aliases:
+            for node in self.index.names.get(alias, ()):
+                if self._is_attribute_tail(node) or self.is_binding(node):
+                    continue
+                callee = self.callee(node)
+                if callee is not None and callee.transform == transform:
+                    found.append(node)
+        return found
+
+    def value_uses(self, transform: str = PMAP) -> list[cst.BaseExpression]:
+        """References to the transform that neither apply it to a function (a site: call or
+        decorator, through ``functools.partial`` too) nor define an alias of it: the transform
+        handled as a value (``[jax.pmap, jax.vmap]``, ``apply(jax.pmap, f)``, ``return jax.pmap``).
+        Together with the sites and alias definitions these cover every reference."""
+        cached = self._value_uses.get(transform)
+        if cached is not None:
+            return cached
+        uses = []
+        for reference in self.transform_references(transform):
+            if not self._applied_or_aliased(reference):
+                uses.append(reference)
+        self._value_uses[transform] = uses
+        return uses
+
+    def _applied_or_aliased(self, reference: cst.BaseExpression) -> bool:
+        node: cst.CSTNode = reference
+        while True:
+            parent = self.parents.get(node)
+            if isinstance(parent, cst.Call) and parent.func is node:
+                return parent in self.sites  # `jax.pmap()` with no function applies nothing
+            if isinstance(parent, cst.Decorator):
+                return parent in self.sites
+            if node in self.alias_definitions:
+                return True
+            # partial(jax.pmap, ...) is applied or aliased if the partial is.
+            if isinstance(parent, cst.Arg) and parent.keyword is None and not parent.star:
+                call = self.parents.get(parent)
+                if isinstance(call, cst.Call) and call.args and call.args[0] is parent and self.matches(
+                        call.func, tables.PARTIAL):
+                    node = call
+                    continue
+            return False
+
+    def pmap_sites(self) -> list[TransformSite]:
+        return [s for s in self.sites.values() if s.transform == PMAP]
+
+    def site(self, node: cst.CSTNode) -> TransformSite | None:
+        return self.sites.get(node)
+
+    # ------------------------------------------------------- transformed calls
+    def _find_transformed_calls(self) -> None:
+        for site in self.sites.values():
+            for assignment in site.bound_names:
+                _prefer_pmap(self._callable_by_assignment, assignment, site)
+            if site.bound_attribute is not None:
+                cls, attr = site.bound_attribute
+                _prefer_pmap(self._callable_by_attribute, (id(cls), attr), site)
+        for call in self.index.calls:
+            site = self.sites.get(call.func) or self.callable_site(call.func)
+            if site is not None:
+                self._calls_to[call] = site
+
+    def callable_site(self, expr: cst.BaseExpression) -> TransformSite | None:
+        """The site whose transformed function ``expr`` names: ``p`` after ``p = jax.pmap(f)`` or
+        ``@jax.pmap def p``, ``self.p`` after ``self.p = jax.pmap(...)`` in the same class. When a
+        function is both jitted and pmapped (stacked decorators), the pmap site wins: the pmap is
+        what runs on the devices and what needs migrating."""
+        if isinstance(expr, cst.Name):
+            if not self._callable_by_assignment:
+                return None
+            assignments = self.assignments_of(expr)
+            if not any(a in self._callable_by_assignment for a in assignments):
+                return None
+            # Only the bindings that reach the read: in `f = jax.pmap(f)` the argument is the plain
+            # function (the statement's own binding comes after it, unless a loop runs it again).
+            found = None
+            for assignment in self.reaching_assignments(expr):
+                site = self._callable_by_assignment.get(assignment)
+                if site is not None and (found is None or site.transform == PMAP):
+                    found = site
+            return found
+        if isinstance(expr, cst.Attribute) and isinstance(expr.value, cst.Name) and expr.value.value == "self":
+            if not self._callable_by_attribute:
+                return None
+            cls = self.enclosing_class(expr)
+            if cls is not None:
+                site = self._callable_by_attribute.get((id(cls), expr.attr.value))
+                if site is not None and self._before_own_binding(expr, site):
+                    return None
+                return site
+        return None
+
+    def _before_own_binding(self, expr: cst.Attribute, site: TransformSite) -> bool:
+        """``self.f`` read in the arguments of the very site that ``self.f = jax.pmap(self.f)`` binds
+        in a method, outside loops: the read sees the plain method (or what an earlier statement
+        stored), not this pmap. Only a second run of the method on the same object (an `__init__`
+        runs once; `_train_init`-style set-up methods once in practice) would see it: not taken
+        for a nested pmap, which legacy could hardly have run either (its inner pmap would have
+        needed a second device axis in every per-device slice)."""
+        if not self.is_within(expr, site.node) or self._repeats(expr):
+            return False
+        function = next((a for a in self.ancestors(expr) if isinstance(a, (cst.FunctionDef, cst.Lambda))), None)
+        return isinstance(function, cst.FunctionDef) \
+            and self.parent(self.parent(function)) is self.enclosing_class(expr)  # a method of the class
+
+    def transformed_call(self, call: cst.Call) -> TransformSite | None:
+        """The site whose transformed function ``call`` calls, if any."""
+        return self._calls_to.get(call)
+
+    def pmap_calls(self) -> dict[cst.Call, TransformSite]:
+        return {c: s for c, s in self._calls_to.items() if s.transform == PMAP}
+
+    # ------------------------------------------------------------ module-wide
+    def multi_process(self) -> bool:
+        """The module uses the multi-process API (`jax.process_index()`, ...): a program whose pmaps
+        took host-local inputs (PM501)."""
+        if self._multi_process is None:
+            self._multi_process = self.uses_any(tables.MULTI_PROCESS, tables.MULTI_PROCESS_PREFIXES)
+        return self._multi_process
+
+    @property
+    def indent(self) -> str:
+        """One level of the module's indentation, for generated code (``indent_unit``)."""
+        return indent_unit(self.module)
+
+    @property
+    def is_script(self) -> bool:
+        """The module has an ``if __name__ == "__main__":`` block (a program, not a library)."""
+        for statement in self.module.body:
+            if isinstance(statement, cst.If) and "__main__" in cst.Module([]).code_for_node(statement.test) \
+                    and "__name__" in cst.Module([]).code_for_node(statement.test):
+                return True
+        return False
+
+    def uses_any(self, names: Iterable[str], prefixes: tuple[str, ...] = ()) -> bool:
+        """Whether the module refers to one of ``names`` or to anything in a module named by
+        ``prefixes`` (``"jax.distributed."``), however it was imported."""
+        names = frozenset(names)
+        modules = frozenset(p.rstrip(".") for p in prefixes)
+
+        def hit(qualified: frozenset[str]) -> bool:
+            return not qualified.isdisjoint(names) or any(q in modules or q.startswith(prefixes) for q in qualified)
+
+        components = {n.rsplit(".", 1)[-1] for n in names | modules}
+        # Local names an import bound to one of them (`import jax.distributed as jd`, `from
+        # jax.experimental.multihost_utils import process_allgather`), checked through scopes.
+        imported = {local for local, fulls in self.index.imports.items()
+                    if any(f in names or f in modules or f.startswith(prefixes) for f in fulls)}
+        for component in components:
+            for node in self.index.attributes.get(component, ()):
+                if hit(self.qualified_names(node)):
+                    return True
+        for local in components | imported:
+            for node in self.index.names.get(local, ()):
+                if not self._is_attribute_tail(node) and hit(self.qualified_names(node)):
+                    return True
+        return False
+
+    @property
+    def subscripts(self) -> list[cst.Subscript]:
+        return self.index.subscripts
+
+
+def _prefer_pmap(table: dict, key, site: TransformSite) -> None:
+    current = table.get(key)
+    if current is None or (current.transform != PMAP and site.transform == PMAP):
+        table[key] = site

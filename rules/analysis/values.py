@@ -1,0 +1,268 @@
+"""The values the analysis follows: pmap outputs, replicated and sharded stacks, committed arrays."""
+
+from __future__ import annotations
+
+import libcst as cst
+from libcst.metadata import BaseAssignment
+
+from pmap_migrate.rules.knowledge import tables
+from collections.abc import Iterable
+from pmap_migrate.rules.analysis.sites import (
+    COMMITTED, DEVICE_STACKED, JIT, JIT_OUTPUT, PMAP, PMAP_OUTPUT, PMAP_OUTPUT_UNSTACKED, REPLICATED, SHARDED_STACK,
+    TransformSite,
+)
+from pmap_migrate.rules.analysis.syntax import (
+    _ARRAY_ATTRIBUTES, _SEQUENCE_DISPLAYS, _is_key_subscript, _returns_sequence, _stacked_output, _target_names_at,
+    integer_index,
+)
+
+
+class ValueFlow:
+    """Which names and calls hold pmap outputs or device-stacked values, flow-insensitively (a part of
+    ``SemanticModel``; see its module)."""
+
+    # ------------------------------------------------------------ data flow
+    def _classify_call(self, call: cst.Call) -> set[str]:
+        tags: set[str] = set()
+        site = self._calls_to.get(call)
+        if site is not None:
+            if site.transform == JIT:
+                tags.add(JIT_OUTPUT)
+            else:
+                tags.add(PMAP_OUTPUT if _stacked_output(site.option("out_axes"), None) else PMAP_OUTPUT_UNSTACKED)
+        names = self.qualified_names(call.func)
+        if not names.isdisjoint(tables.DEVICE_PUT_REPLICATED) or not names.isdisjoint(tables.FLAX_REPLICATE):
+            tags.add(REPLICATED)
+        if not names.isdisjoint(tables.DEVICE_PUT_SHARDED):
+            tags.add(SHARDED_STACK)
+        if not names.isdisjoint(tables.DEVICE_PUT):
+            # device_put(x) and device_put(x, None) leave x uncommitted; a device or sharding commits it.
+            positional = [a for a in call.args if a.keyword is None and not a.star]
+            placement = positional[1].value if len(positional) >= 2 else None
+            for arg in call.args:
+                if arg.keyword is not None and arg.keyword.value == "device":
+                    placement = arg.value
+            if placement is not None and not (isinstance(placement, cst.Name) and placement.value == "None"):
+                tags.add(COMMITTED)
+        return tags
+
+    def _tag_values(self) -> None:
+        for call in self.index.calls:
+            tags = self._classify_call(call)
+            site = self._calls_to.get(call)
+            if not tags and site is None:
+                continue
+            if tags:
+                self._call_tags[call] = tags
+            parent = self.parents.get(call)
+            if not isinstance(parent, (cst.Assign, cst.AnnAssign)):
+                continue
+            targets = [t.target for t in parent.targets] if isinstance(parent, cst.Assign) else [parent.target]
+            for target in targets:
+                for name, position in _target_names_at(target):
+                    assignment = self.assignment_for_target(name)
+                    if assignment is None:
+                        continue
+                    element_tags = tags
+                    if site is not None and site.transform == PMAP and position is not None:
+                        # `loss, aux = step(x)` with out_axes=(0, None): tag each output as its axis says.
+                        stacked = _stacked_output(site.option("out_axes"), position)
+                        element_tags = (tags - {PMAP_OUTPUT, PMAP_OUTPUT_UNSTACKED}) | {
+                            PMAP_OUTPUT if stacked else PMAP_OUTPUT_UNSTACKED}
+                    self._tags[assignment] |= element_tags
+                    if tags:
+                        self._assignment_calls[assignment].append((call, position))
+                    if site is not None:
+                        self._assignment_producers[assignment].append(site)
+                        if position is None and self.returns_tuple(site):
+                            self._whole_tuple_outputs.add(assignment)
+                    # (a starred target's name gets no position, and only part of the value)
+                    if tags and (position is not None or isinstance(target, cst.Name)) \
+                            and self._produces_sequence(call, position):
+                        self._sequence_values.add(assignment)
+
+    def _propagate_tags(self) -> None:
+        """Carry tags through plain copies: ``m = metrics``, ``params = state.params``,
+        ``loss, aux = out`` (``out`` a whole tuple output), ``m = metrics["train"]``. A few rounds
+        cover chains of copies; modules without tagged values skip this entirely."""
+        if not self._tags:
+            return
+        copies = [(target, value) for target, value in self.index.assigned_value.items()
+                  if isinstance(value, (cst.Name, cst.Attribute, cst.Subscript))]
+        for _ in range(3):
+            changed = False
+            for target, value in copies:
+                calls, assignments = self._sources(value)
+                if not assignments:
+                    continue
+                tags: set[str] = set()
+                producers: list[TransformSite] = []
+                sources: list[tuple[cst.Call, int | None]] = []
+                for assignment in assignments:
+                    tags |= self._tags.get(assignment, set())
+                    producers.extend(self._assignment_producers.get(assignment, ()))
+                    sources.extend(self._assignment_calls.get(assignment, ()))
+                if not tags:
+                    continue
+                whole_tuple = isinstance(value, cst.Name) and all(a in self._whole_tuple_outputs for a in assignments
+                                                                   if self._tags.get(a))
+                sequence = isinstance(value, cst.Name) and isinstance(target, cst.Name) and all(
+                    a in self._sequence_values for a in assignments if self._tags.get(a))
+                for name, position in _target_names_at(target):
+                    if position is None and isinstance(target, (cst.Tuple, cst.List)):
+                        continue  # starred unpacking: which element is which is unknown
+                    if isinstance(target, (cst.Tuple, cst.List)) and not whole_tuple:
+                        continue  # unpacking an array: the device axis itself, not outputs
+                    assignment = self.assignment_for_target(name)
+                    if assignment is None or tags <= self._tags.get(assignment, set()):
+                        continue
+                    self._tags[assignment] |= tags
+                    self._assignment_producers[assignment].extend(producers)
+                    # `ys, aux = out` (a whole tuple output): each name receives one output
+                    self._assignment_calls[assignment].extend(
+                        (call, position if whole_tuple and at is None else at) for call, at in sources)
+                    if position is None and whole_tuple:
+                        self._whole_tuple_outputs.add(assignment)
+                    if sequence:
+                        self._sequence_values.add(assignment)
+                    changed = True
+            if not changed:
+                break
+
+    def returns_tuple(self, site: TransformSite) -> bool:
+        """Whether every function ``site`` may transform returns a tuple/list display, so its
+        output is a Python sequence of arrays (``step(x)[0]`` picks an output, not a device)."""
+        cached = self._tuple_sites.get(id(site))
+        if cached is None:
+            functions = self.mapped_functions(site)
+            cached = bool(functions) and all(_returns_sequence(f) for f in functions)
+            self._tuple_sites[id(site)] = cached
+        return cached
+
+    def _sources(self, expr: cst.BaseExpression) -> tuple[list[cst.Call], list[BaseAssignment]]:
+        """Calls and assignments whose value ``expr`` may be (a leaf, a field or a named output of)."""
+        calls: list[cst.Call] = []
+        assignments: list[BaseAssignment] = []
+        while True:
+            if isinstance(expr, cst.Call):
+                calls.append(expr)
+            elif isinstance(expr, cst.Name):
+                assignments.extend(self.reaching_assignments(expr))
+            elif isinstance(expr, cst.Subscript) and (_is_key_subscript(expr) or self.selects_output(expr)):
+                expr = expr.value  # a leaf of a pytree output, or one output of a tuple, is an output too
+                continue
+            elif isinstance(expr, cst.Attribute) and expr.attr.value not in _ARRAY_ATTRIBUTES:
+                expr = expr.value  # a field of an output dataclass/namedtuple
+                continue
+            return calls, assignments
+
+    def value_tags(self, expr: cst.BaseExpression) -> set[str]:
+        """What ``expr`` may hold: a pmap output, a replicated stack, a committed array, ..."""
+        calls, assignments = self._sources(expr)
+        tags: set[str] = set()
+        for call in calls:
+            tags |= self._call_tags.get(call, set())
+        for assignment in assignments:
+            tags |= self._tags.get(assignment, set())
+        return tags
+
+    def always_tagged(self, expr: cst.BaseExpression, allowed: Iterable[str]) -> bool:
+        """Whether every value ``expr`` may hold is known to carry tags from ``allowed`` only: it
+        has at least one source, and each source call and each reaching assignment is tagged,
+        with nothing outside ``allowed``. The "must" counterpart of ``value_tags`` (which answers
+        "may"): fixes that are exact only for, say, pmap outputs ask this."""
+        allowed = frozenset(allowed)
+        calls, assignments = self._sources(expr)
+        if not calls and not assignments:
+            return False
+        found = [self._call_tags.get(call) for call in calls] + [self._tags.get(a) for a in assignments]
+        return all(tags and tags <= allowed for tags in found)
+
+    def tagged_sources(self, expr: cst.BaseExpression) -> list[tuple[cst.Call, int | None]]:
+        """The tagged calls (pmap and jit calls, `device_put_replicated`, flax `replicate`, ...)
+        whose value ``expr`` may be, followed through assignments and plain copies, each with the
+        position of the call's tuple output that reaches ``expr`` (None: the whole output, or not
+        known)."""
+        calls, assignments = self._sources(expr)
+        found: list[tuple[cst.Call, int | None]] = [(call, None) for call in calls if call in self._call_tags]
+        for assignment in assignments:
+            found.extend(self._assignment_calls.get(assignment, ()))
+        return found
+
+    def producers(self, expr: cst.BaseExpression) -> list[TransformSite]:
+        """The pmap/jit sites whose output ``expr`` may be."""
+        calls, assignments = self._sources(expr)
+        found = [self._calls_to[c] for c in calls if c in self._calls_to]
+        for assignment in assignments:
+            found.extend(self._assignment_producers.get(assignment, ()))
+        return found
+
+    def selects_output(self, node: cst.Subscript) -> bool:
+        """``out[0]`` picking an element of a Python sequence, not indexing the device axis: ``out``
+        is the whole (tuple) output of a function returning ``a, b``; or a list or tuple of the
+        pytree, as its producer shows (a pmapped function returning a list there, a replicated
+        list) or as the element's use shows (``params[0]["w"]``: a string key, which no array
+        takes). The element is part of the same output: its leaves keep the device axis."""
+        if not integer_index(node):
+            return False
+        parent = self.parents.get(node)
+        if isinstance(parent, cst.Subscript) and parent.value is node and _is_key_subscript(parent):
+            return True
+        value = node.value
+        if isinstance(value, cst.Call):
+            site = self._calls_to.get(value)
+            return (site is not None and self.returns_tuple(site)) or self._produces_sequence(value, None)
+        if isinstance(value, cst.Name):
+            assignments = [a for a in self.reaching_assignments(value) if self._tags.get(a)]
+            return bool(assignments) and (all(a in self._whole_tuple_outputs for a in assignments)
+                                          or all(a in self._sequence_values for a in assignments))
+        return False
+
+    def _produces_sequence(self, call: cst.Call, position: int | None) -> bool:
+        """What ``call`` returns (its element at ``position`` of a returned tuple; None: all of it) is
+        visibly a Python list or tuple: a pmapped function returning a list or tuple display (or a
+        list comprehension) there, or `device_put_replicated` / flax `replicate` of one (a stack
+        keeps the structure of what it stacks)."""
+        site = self._calls_to.get(call)
+        if site is not None:
+            key = (id(site), position)
+            if key not in self._sequence_sites:
+                functions = self.mapped_functions(site) if site.transform == PMAP else []
+                self._sequence_sites[key] = bool(functions) and all(
+                    _returns_sequence(f, position, _SEQUENCE_DISPLAYS) for f in functions)
+            return self._sequence_sites[key]
+        names = self.qualified_names(call.func)
+        if position is not None or (names.isdisjoint(tables.DEVICE_PUT_REPLICATED)
+                                    and names.isdisjoint(tables.FLAX_REPLICATE)):
+            return False
+        first = call.args[0] if call.args else None
+        if first is None or first.star or (first.keyword is not None and first.keyword.value not in ("x", "tree")):
+            return False
+        return self._is_sequence(first.value)
+
+    def _is_sequence(self, expr: cst.BaseExpression, depth: int = 0) -> bool:
+        """``expr`` is a list or tuple on every path: a display, a list comprehension, a call of a
+        module function that only returns those, or a name bound only to one of these."""
+        if isinstance(expr, _SEQUENCE_DISPLAYS):
+            return True
+        if depth > 4:
+            return False
+        if isinstance(expr, cst.Call) and isinstance(expr.func, cst.Name):
+            definitions = self.assignments_of(expr.func)
+            return bool(definitions) and all(
+                isinstance(getattr(d, "node", None), cst.FunctionDef) and not d.node.decorators
+                and _returns_sequence(d.node, None, _SEQUENCE_DISPLAYS) for d in definitions)
+        if isinstance(expr, cst.Name):
+            assignments = self.reaching_assignments(expr)
+            values = [self.index.assigned_value.get(getattr(a, "node", None)) for a in assignments]
+            return bool(values) and all(v is not None and self._is_sequence(v, depth + 1) for v in values)
+        return False
+
+    def indexes_device_axis(self, node: cst.Subscript) -> bool:
+        """``out[0]`` / ``out[i]`` on a value whose leading axis is laid out across devices."""
+        return (integer_index(node) and not self.selects_output(node)
+                and not self.value_tags(node.value).isdisjoint(DEVICE_STACKED))
+
+    def pmap_devices_option(self, call: cst.Call) -> cst.BaseExpression | None:
+        site = self._calls_to.get(call)
+        return site.option("devices") if site is not None else None
