@@ -15,7 +15,6 @@ import sys
 import warnings
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
-from itertools import chain
 
 import libcst as cst
 from libcst.codemod import CodemodContext
@@ -28,7 +27,7 @@ from pmap_migrate.engine import (Analysis, Finding, analyse, lint_module, one_li
 from pmap_migrate.stack import on_deep_stack
 from pmap_migrate.rules.base import Rule
 from pmap_migrate.rules.fixes.choices import RuleOptions
-from pmap_migrate.rules.fixes.spec import Edit
+from pmap_migrate.rules.fixes.edits import EditApplier
 from pmap_migrate.rules.analysis.imports import imported_names
 from pmap_migrate.rules.analysis.index import indent_unit
 
@@ -93,34 +92,6 @@ def choose(analysis: Analysis, candidates: Sequence[Finding]) -> list[Finding]:
         chosen.append(finding)
         taken.extend(spans)
     return chosen
-
-
-class _Replace(cst.CSTTransformer):
-    """Replaces the edits' targets and puts their insertions before them. libcst's transformer
-    copies every node it walks into; given ``toward`` (the ids of the targets and of all their
-    ancestors), the walk enters only those, and every other subtree comes back as it is."""
-
-    def __init__(self, replacements: dict[cst.CSTNode, Edit], insertions: dict[cst.CSTNode, list],
-                 toward: set[int] | None = None) -> None:
-        super().__init__()
-        self.replacements = replacements
-        self.insertions = insertions
-        self.toward = toward
-
-    def on_visit(self, node: cst.CSTNode) -> bool:
-        return self.toward is None or id(node) in self.toward
-
-    def on_leave(self, original_node, updated_node):
-        edit = self.replacements.get(original_node)
-        result = edit.replacement if edit is not None else updated_node
-        before = self.insertions.get(original_node)
-        if before:
-            if isinstance(result, cst.FlattenSentinel):
-                return cst.FlattenSentinel([*before, *result.nodes])
-            if isinstance(result, cst.RemovalSentinel):
-                return cst.FlattenSentinel(before)
-            return cst.FlattenSentinel([*before, result])
-        return result
 
 
 def _clean_indent(module: cst.Module) -> cst.Module:
@@ -340,17 +311,10 @@ def apply(module: cst.Module, chosen: Sequence[Finding],
           parents: Mapping[cst.CSTNode, cst.CSTNode] | None = None) -> cst.Module:
     """The module with the fixes of ``chosen`` applied (with ``parents``, the analysis' map of
     ``module``'s nodes, only the paths to the edits' targets are rebuilt)."""
-    replacements: dict[cst.CSTNode, Edit] = {}
-    insertions: dict[cst.CSTNode, list] = {}
-    for finding in chosen:
-        for edit in finding.fix.all_edits(finding.node):
-            if edit.replacement is not None:
-                replacements[edit.target] = edit
-            if edit.before:
-                insertions.setdefault(edit.target, []).extend(edit.before)
-    if replacements or insertions:
-        toward = None if not parents else _toward(module, chain(replacements, insertions), parents)
-        module = module.visit(_Replace(replacements, insertions, toward))
+    edits = [edit for finding in chosen for edit in finding.fix.all_edits(finding.node)]
+    if edits:
+        toward = None if not parents else _toward(module, [edit.target for edit in edits], parents)
+        module = module.visit(EditApplier(edits, toward))
     context = CodemodContext()
     # libcst takes the first indented line's indentation as the module's unit, form feed included
     # (`\f    x = 1`); its import visitors reject that unit and generated blocks would repeat the

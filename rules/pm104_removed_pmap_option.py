@@ -7,7 +7,7 @@ import libcst as cst
 from pmap_migrate.rules.knowledge import gates, tables
 from pmap_migrate.rules.base import Invalid, Rule, Valid
 from pmap_migrate.rules.fixes.spec import Edit, FixSpec
-from pmap_migrate.rules.fixes.placement import remove_line
+from pmap_migrate.rules.fixes.placement_fixes import remove_line
 from pmap_migrate.rules.analysis.sites import PMAP
 from pmap_migrate.rules.fixes.choices import Applicability
 

@@ -5,7 +5,7 @@ import libcst as cst
 from pmap_migrate.rules.knowledge import gates
 from pmap_migrate.rules.base import Invalid, Rule, Valid
 from pmap_migrate.rules.fixes.spec import FixSpec
-from pmap_migrate.rules.fixes.placement import (
+from pmap_migrate.rules.fixes.placement_fixes import (
     is_assignment_target,
     keep_parens,
     literal_index,

@@ -7,8 +7,8 @@ from pmap_migrate.rules.fixes.api import removal_spec
 from pmap_migrate.rules.fixes.code import code_of
 from pmap_migrate.rules.base import Invalid, Rule, Valid
 from pmap_migrate.rules.fixes.spec import Edit, FixSpec, ImportSpec
-from pmap_migrate.rules.fixes.placement import (
-    Unfixable,
+from pmap_migrate.rules.fixes.api import Unfixable
+from pmap_migrate.rules.fixes.placement_fixes import (
     alias_definition,
     alias_fix,
     called,

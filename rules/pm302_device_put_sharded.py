@@ -4,7 +4,7 @@ import libcst as cst
 
 from pmap_migrate.rules.knowledge import gates, tables
 from pmap_migrate.rules.base import Invalid, Rule, Valid
-from pmap_migrate.rules.fixes.placement import removed_helper_fix
+from pmap_migrate.rules.fixes.placement_fixes import removed_helper_fix
 
 
 class DevicePutSharded(Rule):

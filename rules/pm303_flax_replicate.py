@@ -10,12 +10,11 @@ from pmap_migrate.rules.fixes.api import removal_spec
 from pmap_migrate.rules.fixes.code import code_of
 from pmap_migrate.rules.base import Invalid, Rule, Valid
 from pmap_migrate.rules.fixes.spec import FixSpec, ImportSpec
-from pmap_migrate.rules.fixes.placement import (
-    Placement,
-    Unfixable,
+from pmap_migrate.rules.fixes.api import Unfixable
+from pmap_migrate.rules.fixes.placement import Placement, call_arguments
+from pmap_migrate.rules.fixes.placement_fixes import (
     alias_definition,
     alias_fix,
-    call_arguments,
     called,
     keep_parens,
     stack_fix,

@@ -7,11 +7,11 @@ import libcst as cst
 from pmap_migrate.rules.knowledge import gates
 from pmap_migrate.rules.base import Invalid, Rule, Valid
 from pmap_migrate.rules.fixes.spec import Edit, FixSpec
-from pmap_migrate.rules.fixes.placement import (
-    Unfixable,
+from pmap_migrate.rules.fixes.api import Unfixable
+from pmap_migrate.rules.fixes.placement import iter_leaves
+from pmap_migrate.rules.fixes.placement_fixes import (
     devices_descriptor,
     helper_devices,
-    iter_leaves,
     placed_for,
     reshard_text,
 )

@@ -230,36 +230,36 @@ def test_fixed_program_still_runs_as_one_process(fixed, legacy, name):
 
 
 def test_generated_code_is_copied_to_unindent_its_empty_lines_only_when_it_has_such_lines():
-    """`_unindented` takes the indentation off generated empty lines without a comment; code without
+    """`unindented` takes the indentation off generated empty lines without a comment; code without
     any is returned as it is (no copy), and code of the original module is never entered."""
     from types import SimpleNamespace
 
     import libcst as cst
 
-    from pmap_migrate.rules.fixes.multiprocess import _unindented
+    from pmap_migrate.rules.fixes.edits import unindented
 
     original = cst.parse_statement("if x:\n\n    y = 1\n")
     model = SimpleNamespace(parents={original: None})
     plain = cst.parse_statement("def f():\n    return 1\n")
-    assert _unindented(model, plain, {}) is plain
+    assert unindented(model, plain, {}) is plain
     spaced = cst.parse_statement("def f():\n    a = 1\n    \n    # kept\n    return a\n")
-    out = _unindented(model, spaced, {})
+    out = unindented(model, spaced, {})
     lines = [line for s in out.body.body for line in s.leading_lines]
     assert [(line.indent, line.comment is None) for line in lines] == [(False, True), (True, False)]
     assert out.deep_equals(spaced.with_deep_changes(spaced.body.body[1], leading_lines=lines))
     wrapper = cst.FlattenSentinel([plain, original])
-    assert list(_unindented(model, wrapper, {}).nodes) == [plain, original]  # the original: not entered
+    assert list(unindented(model, wrapper, {}).nodes) == [plain, original]  # the original: not entered
 
 
 def test_generated_statements_known_to_need_no_unindenting_are_not_walked():
     """`Rewriter.parse_generated` records the statements whose empty lines carry no indentation
     (libcst indents a blank line only at module level, or a line of whitespace anywhere), with their
-    direct children; `_unindented` returns them, and a new node built around them, unwalked."""
+    direct children; `unindented` returns them, and a new node built around them, unwalked."""
     from types import SimpleNamespace
 
     import libcst as cst
 
-    from pmap_migrate.rules.fixes.multiprocess import _unindented
+    from pmap_migrate.rules.fixes.edits import unindented
     from pmap_migrate.rules.fixes.pmap_rewrite import Rewriter
 
     rewriter = Rewriter.__new__(Rewriter)
@@ -271,11 +271,11 @@ def test_generated_statements_known_to_need_no_unindenting_are_not_walked():
     statements = rewriter.parse_generated(text)
     assert all(id(statement) in rewriter.plain_generated for statement in statements)
     model = SimpleNamespace(parents={})
-    for raw, statement in zip(parsed, statements):  # what `_unindented` makes of the raw parse, already
-        assert statement.deep_equals(_unindented(model, raw, {}))
-        assert _unindented(model, statement, rewriter.plain_generated) is statement
+    for raw, statement in zip(parsed, statements):  # what `unindented` makes of the raw parse, already
+        assert statement.deep_equals(unindented(model, raw, {}))
+        assert unindented(model, statement, rewriter.plain_generated) is statement
     moved = statements[1].with_changes(leading_lines=[])  # a new node around recorded children: not entered
-    assert _unindented(model, moved, rewriter.plain_generated) is moved
+    assert unindented(model, moved, rewriter.plain_generated) is moved
     assert cst.Module(statements).code == text  # the same text at module level
     whitespace = rewriter.parse_generated("def g():\n    a = 1\n    \n    return a\n")
     assert not any(id(node) in rewriter.plain_generated for node in whitespace)

@@ -38,10 +38,11 @@ from pmap_migrate.rules.fixes.naming import NameAllocator
 from pmap_migrate.rules.analysis.model import SemanticModel
 from pmap_migrate.rules.analysis.sites import PMAP, TransformSite
 from pmap_migrate.rules.fixes.choices import Applicability
-from pmap_migrate.rules.fixes.code import WHITESPACE_LINE, int_literal, is_none, own_blank_lines_unindented, simple_params
+from pmap_migrate.rules.fixes.code import WHITESPACE_LINE, is_none, own_blank_lines_unindented, simple_params
 from pmap_migrate.rules.fixes.code import code_of
-from pmap_migrate.rules.fixes.pmap_options import AxisEntry, DEFAULT_AXIS, KNOWN_OPTIONS, NotConstant, Unsupported, axis_entry, axis_value, int_tuple, leaf_axes
+from pmap_migrate.rules.fixes.pmap_options import DEFAULT_AXIS, KNOWN_OPTIONS, Unsupported
 from pmap_migrate.rules.fixes.pmap_render import Plan, STATIC_TEMPLATE_LOCALS, expand_expr, process_guard, render, squeeze_line
+from pmap_migrate.rules.fixes.pmap_options import SiteReader
 
 SHIM_IMPORT = ImportSpec("runtime_shim")
 
@@ -52,6 +53,7 @@ class Rewriter:
     def __init__(self, model: SemanticModel, names: NameAllocator | None = None) -> None:
         self.model = model
         self.names = names or NameAllocator(model)
+        self.reader = SiteReader(model, self.names)
         # Generated statements (and their direct children) parsed from text without whitespace-only
         # lines, by id (the dictionary keeps them alive): none of their empty lines carries indentation.
         self.plain_generated: dict[int, cst.CSTNode] = {}
@@ -157,7 +159,7 @@ class Rewriter:
     def _direct_nest(self, site: TransformSite) -> list[TransformSite] | None:
         """``pmap(pmap(f, 'j'), 'i')`` as an assignment, every level with only a literal axis name:
         the chain of sites, outermost first. Such a nest is one shard_map over a multi-axis mesh."""
-        if site.is_decorator or self._assignment_statement(site.node)[0] is None:
+        if site.is_decorator or self.assignment_statement(site.node)[0] is None:
             return None
         chain = [site]
         while True:
@@ -193,10 +195,10 @@ class Rewriter:
 
     def _nested_fix(self, chain: list[TransformSite]) -> FixSpec:
         outer = chain[0]
-        statement, target = self._assignment_statement(outer.node)
+        statement, target = self.assignment_statement(outer.node)
         fun = chain[-1].fun
         assert statement is not None and fun is not None
-        params, body_call, hoisted = self._signature(fun, target, outer)
+        params, body_call, hoisted = self.reader.signature(fun, target, outer)
         if params is None:
             raise Unsupported("nested pmap of a function whose signature is unknown")
         axes = [code_of(level.option("axis_name")) for level in chain]
@@ -232,214 +234,13 @@ class Rewriter:
                        add_imports=fix.add_imports + (ImportSpec("numpy", None, "np"),),
                        remove_imports=fix.remove_imports)
 
-    def _options(self, site: TransformSite, params: list[str] | None) -> dict:
-        axis_node = site.option("axis_name")
-        if axis_node is None or is_none(axis_node):
-            axis = DEFAULT_AXIS
-        elif isinstance(axis_node, cst.SimpleString):
-            axis = code_of(axis_node)
-        elif isinstance(axis_node, cst.Name) and self._string_constant(axis_node):
-            axis = axis_node.value  # `_PMAP_AXIS_NAME = "data"`: the mesh axis follows the constant
-        else:
-            axis = None  # any other expression: read once, where pmap read it (`_plan` hoists it)
-        static = int_tuple(self._folded(site.option("static_broadcasted_argnums"), iterable=True),
-                            "static_broadcasted_argnums")
-        donate = int_tuple(self._folded(site.option("donate_argnums"), iterable=True), "donate_argnums")
-        if any(i < 0 for i in static + donate):
-            raise Unsupported("negative argnums")
-        n_params = len(params) if params is not None else None
-        if n_params is not None and any(i >= n_params for i in static + donate):
-            raise Unsupported("argnums beyond the function's parameters")
-        n_mapped = (n_params - len(set(static))) if n_params is not None else None
-
-        size_node = site.option("axis_size")
-        size = None
-        if size_node is not None and not is_none(size_node):
-            if int_literal(size_node) is None:
-                raise Unsupported("`axis_size` is not a literal")
-            size = code_of(size_node)
-        in_node = self._folded(site.option("in_axes"))
-        in_axes: list[AxisEntry] | int | None
-        if in_node is None:
-            in_axes = 0
-        elif isinstance(in_node, cst.List):
-            # The arguments are a tuple: legacy pmap refused a list prefix (a ValueError at the call).
-            raise Unsupported("an in_axes list (legacy pmap refused it: the arguments are a tuple)")
-        elif isinstance(in_node, cst.Tuple):
-            if params is None:
-                raise Unsupported("a per-argument in_axes with an unknown signature")
-            entries = [axis_entry(e.value) for e in in_node.elements]
-            if static:
-                # Legacy pmap picks in_axes[i] for each non-static position i.
-                dynamic = [i for i in range(n_params) if i not in static]
-                if dynamic and max(dynamic) >= len(entries):
-                    raise Unsupported("in_axes does not cover every non-static argument")
-                entries = [entries[i] for i in dynamic]
-            elif len(entries) != n_mapped:
-                raise Unsupported("in_axes does not match the number of arguments")
-            in_axes = entries
-        else:
-            in_axes = axis_value(in_node)
-            if in_axes is None and params is None:
-                raise Unsupported("in_axes=None with an unknown signature")
-        flat_in = [a for e in (in_axes if isinstance(in_axes, list) else [in_axes]) for a in leaf_axes(e)]
-        if any(a is not None and a < 0 for a in flat_in):
-            raise Unsupported("negative in_axes")
-        if all(a is None for a in flat_in) and size is None:
-            raise Unsupported("no mapped argument and no axis_size")
-        if params is None and in_axes != 0:
-            raise Unsupported("non-zero in_axes with an unknown signature")
-
-        out_node = self._folded(site.option("out_axes"))
-        out_axes: list[int | None] | int | None
-        if out_node is None:
-            out_axes = 0
-        elif isinstance(out_node, cst.List):
-            # A list prefix matches list outputs only (legacy refused a tuple output with it).
-            raise Unsupported("an out_axes list (legacy pmap matched it to list outputs only)")
-        elif isinstance(out_node, cst.Tuple):
-            out_axes = [axis_value(e.value) for e in out_node.elements]
-        else:
-            out_axes = axis_value(out_node)
-        flat_out = out_axes if isinstance(out_axes, list) else [out_axes]
-        if any(a is not None and a < 0 for a in flat_out):
-            raise Unsupported("negative out_axes")
-        if params is None and out_axes != 0:
-            raise Unsupported("non-zero out_axes with an unknown signature")
-
-        unsafe: list[str] = []
-        devices_node = site.option("devices")
-        backend = site.option("backend")
-        if devices_node is not None and not is_none(devices_node):
-            # Legacy pmap maps over exactly the given devices (their number must match the axis).
-            devices = code_of(devices_node)
-            unsafe.append(f"assumes `{devices}` names the same devices when the function is first called "
-                          "as when pmap was built")
-            mesh_devices = devices
-        else:
-            if backend is not None and not is_none(backend):
-                if not isinstance(backend, cst.SimpleString):
-                    raise Unsupported("`backend` is not a string literal")
-                mesh_devices = f"jax.local_devices(backend={code_of(backend)})"
-            else:
-                mesh_devices = "jax.local_devices()"
-            mesh_devices += "[: {size}]"
-        return dict(axis=axis, axis_node=axis_node, static=static, donate=donate, in_axes=in_axes,
-                    out_axes=out_axes, mesh_devices=mesh_devices, size=size, unsafe=unsafe)
-
-    def _folded(self, node: cst.BaseExpression | None, *, iterable: bool = False) -> cst.BaseExpression | None:
-        """An option computed from literals (`list(range(5))`, `(0,) * 5 + (None,)`) as the literal
-        it always evaluates to (the builtins being the builtins); any other node as it is.
-        ``iterable``: the option takes any iterable of ints (the argnums), so a `range` stands for
-        the tuple of its items; in_axes and out_axes take containers only (legacy refused a range)."""
-        if node is None or isinstance(node, (cst.Integer, cst.Name, cst.SimpleString, cst.Dict)):
-            return node
-        try:
-            value = self._constant(node)
-        except NotConstant:
-            return node
-        if iterable and isinstance(value, range):
-            value = tuple(value)
-        if isinstance(value, (tuple, list)) and all(v is None or isinstance(v, int) for v in value):
-            return cst.parse_expression(repr(value))
-        return node
-
-    def _constant(self, node: cst.BaseExpression):
-        """The value of an expression of int literals, None, tuples and lists, `+` and `*` on them,
-        and the builtins `range`, `list` and `tuple` (raises NotConstant for anything else; a `range`
-        call is a `range`, which only `list`/`tuple` and ``iterable`` options take)."""
-        if is_none(node):
-            return None
-        value = int_literal(node)
-        if value is not None:
-            return value
-        if isinstance(node, (cst.Tuple, cst.List)) and not any(isinstance(e, cst.StarredElement) for e in node.elements):
-            items = [self._constant(e.value) for e in node.elements]
-            return tuple(items) if isinstance(node, cst.Tuple) else items
-        if isinstance(node, cst.BinaryOperation):
-            left, right = self._constant(node.left), self._constant(node.right)
-            if isinstance(node.operator, cst.Add) and type(left) is type(right) and isinstance(left, (tuple, list)):
-                return left + right
-            if isinstance(node.operator, cst.Multiply):
-                if isinstance(left, (tuple, list)) and isinstance(right, int) and 0 <= right <= 64:
-                    return left * right
-                if isinstance(right, (tuple, list)) and isinstance(left, int) and 0 <= left <= 64:
-                    return right * left
-        if isinstance(node, cst.Call) and isinstance(node.func, cst.Name) and node.func.value in ("range", "list", "tuple") \
-                and all(a.keyword is None and not a.star for a in node.args) \
-                and self.model.qualified_names(node.func) == {f"builtins.{node.func.value}"}:
-            args = [self._constant(a.value) for a in node.args]
-            if node.func.value == "range" and 1 <= len(args) <= 3 and all(isinstance(a, int) for a in args) \
-                    and len(range(*args)) <= 64:
-                return range(*args)
-            if node.func.value in ("list", "tuple") and len(args) == 1 and isinstance(args[0], (tuple, list, range)):
-                return list(args[0]) if node.func.value == "list" else tuple(args[0])
-        raise NotConstant
-
-    def _strings_only(self, expr: cst.BaseExpression) -> bool:
-        """``expr`` is a name every binding of which assigns a string literal (it cannot be None)."""
-        if not isinstance(expr, cst.Name):
-            return False
-        assignments = self.model.assignments_of(expr)
-        return bool(assignments) and all(
-            isinstance(self.model.assigned_value(getattr(a, "node", None)), cst.SimpleString) for a in assignments)
-
-    def _string_constant(self, name: cst.Name) -> bool:
-        """``name`` is a module-level name bound once, to a string literal, and never rebound: the
-        body's collectives and the wrapper's mesh read the same value whenever they run."""
-        module_scope = self.model.scope_of(self.model.module)
-        if module_scope is None or self.model.scope_of(name) is None:
-            return False
-        assignments = self.model.assignments_of(name)
-        if len(assignments) != 1 or assignments[0].scope is not module_scope:
-            return False
-        if len(module_scope.assignments[name.value]) != 1:
-            return False
-        value = self.model.assigned_value(getattr(assignments[0], "node", None))
-        return isinstance(value, cst.SimpleString)
-
-    def _keyword_risk(self, site: TransformSite, params: list[str] | None, opts: dict) -> str | None:
-        """Legacy pmap maps keyword arguments on axis 0 whatever in_axes says; the wrapper gives a
-        keyword the axis of its parameter. Equal only when those axes are 0."""
-        if params is None:
-            return None
-        static = opts["static"]
-        mapped = [p for i, p in enumerate(params) if i not in static]
-        in_axes = opts["in_axes"]
-        axes = in_axes if isinstance(in_axes, list) else [in_axes] * len(mapped)
-        risky = {name for name, axis in zip(mapped, axes) if axis != 0}
-        if not risky:
-            return None
-        for call, called in self.model.pmap_calls().items():
-            if called is not site:
-                continue
-            if any(a.star for a in call.args):
-                raise Unsupported("called with *args/**kwargs while in_axes is not 0 everywhere")
-            for arg in call.args:
-                if arg.keyword is not None and arg.keyword.value in risky:
-                    raise Unsupported(f"called with the keyword `{arg.keyword.value}`, which legacy pmap maps "
-                                      "on axis 0 whatever in_axes says")
-        if self._used_as_value(site):
-            return (f"assumes callers pass {', '.join(sorted(risky))} positionally (legacy pmap maps "
-                    "keyword arguments on axis 0; the function is also used as a value here)")
-        return None
-
-    def _used_as_value(self, site: TransformSite) -> bool:
-        """A name the pmapped function is bound to is read other than as the callee of a call."""
-        for assignment in site.bound_names:
-            for access in assignment.references:
-                parent = self.model.parent(access.node)
-                if not (isinstance(parent, cst.Call) and parent.func is access.node):
-                    return True
-        return False
-
     def _plan(self, site: TransformSite, name: str, params: list[str] | None, body_call: str,
               hoisted: list[str]) -> Plan:
-        opts = self._options(site, params)
-        risk = self._keyword_risk(site, params, opts)
+        opts = self.reader.options(site, params)
+        risk = self.reader.keyword_risk(site, params, opts)
         if risk is not None:
             opts["unsafe"].append(risk)
-        keywords = params is None and self._may_get_keywords(site)
+        keywords = params is None and self.reader.may_get_keywords(site)
         if params is None and opts["static"]:
             if keywords:
                 raise Unsupported("static_broadcasted_argnums with an unknown signature, and keyword arguments "
@@ -457,20 +258,12 @@ class Rewriter:
             expression = opts["axis_node"]
             axis = self.names.fresh(f"{name.lstrip('_') or 'pmapped'}_axis")
             hoisted = [*hoisted, f"{axis} = {code_of(expression)}  # pmap's axis_name, read once where pmap read it"]
-            if not self._strings_only(expression):
+            if not self.reader.strings_only(expression):
                 hoisted.append(f"{axis} = {DEFAULT_AXIS} if {axis} is None else {axis}  # None: an unnamed axis")
         return Plan(name=name, params=params, axis=axis, in_axes=opts["in_axes"], out_axes=opts["out_axes"],
                     static=opts["static"], donate=opts["donate"], mesh_devices=opts["mesh_devices"],
                     size=opts["size"], body_call=body_call, hoisted=hoisted, unsafe_reasons=opts["unsafe"],
                     keywords=keywords, axis_hoisted=opts["axis"] is None)
-
-    def _may_get_keywords(self, site: TransformSite) -> bool:
-        """Some call of the pmapped function passes keyword arguments (or `**`), or it is used as a
-        value, where its callers cannot be seen."""
-        for call, called in self.model.pmap_calls().items():
-            if called is site and any(arg.keyword is not None or arg.star == "**" for arg in call.args):
-                return True
-        return self._used_as_value(site)
 
     def _imports(self, plan: Plan) -> tuple[ImportSpec, ...]:
         specs = [ImportSpec("jax"), ImportSpec("jax.sharding", "Mesh"), ImportSpec("jax.sharding", "PartitionSpec", "P")]
@@ -493,7 +286,7 @@ class Rewriter:
         "NamedSharding": {"jax.sharding.NamedSharding", "jax.NamedSharding"},
     }
 
-    def _check_names_free(self, names: dict[str, set[str]] | None = None) -> None:
+    def check_names_free(self, names: dict[str, set[str]] | None = None) -> None:
         """The template's names must be unbound or bound to what the template means."""
         scope = self.model.scope_of(self.model.module)
         if scope is None:
@@ -505,7 +298,7 @@ class Rewriter:
                     raise Unsupported(f"the module binds `{name}` to something other than `{min(meanings)}`")
 
     def _finish(self, site: TransformSite, plan: Plan, edits: tuple[Edit, ...], what: str) -> FixSpec:
-        self._check_names_free()
+        self.check_names_free()
         summary = f"rewrite {what} as `jax.jit(jax.shard_map(...))` (same values as legacy pmap)"
         applicability = Applicability.SAFE
         if plan.unsafe_reasons:
@@ -562,10 +355,10 @@ class Rewriter:
         fun = site.fun
         if fun is None:
             raise Unsupported("no function to map")
-        statement, target = self._assignment_statement(call)
+        statement, target = self.assignment_statement(call)
         if statement is not None:
             # `step = jax.pmap(f, ...)`: the statement becomes the wrapper's definition.
-            params, body_call, hoisted = self._signature(fun, target, site)
+            params, body_call, hoisted = self.reader.signature(fun, target, site)
             plan = self._plan(site, target, params, body_call, hoisted)
             new = self.parse_generated(renderer(plan, self.model.indent))
             first = new[0].with_changes(leading_lines=statement.leading_lines)
@@ -590,7 +383,7 @@ class Rewriter:
             anchor = statement
         base = self._base_name(call, fun)
         wrapper_name = self.names.fresh(f"{base}_mapped")
-        params, body_call, hoisted = self._signature(fun, base, site, named=False)
+        params, body_call, hoisted = self.reader.signature(fun, base, site, named=False)
         plan = self._plan(site, wrapper_name, params, body_call, hoisted)
         new = self.parse_generated(renderer(plan, self.model.indent))
         # Separate the new definitions as the anchor is separated from what precedes it (comments
@@ -646,7 +439,7 @@ class Rewriter:
             return fun.attr.value.lstrip("_") or "pmapped"
         return "pmapped"
 
-    def _assignment_statement(self, call: cst.Call) -> tuple[cst.SimpleStatementLine | None, str]:
+    def assignment_statement(self, call: cst.Call) -> tuple[cst.SimpleStatementLine | None, str]:
         parent = self.model.parent(call)
         if not isinstance(parent, cst.Assign) or len(parent.targets) != 1:
             return None, ""
@@ -658,98 +451,9 @@ class Rewriter:
             return None, ""
         return line, target.value
 
-    def _signature(self, fun: cst.BaseExpression, target: str, site: TransformSite, *, named: bool = True
-                   ) -> tuple[list[str] | None, str, list[str]]:
-        """(params, body call, statements to hoist) for the mapped function expression of ``site``;
-        ``named``: the wrapper is defined under ``target`` itself (not a name of its own)."""
-        if isinstance(fun, cst.Lambda):
-            params = simple_params(fun.params)
-            if params is not None:
-                return params, code_of(fun.body), []
-        if isinstance(fun, cst.Name):
-            defs = [f for f in self.model.resolve_functions(fun) if isinstance(f, cst.FunctionDef)]
-            params = simple_params(defs[0].params) if len(defs) == 1 else None
-            called, hoisted = fun.value, []
-            if named and fun.value == target:  # `f = jax.pmap(f)`: the wrapper takes the name, keep the function
-                called = self.names.fresh(f"{target}_body")
-                hoisted = [f"{called} = {fun.value}  # the function pmap was applied to"]
-            if params is not None:
-                return params, f"{called}({', '.join(params)})", hoisted
-            return None, f"{called}(*args)", hoisted
-        # Any other expression (a bound method, partial(...), a call): evaluate it once, where pmap
-        # evaluated it, under a name of its own.
-        stem = fun.attr.value.lstrip("_") if isinstance(fun, cst.Attribute) else "_" + target
-        hoisted_name = self.names.fresh(stem or "_" + target)
-        hoisted = [f"{hoisted_name} = {code_of(fun)}  # evaluated once, where pmap evaluated it"]
-        params = self._method_params(fun)
-        if params is None:
-            params = self._partial_params(fun, site)
-        if params is not None:
-            return params, f"{hoisted_name}({', '.join(params)})", hoisted
-        return None, f"{hoisted_name}(*args)", hoisted
 
-    def _partial_params(self, fun: cst.BaseExpression, site: TransformSite) -> list[str] | None:
-        """The positional parameters of ``functools.partial(f, *bound, **keywords)`` when the wrapper
-        can repeat them exactly: ``f``'s plain parameters after the ``bound`` ones, up to the first
-        that a keyword binds (a positional argument reaching that one would bind it twice: a
-        TypeError either way), none of them with a default; every parameter after them is bound by
-        a keyword or has a default, and ``f`` (one undecorated def of this module) has no ``*args``
-        that positional arguments could reach. The partial also takes keywords for those later
-        parameters, which the wrapper does not: every call must be seen (the pmap bound to a name
-        that is only called, or called where it is built) and pass no other keyword."""
-        if not (isinstance(fun, cst.Call) and fun.args and self.model.matches(fun.func, tables.PARTIAL)):
-            return None
-        calls = self._visible_calls(site)
-        if calls is None:
-            return None
-        first, *rest = fun.args
-        if first.keyword is not None or first.star or any(arg.star for arg in rest):
-            return None
-        bound = [arg for arg in rest if arg.keyword is None]
-        keywords = {arg.keyword.value for arg in rest if arg.keyword is not None}
-        defs = [f for f in self.model.resolve_functions(first.value) if isinstance(f, cst.FunctionDef)]
-        if len(defs) != 1 or defs[0].decorators or not isinstance(first.value, cst.Name):
-            return None
-        params = defs[0].params
-        if len(bound) > len(params.posonly_params) + len(params.params):
-            return None
-        plain = [*params.posonly_params, *params.params][len(bound):]
-        if any(p.name.value in keywords for p in params.posonly_params):
-            return None  # a TypeError at every call
-        cut = next((i for i, p in enumerate(plain) if p.name.value in keywords), len(plain))
-        if cut == len(plain) and isinstance(params.star_arg, cst.Param):
-            return None  # extra positional arguments go to *args
-        if any(p.default is not None for p in plain[:cut]):
-            return None
-        later = [*plain[cut:], *params.kwonly_params]
-        if any(p.name.value not in keywords and p.default is None for p in later):
-            return None  # a parameter only a keyword could fill
-        names = [p.name.value for p in plain[:cut]]
-        for call in calls:
-            if any(arg.star or (arg.keyword is not None and arg.keyword.value not in names) for arg in call.args):
-                return None
-        return names
 
-    def _visible_calls(self, site: TransformSite) -> list[cst.Call] | None:
-        """Every call of the pmapped function, when all of them can be seen: the site called where it
-        is built (`jax.pmap(f)(x)`), or bound to names (not an attribute) that are only called."""
-        parent = self.model.parent(site.node)
-        if isinstance(parent, cst.Call) and parent.func is site.node:
-            return [parent]
-        if site.decorated is not None or site.bound_attribute is not None or not site.bound_names \
-                or self._used_as_value(site):
-            return None
-        return [call for call, called in self.model.pmap_calls().items() if called is site]
 
-    def _method_params(self, fun: cst.BaseExpression) -> list[str] | None:
-        """Parameters of ``self.method`` after ``self`` (plain methods only)."""
-        if not (isinstance(fun, cst.Attribute) and isinstance(fun.value, cst.Name) and fun.value.value == "self"):
-            return None
-        defs = [f for f in self.model.resolve_functions(fun) if isinstance(f, cst.FunctionDef)]
-        if len(defs) != 1 or defs[0].decorators:
-            return None
-        params = simple_params(defs[0].params)
-        return params[1:] if params else None
 
 
 class _NameCollector(cst.CSTVisitor):

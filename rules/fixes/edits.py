@@ -1,0 +1,239 @@
+"""Applying and composing edits, and the blank lines around generated definitions.
+
+``EditApplier`` is the one place where edits become a new tree: the engine applies each round's
+fixes with it (``pmap_migrate.fixer``), and ``compose_edits`` applies edits that fall inside
+another edit's replacement to that replacement (the multi-process plan's single fix), since the
+engine replaces an edit's target whole.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Container, Iterable
+
+import libcst as cst
+
+from pmap_migrate.rules.fixes.spec import Edit
+
+
+class LostEdit(Exception):
+    def __init__(self, edit: Edit) -> None:
+        super().__init__()
+        self.edit = edit
+
+
+class EditApplier(cst.CSTTransformer):
+    """Applies edits by node identity: each target is replaced by its replacement, each insertion
+    goes before its target. libcst's transformer copies every node it walks into: given ``toward``
+    (the ids of the targets and of all their ancestors) it enters only those, and given ``original``
+    (the nodes of the tree the edits were made for: the analysis' map of parents) also every node
+    not of that tree (generated code, which may hold original nodes); every other subtree comes
+    back as it is. ``done`` holds the ids of the targets it met."""
+
+    def __init__(self, edits: Iterable[Edit], toward: set[int] | None = None,
+                 original: Container[cst.CSTNode] | None = None) -> None:
+        super().__init__()
+        self.replacements: dict[int, Edit] = {}
+        self.insertions: dict[int, list[cst.BaseStatement]] = {}
+        for edit in edits:
+            if edit.replacement is not None:
+                self.replacements[id(edit.target)] = edit
+            if edit.before:
+                self.insertions.setdefault(id(edit.target), []).extend(edit.before)
+        self.toward = toward
+        self.original = original
+        self.done: set[int] = set()
+
+    def on_visit(self, node: cst.CSTNode) -> bool:
+        return self.toward is None or id(node) in self.toward or (self.original is not None
+                                                                   and node not in self.original)
+
+    def on_leave(self, original_node, updated_node):
+        key = id(original_node)
+        edit = self.replacements.get(key)
+        result = edit.replacement if edit is not None else updated_node
+        before = self.insertions.get(key)
+        if edit is not None or before:
+            self.done.add(key)
+        if before:
+            if isinstance(result, cst.FlattenSentinel):
+                return cst.FlattenSentinel([*before, *result.nodes])
+            if isinstance(result, cst.RemovalSentinel):
+                return cst.FlattenSentinel(before)
+            return cst.FlattenSentinel([*before, result])
+        return result
+
+
+def compose_edits(model, edits: list[Edit]) -> list[Edit]:
+    """Edits inside another edit's replacement are applied to that replacement (the engine would
+    drop them: it replaces the outer node whole). Fails when the outer replacement no longer holds
+    the inner target."""
+    replaced = {id(e.target): e for e in edits if e.replacement is not None}
+    inner: dict[int, list[Edit]] = {}
+    roots: list[Edit] = []
+    for edit in edits:
+        outer = next((replaced[id(a)] for a in model.ancestors(edit.target) if id(a) in replaced), None)
+        if outer is None:
+            roots.append(edit)
+        else:
+            inner.setdefault(id(outer.target), []).append(edit)
+
+    def build(edit: Edit) -> Edit:
+        nested = inner.get(id(edit.target))
+        if not nested or edit.replacement is None:
+            return edit
+        nested = [build(e) for e in nested]
+        toward = {id(node) for e in nested for node in (e.target, *model.ancestors(e.target))}
+        apply = EditApplier(nested, toward, model.parents)
+        replacement = edit.replacement
+        if isinstance(replacement, cst.FlattenSentinel):
+            replacement = cst.FlattenSentinel([node.visit(apply) for node in replacement.nodes])
+        else:
+            replacement = replacement.visit(apply)
+        for e in nested:
+            if id(e.target) not in apply.done:
+                raise LostEdit(e)
+        return Edit(edit.target, replacement, edit.before)
+
+    return [build(e) for e in roots]
+
+
+class _Unindented(cst.CSTTransformer):
+    """Empty lines of generated code carry no indentation (parsed at module level, they would print
+    the indentation of the block they land in); code of the original module is left as it is."""
+
+    def __init__(self, model) -> None:
+        super().__init__()
+        self.model = model
+
+    def on_visit(self, node: cst.CSTNode) -> bool:
+        return node not in self.model.parents
+
+    def leave_EmptyLine(self, original_node: cst.EmptyLine, updated_node: cst.EmptyLine) -> cst.EmptyLine:
+        return updated_node.with_changes(indent=False) if updated_node.comment is None else updated_node
+
+
+class _IndentedEmptyLine(cst.CSTVisitor):
+    """Whether ``_Unindented`` would change anything: an empty line without a comment that carries
+    indentation, reached as it reaches them. Most generated code holds none, and then the copy of
+    every generated node that a transformer's walk makes is not needed. Generated code parsed from
+    text without whitespace-only lines (``plain``: ids, `Rewriter.parse_generated`) holds none."""
+
+    def __init__(self, model, plain: dict[int, cst.CSTNode]) -> None:
+        super().__init__()
+        self.model = model
+        self.plain = plain
+        self.found = False
+
+    def on_visit(self, node: cst.CSTNode) -> bool:
+        if self.found or node in self.model.parents or id(node) in self.plain:
+            return False
+        if isinstance(node, cst.EmptyLine) and node.indent and node.comment is None:
+            self.found = True
+        return not self.found
+
+
+def unindented(model, node, plain: dict[int, cst.CSTNode]):
+    if isinstance(node, cst.FlattenSentinel):
+        return cst.FlattenSentinel([unindented(model, n, plain) for n in node.nodes])
+    if isinstance(node, cst.CSTNode):
+        if id(node) in plain:
+            return node
+        finder = _IndentedEmptyLine(model, plain)
+        node.visit(finder)
+        return node.visit(_Unindented(model)) if finder.found else node
+    return node
+
+
+def spaced(model, edits: list[Edit], plain: dict[int, cst.CSTNode]) -> list[Edit]:
+    """Blank lines around generated definitions: before the first one, and before the statement that
+    follows them (two at module level, one in a function)."""
+    out = [Edit(e.target, unindented(model, e.replacement, plain),
+                tuple(unindented(model, b, plain) for b in e.before)) for e in edits]
+    replaced = {id(e.target): k for k, e in enumerate(out) if e.replacement is not None}
+    follow: list[cst.CSTNode] = []
+    for k, edit in enumerate(list(out)):
+        n = _lines(model, edit.target)
+        first = _first_in_block(model, edit.target)
+        if edit.before:
+            out[k] = Edit(edit.target, edit.replacement, _separated(list(edit.before), n, first))
+            follow.append(edit.target)
+        elif isinstance(edit.replacement, cst.FlattenSentinel) and isinstance(edit.target, cst.BaseStatement):
+            nodes = _separated(list(edit.replacement.nodes), n, first)
+            out[k] = Edit(edit.target, cst.FlattenSentinel(nodes), edit.before)
+            following = _next_statement(model, edit.target)
+            if following is not None:
+                follow.append(following)
+    for statement in follow:
+        index = replaced.get(id(statement))
+        n = _lines(model, statement)
+        if index is None:
+            out.append(Edit(statement, blank(statement, n)))
+            replaced[id(statement)] = len(out) - 1
+            continue
+        edit = out[index]
+        if isinstance(edit.replacement, cst.FlattenSentinel):
+            nodes = list(edit.replacement.nodes)
+            nodes[0] = blank(nodes[0], n)
+            out[index] = Edit(edit.target, cst.FlattenSentinel(nodes), edit.before)
+        elif isinstance(edit.replacement, cst.BaseStatement):
+            out[index] = Edit(edit.target, blank(edit.replacement, n), edit.before)
+    return out
+
+
+def _separated(nodes: list, n: int, first: bool) -> tuple:
+    """Generated statements: ``n`` empty lines before the first (none at the top of a block) and
+    before each definition after it."""
+    out = []
+    for k, node in enumerate(nodes):
+        if k == 0:
+            out.append(node if first else blank(node, n))
+        elif isinstance(node, (cst.FunctionDef, cst.ClassDef)) or isinstance(nodes[k - 1], (cst.FunctionDef,
+                                                                                           cst.ClassDef)):
+            out.append(_exactly(node, n))
+        else:
+            out.append(node)
+    return tuple(out)
+
+
+def _exactly(statement, n: int):
+    lines = list(statement.leading_lines)
+    empty = 0
+    while empty < len(lines) and lines[empty].comment is None:
+        empty += 1
+    return statement.with_changes(leading_lines=[cst.EmptyLine(indent=False)] * n + lines[empty:])
+
+
+def _first_in_block(model, statement: cst.CSTNode) -> bool:
+    block = model.parent(statement)
+    body = getattr(block, "body", None)
+    return isinstance(body, (list, tuple)) and bool(body) and body[0] is statement
+
+
+def _lines(model, statement: cst.CSTNode) -> int:
+    return 2 if isinstance(model.parent(statement), cst.Module) else 1
+
+
+def blank(statement, n: int):
+    """``statement`` with at least ``n`` empty lines before it (ahead of its own comments)."""
+    if not hasattr(statement, "leading_lines"):
+        return statement
+    lines = list(statement.leading_lines)
+    empty = 0
+    for line in lines:
+        if line.comment is not None:
+            break
+        empty += 1
+    if empty >= n:
+        return statement
+    return statement.with_changes(leading_lines=[cst.EmptyLine(indent=False)] * (n - empty) + lines)
+
+
+def _next_statement(model, statement: cst.CSTNode) -> cst.BaseStatement | None:
+    block = model.parent(statement)
+    body = getattr(block, "body", None)
+    if not isinstance(body, (list, tuple)):
+        return None
+    for k, item in enumerate(body):
+        if item is statement:
+            return body[k + 1] if k + 1 < len(body) else None
+    return None

@@ -1,0 +1,245 @@
+"""The multi-process plan's sites, and the edits at the places a program reads a global output
+(``Reads``): each read gets what legacy pmap returned there (this process's rows).
+
+The plan (``multiprocess.GlobalRewrite``) is handed to ``Reads`` as ``plan``: its names, layouts and
+tracing answers decide each read's edit."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import libcst as cst
+from libcst.metadata import BaseAssignment
+
+from pmap_migrate.rules.knowledge import tables
+from pmap_migrate.rules.analysis.sites import TransformSite
+from pmap_migrate.rules.analysis.syntax import IntegerIndexOf
+from pmap_migrate.rules.fixes.placement_fixes import is_assignment_target, literal_index, row_of, single_index
+from pmap_migrate.rules.fixes.code import code_of
+from pmap_migrate.rules.fixes.pmap_options import Unsupported
+from pmap_migrate.rules.fixes.pmap_render import Plan
+from pmap_migrate.rules.fixes.spec import Edit, FixSpec, ImportSpec
+from pmap_migrate.rules.fixes.api import removal_spec
+
+
+# An output's layout as out_axes gave it: an axis (int) or None (out_axes=None, one device's value),
+# or a tuple of those for a function returning a tuple with per-output out_axes.
+Layout = int | None | tuple
+
+
+@dataclass
+class Helpers:
+    """The module-level helpers of one mesh axis."""
+
+    axis: str  # the axis literal, with its quotes
+    mesh: str
+    to_global: str
+
+
+@dataclass
+class PlannedSite:
+    site: TransformSite
+    plan: Plan | None = None  # filled by the renderer
+    fix: FixSpec | None = None  # the definition edits (faithful machinery, global renderer)
+    calls: list[cst.Call] = field(default_factory=list)
+    layout: Layout = 0
+    in_axes: list | int | None = 0
+    wrapper_name: str = ""
+    inline_call: cst.Call | None = None  # `jax.pmap(f)(x)`: the call whose func is the site
+    # Why the site takes the boundary form (None: the global form): its wrapper takes and returns
+    # this process's rows, as legacy pmap did, and no call or read of its outputs is rewritten.
+    boundary: str | None = None
+    unseen: bool = False  # some callers are not seen (their in_axes=None arguments are not checked)
+    names: set[str] = field(default_factory=set)  # the names its definition took (kept when rendered again)
+
+
+class SiteFailure(Exception):
+    def __init__(self, site: PlannedSite, why: str) -> None:
+        super().__init__(why)
+        self.site = site
+        self.why = why
+
+
+class Outputs:
+    """Assignments that receive (part of) the output of a rewritten pmap, with its layout."""
+
+    def __init__(self) -> None:
+        self._layouts: dict[BaseAssignment, Layout] = {}
+        self._owners: dict[BaseAssignment, PlannedSite] = {}
+
+    def add(self, assignment: BaseAssignment, entry: PlannedSite, layout: Layout) -> None:
+        self._layouts[assignment] = layout
+        self._owners[assignment] = entry
+
+    def assignments(self):
+        return list(self._layouts)
+
+    def owner(self, assignment: BaseAssignment) -> PlannedSite:
+        return self._owners[assignment]
+
+    def layout(self, assignment: BaseAssignment) -> Layout:
+        return self._layouts[assignment]
+
+    def __contains__(self, assignment: object) -> bool:
+        return assignment in self._layouts
+
+
+class Reads:
+    """The edits at the places the program reads a global output."""
+
+    def __init__(self, plan, by_site: dict[int, PlannedSite], outputs: Outputs) -> None:
+        self.plan = plan
+        self.model = plan.model
+        self.by_site = by_site
+        self.outputs = outputs
+        self.seen: set[int] = set()
+        self.wrapped_calls: dict[cst.Call, PlannedSite] = {}
+        self.removes: list[ImportSpec] = []  # imports a rewritten read may leave unused (flax's unreplicate)
+
+    # ------------------------------------------------------------------ calls
+    def for_calls(self, entry: PlannedSite) -> list[Edit]:
+        """A call whose output is not bound to names nor passed straight to a rewritten pmap: its
+        result is converted to the host-local arrays legacy returned, right there."""
+        edits: list[Edit] = []
+        for call in entry.calls:
+            parent = self.model.parent(call)
+            if self.plan.bound_targets(entry, call) is not None:
+                continue
+            if isinstance(parent, cst.Expr):
+                continue  # the value is dropped
+            if self._passed_through(call, entry.layout):
+                continue
+            self.wrapped_calls[call] = entry
+            edits.append(Edit(call, _host_local_call(self.plan.host_local_name(), call)))
+        return edits
+
+    def merge_inline(self, edits: list[Edit]) -> list[Edit]:
+        """`jax.pmap(f)(x)` wrapped whole: the wrap names the hoisted wrapper itself (one edit, not
+        two nested ones)."""
+        inline = {entry.inline_call: entry for entry in self.plan.sites if entry.inline_call is not None}
+        merged: list[Edit] = []
+        replaced_sites = set()
+        for edit in edits:
+            call = edit.target
+            if isinstance(call, cst.Call) and call in self.wrapped_calls and call in inline:
+                entry = self.wrapped_calls[call]
+                inner = call.with_changes(func=cst.Name(entry.wrapper_name))
+                merged.append(Edit(call, _host_local_call(self.plan.host_local_name(), inner)))
+                replaced_sites.add(id(entry.site.node))
+                continue
+            merged.append(edit)
+        return [e for e in merged if not (id(e.target) in replaced_sites and e.replacement is not None)]
+
+    def _passed_through(self, value: cst.BaseExpression, layout: Layout) -> bool:
+        """``value`` is an argument of a call of a rewritten pmap that maps it on axis 0, and every
+        global array it may hold has its rows on axis 0: it goes in as it is."""
+        if layout != 0 and not (isinstance(layout, tuple) and all(a == 0 for a in layout)):
+            return False
+        arg = self.model.parent(value)
+        if not isinstance(arg, cst.Arg) or arg.value is not value or arg.star:
+            return False
+        call = self.model.parent(arg)
+        if not isinstance(call, cst.Call):
+            return False
+        site = self.model.transformed_call(call)
+        target = self.by_site.get(id(site)) if site is not None else None
+        if target is None:
+            return False
+        return any(a is arg and axis == 0 for a, axis in self.plan.argument_axes(target, call))
+
+    # ------------------------------------------------------------------ names
+    def for_assignment(self, assignment: BaseAssignment) -> list[Edit]:
+        name = assignment.name
+        edits: list[Edit] = []
+        for node in self.model.index.names.get(name, ()):
+            # `out += x`, `del out`: targets, not reads (the scopes do not list them as accesses)
+            parent = self.model.parent(node)
+            in_place = (isinstance(parent, cst.AugAssign) and parent.target is node) or isinstance(parent, cst.Del)
+            if in_place and assignment in self.model.reaching_assignments(node):
+                raise Unsupported(f"`{name}` is updated in place")
+        for read in self.plan.reads_of(name):
+            if id(read) in self.seen:
+                continue
+            reaching = self.model.reaching_assignments(read)
+            if assignment not in reaching:
+                continue
+            self.seen.add(id(read))
+            edit = self._read(read, reaching)
+            if edit is not None:
+                edits.extend(edit)
+        return edits
+
+    def _read(self, read: cst.Name, reaching: list[BaseAssignment]) -> list[Edit] | None:
+        model = self.model
+        layouts = {repr(self.outputs.layout(a)): self.outputs.layout(a) for a in reaching if a in self.outputs}
+        # outputs laid out differently: neither a pass-through nor a row read, the host-local view is exact
+        layout = next(iter(layouts.values())) if len(layouts) == 1 else "mixed"
+        placement = self.plan.placement
+        if self.plan.tracing.may_be_traced(read):
+            raise Unsupported(f"`{read.value}` is read in code that may be traced")
+        if self._passed_through(read, layout):
+            return None
+        parent = model.parent(read)
+        if isinstance(parent, (cst.AugAssign, cst.Del)) or is_assignment_target(model, read):
+            raise Unsupported(f"`{read.value}` is updated in place")
+        if layout == 0:
+            row = self._row_read(read, parent, placement)
+            if row is not None:
+                return row
+        # Any other read: the host-local view (it leaves host data and this process's arrays as they are).
+        return [Edit(read, cst.Call(cst.Name(self.plan.host_local_name()), [cst.Arg(cst.Name(read.value))]))]
+
+    def _row_read(self, read: cst.Name, parent: cst.CSTNode | None, placement) -> list[Edit] | None:
+        """`out[k]`, `tree_map(lambda v: v[k], out)`, `unreplicate(out)` on a stack with one row per
+        device: this process's row k, from the device that holds it."""
+        model = self.model
+        if not placement.one_row_per_device(read):
+            return None
+        if isinstance(parent, cst.Subscript) and parent.value is read:
+            index = single_index(parent)
+            if index is not None and literal_index(index) and placement.array_valued(read) \
+                    and not model.selects_output(parent):
+                return [Edit(parent, row_of(cst.Name(read.value), index).with_changes(
+                    lpar=parent.lpar, rpar=parent.rpar))]
+            return None
+        arg = parent
+        call = model.parent(arg) if isinstance(arg, cst.Arg) else None
+        if not isinstance(call, cst.Call) or arg.value is not read or arg.keyword is not None or arg.star:
+            return None
+        positional = [a for a in call.args if a.keyword is None and not a.star]
+        if len(positional) != len(call.args):
+            return None
+        if model.resolves_to(call.func, tables.FLAX_UNREPLICATE) and len(positional) == 1:
+            text = (f"jax.tree.map(lambda leaf: {code_of(row_of(cst.Name('leaf'), cst.Integer('0')))}, "
+                    f"{read.value})")
+            removal = removal_spec(model, call.func)
+            if removal is not None:
+                self.removes.append(removal)
+            return [Edit(call, cst.parse_expression(text).with_changes(lpar=call.lpar, rpar=call.rpar))]
+        if model.resolves_to(call.func, tables.TREE_MAP) and len(positional) == 2 and positional[1] is arg:
+            function = positional[0].value
+            if not isinstance(function, cst.Lambda) or len(function.params.params) != 1 or \
+                    function.params.star_arg is not cst.MaybeSentinel.DEFAULT:
+                return None
+            finder = IntegerIndexOf(function.params.params[0].name.value, collect=True)
+            function.body.visit(finder)
+            edits = []
+            for subscript in finder.subscripts:
+                index = single_index(subscript)
+                if index is None or not literal_index(index):
+                    return None
+                edits.append(Edit(subscript, row_of(subscript.value, index).with_changes(
+                    lpar=subscript.lpar, rpar=subscript.rpar)))
+            return edits or None
+        return None
+
+
+def _host_local_call(helper: str, call: cst.Call) -> cst.Call:
+    return cst.Call(cst.Name(helper), [cst.Arg(call.with_changes(lpar=(), rpar=()))], lpar=call.lpar, rpar=call.rpar)
+
+
+def owner_of(node: cst.CSTNode, sites: list[PlannedSite]) -> PlannedSite:
+    for entry in sites:
+        if any(e.target is node for e in (entry.fix.edits if entry.fix else ())):
+            return entry
+    return sites[-1]
