@@ -35,10 +35,9 @@ import json
 import os
 import re
 import resource
-import subprocess
 import shutil
+import subprocess
 import sys
-from pathlib import Path
 import tempfile
 import time
 import tokenize
@@ -46,6 +45,7 @@ from collections import Counter, defaultdict
 from collections.abc import Iterator
 from concurrent.futures import ProcessPoolExecutor
 from dataclasses import asdict, dataclass, field
+from pathlib import Path
 
 # run as a script, so benchmarks/ is sys.path[0]
 from _corpus_report import print_list, print_table

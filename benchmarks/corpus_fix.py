@@ -170,8 +170,8 @@ def _api_job(job: tuple[str, bytes]) -> ApiResult:
     path, data = job
     if str(REPO) not in sys.path:
         sys.path.insert(0, str(REPO))
-    from pmap_migrate.runner import fix_file, lint_file
     from pmap_migrate.rules import all_rules
+    from pmap_migrate.runner import fix_file, lint_file
 
     rules = all_rules()
     start = time.perf_counter()

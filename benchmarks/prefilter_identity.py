@@ -33,8 +33,8 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from pmap_migrate.prefilter import Gate  # noqa: E402
-from pmap_migrate.runner import execute, lint_file, rules_for  # noqa: E402
 from pmap_migrate.rules import all_rules  # noqa: E402
+from pmap_migrate.runner import execute, lint_file, rules_for  # noqa: E402
 
 SUFFIXES = (".py", ".pyi", ".ipynb")
 

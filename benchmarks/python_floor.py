@@ -41,10 +41,10 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from libcst import ParserSyntaxError
 
 from pmap_migrate.engine import sliced_module
-from pmap_migrate.prefilter import gate_of_codes
-from pmap_migrate.runner import rules_for
 from pmap_migrate.libcst_patches import parse_module
+from pmap_migrate.prefilter import gate_of_codes
 from pmap_migrate.rules.knowledge.gates import BY_CODE
+from pmap_migrate.runner import rules_for
 
 SUFFIXES = (".py", ".pyi")
 

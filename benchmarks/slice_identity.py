@@ -28,10 +28,10 @@ import libcst as cst
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from pmap_migrate.prefilter import Gate  # noqa: E402
+from pmap_migrate.rules import all_rules  # noqa: E402
 from pmap_migrate.runner import execute, lint_file, rules_for  # noqa: E402
 from pmap_migrate.slices import kept_fraction, nonblank_lines, parse_python, relevant_slice, relevant_source  # noqa: E402
 from pmap_migrate.stack import collector_paused  # noqa: E402
-from pmap_migrate.rules import all_rules  # noqa: E402
 
 
 def _both(job: tuple[str, tuple[str, ...]]) -> dict:

@@ -9,17 +9,17 @@ import libcst as cst
 from libcst.metadata import CodeRange, MetadataWrapper
 
 from pmap_migrate.diagnostics import Diagnostic, FileError, FileResult, FixInfo, State
+from pmap_migrate.libcst_patches import parse_module
 from pmap_migrate.positions import positions as node_positions
 from pmap_migrate.positions import statement_positions
 from pmap_migrate.prefilter import gate_of
-from pmap_migrate.slices import AST_WITHIN_LIBCST, Parsed, Slice, parse_python, relevant_slice
-from pmap_migrate.stack import on_deep_stack
-from pmap_migrate.suppression import Suppressions, is_guarded
-from pmap_migrate.libcst_patches import parse_module
+from pmap_migrate.rules.analysis.model import SemanticModel
 from pmap_migrate.rules.base import Rule, RuleContext
 from pmap_migrate.rules.fixes.choices import RuleOptions
 from pmap_migrate.rules.fixes.spec import FixSpec
-from pmap_migrate.rules.analysis.model import SemanticModel
+from pmap_migrate.slices import AST_WITHIN_LIBCST, Parsed, Slice, parse_python, relevant_slice
+from pmap_migrate.stack import on_deep_stack
+from pmap_migrate.suppression import Suppressions, is_guarded
 
 
 def one_line(message: str) -> str:
@@ -220,7 +220,6 @@ def sliced_module(data: bytes | str, path: str, rules: Sequence[type[Rule]],
     if isinstance(module, FileError):
         return None  # the whole file's parse reports it, where it is
     return module, parsed.text, sliced
-
 
 
 @on_deep_stack

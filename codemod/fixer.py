@@ -22,14 +22,13 @@ from libcst.codemod.visitors import AddImportsVisitor, RemoveImportsVisitor
 from libcst.helpers import get_full_name_for_node
 
 from pmap_migrate.diagnostics import Applicability, Diagnostic, FileError, State
-from pmap_migrate.engine import (Analysis, Finding, analyse, lint_module, one_line, parse, recursion_error,
-                            sliced_module)
-from pmap_migrate.stack import on_deep_stack
+from pmap_migrate.engine import Analysis, Finding, analyse, lint_module, one_line, parse, recursion_error, sliced_module
+from pmap_migrate.rules.analysis.imports import imported_names
+from pmap_migrate.rules.analysis.index import indent_unit
 from pmap_migrate.rules.base import Rule
 from pmap_migrate.rules.fixes.choices import RuleOptions
 from pmap_migrate.rules.fixes.edits import EditApplier
-from pmap_migrate.rules.analysis.imports import imported_names
-from pmap_migrate.rules.analysis.index import indent_unit
+from pmap_migrate.stack import on_deep_stack
 
 MAX_ROUNDS = 8
 
@@ -94,7 +93,7 @@ def choose(analysis: Analysis, candidates: Sequence[Finding]) -> list[Finding]:
     return chosen
 
 
-def _clean_indent(module: cst.Module) -> cst.Module:
+def clean_indent(module: cst.Module) -> cst.Module:
     clean = indent_unit(module)
     return module if clean == module.default_indent else module.with_changes(default_indent=clean)
 
@@ -318,9 +317,9 @@ def apply(module: cst.Module, chosen: Sequence[Finding],
     context = CodemodContext()
     # libcst takes the first indented line's indentation as the module's unit, form feed included
     # (`\f    x = 1`); its import visitors reject that unit and generated blocks would repeat the
-    # form feed on every line. Render with the unit cleaned: `_restore_lost_lines` puts the form
+    # form feed on every line. Render with the unit cleaned: `restore_lost_lines` puts the form
     # feeds of untouched lines back.
-    module = _clean_indent(module)
+    module = clean_indent(module)
     adds = [spec for f in chosen for spec in f.fix.add_imports]
     removes = [spec for f in chosen for spec in f.fix.remove_imports]
     if adds:
@@ -339,7 +338,7 @@ def apply(module: cst.Module, chosen: Sequence[Finding],
     return module
 
 
-def _python_rejects(original: bytes, fixed: bytes) -> str | None:
+def python_rejects(original: bytes, fixed: bytes) -> str | None:
     """Why the running Python's compiler rejects ``fixed`` although it accepts ``original``
     (None when it accepts both, or already rejected the original: code for a newer Python).
     A second opinion on libcst's parser, which does not check what CPython checks after parsing
@@ -362,7 +361,7 @@ def _python_rejects(original: bytes, fixed: bytes) -> str | None:
     return found
 
 
-def _restore_lost_lines(original: bytes, roundtrip: bytes, final: bytes) -> bytes | None:
+def restore_lost_lines(original: bytes, roundtrip: bytes, final: bytes) -> bytes | None:
     """``final`` with the lines libcst re-rendered differently from ``original`` put back where no
     fix changed them (None when the difference is not line by line).
 
@@ -459,16 +458,16 @@ def fix_bytes(data: bytes, path: str, rules: Sequence[type[Rule]], *, unsafe: bo
         if final is None:
             final = rendered(analysis.module)
             remaining = [f.diagnostic for f in analysis.findings]
-        roundtrip = final if outcome.rounds == 0 else rendered(_clean_indent(module))
+        roundtrip = final if outcome.rounds == 0 else rendered(clean_indent(module))
         if roundtrip != data:
             # libcst re-rendered bytes that no fix touched (form feeds in indentation): put them back
-            final = _restore_lost_lines(data, roundtrip, final)
+            final = restore_lost_lines(data, roundtrip, final)
             if final is None or (final != data and isinstance(parse(final, path), FileError)):
                 outcome.error = FileError(path, "PM002", "internal error: libcst does not reproduce this file "
                                           "byte for byte; file left unchanged")
                 return outcome
         if final != data:
-            refusal = _python_rejects(data, final)
+            refusal = python_rejects(data, final)
             if refusal is not None:
                 outcome.error = FileError(path, "PM002", one_line(
                     f"internal error: the fixed code does not compile under Python "

@@ -21,19 +21,27 @@ from dataclasses import dataclass, field, replace
 from enum import Enum
 from pathlib import Path
 
+from pmap_migrate import libcst_patches
 from pmap_migrate.config import Settings
 from pmap_migrate.diagnostics import Diagnostic, FileError, FileResult, State
 from pmap_migrate.engine import Finding, analyse, parse
-from pmap_migrate.prefilter import gate_of
-from pmap_migrate import libcst_patches
 from pmap_migrate.fixer import MAX_ROUNDS as MAX_FIX_ROUNDS
-from pmap_migrate.fixer import FixOutcome, _clean_indent, _python_rejects, _restore_lost_lines, apply, applicable, choose
+from pmap_migrate.fixer import (
+    FixOutcome,
+    applicable,
+    apply,
+    choose,
+    clean_indent,
+    python_rejects,
+    restore_lost_lines,
+)
 from pmap_migrate.notebooks import Notebook, NotebookError, is_notebook, load, notebook_diff
+from pmap_migrate.prefilter import gate_of
+from pmap_migrate.rules.base import Rule
+from pmap_migrate.rules.fixes.choices import RuleOptions
 from pmap_migrate.runner import apply_per_file_ignores, display_path, rule_options
 from pmap_migrate.skips import SiteKey, Skip, SkipStore, site_keys, today
 from pmap_migrate.sourcetext import decode
-from pmap_migrate.rules.base import Rule
-from pmap_migrate.rules.fixes.choices import RuleOptions
 
 # Each round applies or refuses at least one fix; the bound only stops a rule that keeps
 # producing new fixes from asking forever.
@@ -206,15 +214,15 @@ def review_file(data: bytes, shown: str, rules: Sequence[type[Rule]], settings: 
         analysis = analyse(module, shown, rules, options)
         # What `fix` does too: lines libcst renders differently although no fix touched them (a
         # form feed before an indented statement) get their bytes back, in every proposal.
-        roundtrip = _clean_indent(module).bytes
-        if roundtrip != current and _restore_lost_lines(current, roundtrip, roundtrip) is None:
+        roundtrip = clean_indent(module).bytes
+        if roundtrip != current and restore_lost_lines(current, roundtrip, roundtrip) is None:
             outcome.error = FileError(shown, "PM002", "internal error: libcst does not reproduce this file "
                                       "byte for byte; file left unchanged")
             return result
 
         def rendered(findings: Sequence[Finding], analysis=analysis, current=current, roundtrip=roundtrip) -> bytes:
             fixed = apply(analysis.module, findings, analysis.parents).bytes
-            return fixed if roundtrip == current else _restore_lost_lines(current, roundtrip, fixed)
+            return fixed if roundtrip == current else restore_lost_lines(current, roundtrip, fixed)
 
         keys = _keys(analysis, analysis.findings)
         answers.land(keys)
@@ -281,7 +289,7 @@ def review_file(data: bytes, shown: str, rules: Sequence[type[Rule]], settings: 
             break
     result.quit = quit_
     if current != unit.python:
-        refusal = _python_rejects(unit.python, current)  # the same second opinion `fix` asks for
+        refusal = python_rejects(unit.python, current)  # the same second opinion `fix` asks for
         if refusal is not None:
             outcome.error = FileError(shown, "PM002", f"internal error: the fixed code does not compile ({refusal}); "
                                       "file left unchanged")

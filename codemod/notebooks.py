@@ -28,10 +28,10 @@ import re
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
 from json.decoder import scanstring
-
 from typing import TYPE_CHECKING
 
 from pmap_migrate.diagnostics import Diagnostic, FileError, FileResult
+from pmap_migrate.sourcetext import cell_sources
 
 if TYPE_CHECKING:  # annotations only: reading a notebook's cells must not load libcst
     from pmap_migrate.rules.base import Rule
@@ -579,23 +579,6 @@ def fix_notebook(data: bytes, path: str, rules: Sequence[type[Rule]], *, unsafe:
 
 # ---------------------------------------------------------------------------------------------
 # Showing cells
-
-
-def cell_sources(data: bytes) -> dict[int, str]:
-    """Source of every cell (1-based index), or {} for a file that is not a readable notebook."""
-    try:
-        document = json.loads(data.decode("utf-8-sig"))
-    except (UnicodeDecodeError, ValueError, RecursionError):
-        return {}
-    cells = document.get("cells") if isinstance(document, dict) else None
-    sources = {}
-    for index, cell in enumerate(cells if isinstance(cells, list) else [], 1):
-        value = cell.get("source") if isinstance(cell, dict) else None
-        if isinstance(value, list):
-            sources[index] = "".join(v for v in value if isinstance(v, str))
-        elif isinstance(value, str):
-            sources[index] = value
-    return sources
 
 
 def notebook_diff(path: str, before: bytes, after: bytes) -> str:

@@ -16,8 +16,8 @@ import re
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 
 import libcst as cst
-from libcst.metadata import CodePosition, CodeRange
 from libcst._nodes.internal import CodegenState
+from libcst.metadata import CodePosition, CodeRange
 
 _NEWLINE = re.compile(r"\r\n?|\n")  # what libcst's provider counts as a line break
 

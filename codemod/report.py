@@ -23,9 +23,9 @@ from libcst.metadata import MetadataWrapper, PositionProvider, QualifiedNameProv
 
 from pmap_migrate import __version__
 from pmap_migrate.diagnostics import Applicability, Diagnostic, FileError, State
+from pmap_migrate.rules.base import Rule
 from pmap_migrate.runner import RunResult
 from pmap_migrate.skips import SKIPS_FILE, SkipStore, recorded_sites
-from pmap_migrate.rules.base import Rule
 
 
 class SiteState(str, Enum):

@@ -15,15 +15,15 @@ from pmap_migrate import __version__
 from pmap_migrate.cache import CACHE_DIR_NAME, ResultCache, blake2b, digest
 from pmap_migrate.config import Settings
 from pmap_migrate.diagnostics import FileError, FileResult, State
-from pmap_migrate.stack import on_deep_stack
 from pmap_migrate.rules import rules_by_code
 from pmap_migrate.rules.fixes.choices import RuleOptions
+from pmap_migrate.stack import on_deep_stack
 
 if TYPE_CHECKING:  # rule classes (and libcst) load only when a file needs analysing; the
     # prefilter and the slicer only when a file needs reading (a warm run reads none)
     from pmap_migrate.prefilter import Gate
-    from pmap_migrate.slices import Parsed
     from pmap_migrate.rules.base import Rule
+    from pmap_migrate.slices import Parsed
 
 # Below this many files to parse, a process pool costs more than it saves.
 PARALLEL_THRESHOLD = 24
@@ -124,7 +124,6 @@ def _relative_and_normal(text: str) -> bool:
 def rules_for(codes: tuple[str, ...]) -> tuple[type[Rule], ...]:
     table = rules_by_code()
     return tuple(table[c] for c in codes)
-
 
 
 def _is_notebook(path: str) -> bool:

@@ -5,16 +5,22 @@ from __future__ import annotations
 import sys
 from dataclasses import dataclass, field
 from pathlib import Path
-
 from typing import TYPE_CHECKING
 
 from pmap_migrate.cache import CACHE_DIR_NAME
 from pmap_migrate.config import ConfigError, Settings, load_settings, with_overrides
 from pmap_migrate.diagnostics import Diagnostic, FileResult, State
 from pmap_migrate.discovery import discover
-from pmap_migrate.runner import (RunResult, apply_per_file_ignores, lint_file, rule_options, rules_for, run,
-                            with_source_lines)
 from pmap_migrate.rules import select_codes, unknown_selectors
+from pmap_migrate.runner import (
+    RunResult,
+    apply_per_file_ignores,
+    lint_file,
+    rule_options,
+    rules_for,
+    run,
+    with_source_lines,
+)
 
 if TYPE_CHECKING:
     from pmap_migrate.rules.base import Rule

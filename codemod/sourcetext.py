@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import io
+import json
 import re
 import tokenize
 from collections.abc import Iterable
@@ -30,8 +31,6 @@ def decode(data: bytes) -> str:
 def lines_by_cell(data: bytes, notebook: bool) -> dict[int | None, list[str]]:
     """The lines findings are located in: the file's (key None), or a notebook's cells' by number."""
     if notebook:
-        from pmap_migrate.notebooks import cell_sources
-
         return {cell: NEWLINE.split(text) for cell, text in cell_sources(data).items()}
     return {None: NEWLINE.split(decode(data))}
 
@@ -58,3 +57,20 @@ def finding_lines(data: bytes, notebook: bool, diagnostics: Iterable[Diagnostic]
         if lines is not None and 1 <= d.line <= len(lines):
             found[(d.cell or 0, d.line)] = lines[d.line - 1]
     return found
+
+
+def cell_sources(data: bytes) -> dict[int, str]:
+    """Source of every cell (1-based index), or {} for a file that is not a readable notebook."""
+    try:
+        document = json.loads(data.decode("utf-8-sig"))
+    except (UnicodeDecodeError, ValueError, RecursionError):
+        return {}
+    cells = document.get("cells") if isinstance(document, dict) else None
+    sources = {}
+    for index, cell in enumerate(cells if isinstance(cells, list) else [], 1):
+        value = cell.get("source") if isinstance(cell, dict) else None
+        if isinstance(value, list):
+            sources[index] = "".join(v for v in value if isinstance(v, str))
+        elif isinstance(value, str):
+            sources[index] = value
+    return sources

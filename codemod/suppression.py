@@ -8,8 +8,8 @@ import tokenize
 
 import libcst as cst
 
-from pmap_migrate.rules.knowledge import tables
 from pmap_migrate.rules.analysis.model import SemanticModel
+from pmap_migrate.rules.knowledge import tables
 
 _CODES = r"[A-Za-z]+[0-9]+(?:[\s,]+[A-Za-z]+[0-9]+)*"
 _LINE_NOQA = re.compile(rf"#\s*noqa(?::\s*(?P<codes>{_CODES}))?", re.IGNORECASE)

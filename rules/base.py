@@ -17,11 +17,10 @@ import libcst as cst
 
 from pmap_migrate.rules.analysis.model import SemanticModel
 from pmap_migrate.rules.fixes import api
-from pmap_migrate.rules.fixes.services import FileFixes
-from pmap_migrate.rules.knowledge import gates
 from pmap_migrate.rules.fixes.choices import RuleOptions  # re-exported; apart so that the cached path needs no libcst
+from pmap_migrate.rules.fixes.services import FileFixes
 from pmap_migrate.rules.fixes.spec import FixSpec
-
+from pmap_migrate.rules.knowledge import gates
 
 
 @dataclass(frozen=True)

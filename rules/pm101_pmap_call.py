@@ -2,13 +2,13 @@ from __future__ import annotations
 
 import libcst as cst
 
-from pmap_migrate.rules.knowledge import gates
-from pmap_migrate.rules.fixes.api import delete_line
-from pmap_migrate.rules.base import Invalid, Rule, Valid
-from pmap_migrate.rules.fixes.spec import FixSpec
-from pmap_migrate.rules.fixes.pmap_rewrite import Rewriter
 from pmap_migrate.rules.analysis.sites import PMAP, TransformSite
+from pmap_migrate.rules.base import Invalid, Rule, Valid
+from pmap_migrate.rules.fixes.api import delete_line
 from pmap_migrate.rules.fixes.choices import Applicability
+from pmap_migrate.rules.fixes.pmap_rewrite import Rewriter
+from pmap_migrate.rules.fixes.spec import FixSpec
+from pmap_migrate.rules.knowledge import gates
 
 
 class PmapCall(Rule):

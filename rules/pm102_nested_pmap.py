@@ -2,9 +2,9 @@ from __future__ import annotations
 
 import libcst as cst
 
-from pmap_migrate.rules.knowledge import gates
-from pmap_migrate.rules.base import Invalid, Rule, Valid
 from pmap_migrate.rules.analysis.sites import TransformSite
+from pmap_migrate.rules.base import Invalid, Rule, Valid
+from pmap_migrate.rules.knowledge import gates
 
 
 class NestedPmap(Rule):

@@ -2,10 +2,10 @@ from __future__ import annotations
 
 import libcst as cst
 
-from pmap_migrate.rules.knowledge import gates
+from pmap_migrate.rules.analysis.sites import PMAP
 from pmap_migrate.rules.base import Invalid, Rule, Valid
 from pmap_migrate.rules.fixes.spec import FixSpec
-from pmap_migrate.rules.analysis.sites import PMAP
+from pmap_migrate.rules.knowledge import gates
 
 
 class PmapAsValue(Rule):

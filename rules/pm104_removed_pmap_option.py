@@ -4,12 +4,12 @@ import re
 
 import libcst as cst
 
-from pmap_migrate.rules.knowledge import gates, tables
-from pmap_migrate.rules.base import Invalid, Rule, Valid
-from pmap_migrate.rules.fixes.spec import Edit, FixSpec
-from pmap_migrate.rules.fixes.placement_fixes import remove_line
 from pmap_migrate.rules.analysis.sites import PMAP
+from pmap_migrate.rules.base import Invalid, Rule, Valid
 from pmap_migrate.rules.fixes.choices import Applicability
+from pmap_migrate.rules.fixes.placement_fixes import remove_line
+from pmap_migrate.rules.fixes.spec import Edit, FixSpec
+from pmap_migrate.rules.knowledge import gates, tables
 
 _CONFIG_UPDATE = frozenset({"jax.config.update"})
 _ENVIRON = frozenset({"os.environ"})

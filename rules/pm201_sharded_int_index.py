@@ -2,19 +2,18 @@ from __future__ import annotations
 
 import libcst as cst
 
-from pmap_migrate.rules.knowledge import gates
 from pmap_migrate.rules.base import Invalid, Rule, Valid
-from pmap_migrate.rules.fixes.spec import FixSpec
+from pmap_migrate.rules.fixes.choices import Applicability
 from pmap_migrate.rules.fixes.placement_fixes import (
+    ROW_COMMITTED,
     is_assignment_target,
     keep_parens,
     literal_index,
-    ROW_COMMITTED,
     row_of,
     single_index,
 )
-from pmap_migrate.rules.fixes.choices import Applicability
-
+from pmap_migrate.rules.fixes.spec import FixSpec
+from pmap_migrate.rules.knowledge import gates
 
 # Expressions that evaluate `out[i]` for several i and keep the rows together.
 _COMPREHENSIONS = (cst.ListComp, cst.SetComp, cst.DictComp, cst.GeneratorExp)

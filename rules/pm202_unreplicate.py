@@ -2,12 +2,12 @@ from __future__ import annotations
 
 import libcst as cst
 
-from pmap_migrate.rules.knowledge import gates, tables
-from pmap_migrate.rules.fixes.api import removal_spec
-from pmap_migrate.rules.fixes.code import code_of
+from pmap_migrate.rules.analysis.sites import DEVICE_STACKED, FunctionLike
+from pmap_migrate.rules.analysis.syntax import IntegerIndexOf
 from pmap_migrate.rules.base import Invalid, Rule, Valid
-from pmap_migrate.rules.fixes.spec import Edit, FixSpec, ImportSpec
-from pmap_migrate.rules.fixes.api import Unfixable
+from pmap_migrate.rules.fixes.api import Unfixable, removal_spec
+from pmap_migrate.rules.fixes.choices import Applicability
+from pmap_migrate.rules.fixes.code import code_of
 from pmap_migrate.rules.fixes.placement_fixes import (
     alias_definition,
     alias_fix,
@@ -17,9 +17,8 @@ from pmap_migrate.rules.fixes.placement_fixes import (
     row_of,
     single_index,
 )
-from pmap_migrate.rules.analysis.sites import DEVICE_STACKED, FunctionLike
-from pmap_migrate.rules.fixes.choices import Applicability
-from pmap_migrate.rules.analysis.syntax import IntegerIndexOf
+from pmap_migrate.rules.fixes.spec import Edit, FixSpec, ImportSpec
+from pmap_migrate.rules.knowledge import gates, tables
 
 _OPERATOR_ITEMGETTER = frozenset({"operator.itemgetter"})
 
@@ -331,5 +330,3 @@ def _indexes_first_parameter(function: FunctionLike) -> bool:
     finder = IntegerIndexOf(params[0].name.value)
     function.body.visit(finder)
     return finder.found
-
-

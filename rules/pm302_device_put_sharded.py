@@ -2,9 +2,9 @@ from __future__ import annotations
 
 import libcst as cst
 
-from pmap_migrate.rules.knowledge import gates, tables
 from pmap_migrate.rules.base import Invalid, Rule, Valid
 from pmap_migrate.rules.fixes.placement_fixes import removed_helper_fix
+from pmap_migrate.rules.knowledge import gates, tables
 
 
 class DevicePutSharded(Rule):

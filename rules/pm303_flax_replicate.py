@@ -5,12 +5,10 @@ from dataclasses import replace
 import libcst as cst
 from libcst.metadata import ImportAssignment
 
-from pmap_migrate.rules.knowledge import gates, tables
-from pmap_migrate.rules.fixes.api import removal_spec
-from pmap_migrate.rules.fixes.code import code_of
 from pmap_migrate.rules.base import Invalid, Rule, Valid
-from pmap_migrate.rules.fixes.spec import FixSpec, ImportSpec
-from pmap_migrate.rules.fixes.api import Unfixable
+from pmap_migrate.rules.fixes.api import Unfixable, removal_spec
+from pmap_migrate.rules.fixes.choices import Applicability
+from pmap_migrate.rules.fixes.code import code_of
 from pmap_migrate.rules.fixes.placement import Placement, call_arguments
 from pmap_migrate.rules.fixes.placement_fixes import (
     alias_definition,
@@ -19,7 +17,8 @@ from pmap_migrate.rules.fixes.placement_fixes import (
     keep_parens,
     stack_fix,
 )
-from pmap_migrate.rules.fixes.choices import Applicability
+from pmap_migrate.rules.fixes.spec import FixSpec, ImportSpec
+from pmap_migrate.rules.knowledge import gates, tables
 
 _LAST_COMPONENTS = tuple({name.rsplit(".", 1)[-1] for name in tables.FLAX_PMAP_HELPERS})
 # The plain imports (`import flax`, `import flax.jax_utils`) a helper's attribute chain reads.

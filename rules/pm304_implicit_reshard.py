@@ -4,17 +4,6 @@ import re
 
 import libcst as cst
 
-from pmap_migrate.rules.knowledge import gates
-from pmap_migrate.rules.base import Invalid, Rule, Valid
-from pmap_migrate.rules.fixes.spec import Edit, FixSpec
-from pmap_migrate.rules.fixes.api import Unfixable
-from pmap_migrate.rules.fixes.placement import iter_leaves
-from pmap_migrate.rules.fixes.placement_fixes import (
-    devices_descriptor,
-    helper_devices,
-    placed_for,
-    reshard_text,
-)
 from pmap_migrate.rules.analysis.sites import (
     COMMITTED,
     JIT_OUTPUT,
@@ -23,7 +12,18 @@ from pmap_migrate.rules.analysis.sites import (
     SHARDED_STACK,
     TransformSite,
 )
+from pmap_migrate.rules.base import Invalid, Rule, Valid
+from pmap_migrate.rules.fixes.api import Unfixable
 from pmap_migrate.rules.fixes.choices import Applicability
+from pmap_migrate.rules.fixes.placement import iter_leaves
+from pmap_migrate.rules.fixes.placement_fixes import (
+    devices_descriptor,
+    helper_devices,
+    placed_for,
+    reshard_text,
+)
+from pmap_migrate.rules.fixes.spec import Edit, FixSpec
+from pmap_migrate.rules.knowledge import gates
 
 _SPACE = re.compile(r"\s+")
 
@@ -252,4 +252,3 @@ class ImplicitReshard(Rule):
         if option is None:
             return None
         return _SPACE.sub("", self.model.module.code_for_node(option))
-

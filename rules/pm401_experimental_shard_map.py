@@ -2,8 +2,8 @@ from __future__ import annotations
 
 import libcst as cst
 
-from pmap_migrate.rules.knowledge import gates, tables
-from pmap_migrate.rules.base import ImportRule
+from pmap_migrate.rules.analysis.imports import imported_names
+from pmap_migrate.rules.base import ImportRule, Invalid, Valid
 from pmap_migrate.rules.fixes.api import (
     FixParts,
     Unfixable,
@@ -14,9 +14,8 @@ from pmap_migrate.rules.fixes.api import (
     spec_or_none,
 )
 from pmap_migrate.rules.fixes.code import code_of
-from pmap_migrate.rules.base import Invalid, Valid
 from pmap_migrate.rules.fixes.spec import Edit
-from pmap_migrate.rules.analysis.imports import imported_names
+from pmap_migrate.rules.knowledge import gates, tables
 
 _EXPERIMENTAL = "jax.experimental.shard_map.shard_map"
 _KEYWORD_MESSAGES = {

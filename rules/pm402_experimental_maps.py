@@ -2,7 +2,8 @@ from __future__ import annotations
 
 import libcst as cst
 
-from pmap_migrate.rules.knowledge import gates, tables
+from pmap_migrate.rules.analysis.imports import imported_names, is_within
+from pmap_migrate.rules.base import Invalid, Rule, Valid
 from pmap_migrate.rules.fixes.api import (
     FixParts,
     Unfixable,
@@ -13,9 +14,8 @@ from pmap_migrate.rules.fixes.api import (
     rewrite_import,
     rewrite_import_from,
 )
-from pmap_migrate.rules.base import Invalid, Rule, Valid
 from pmap_migrate.rules.fixes.spec import FixSpec
-from pmap_migrate.rules.analysis.imports import imported_names, is_within
+from pmap_migrate.rules.knowledge import gates, tables
 
 _MODULE = tables.EXPERIMENTAL_MAPS_MODULE
 _GENERAL = "use `jax.sharding.Mesh` for `Mesh` and `jax.shard_map` over a Mesh for `xmap`"

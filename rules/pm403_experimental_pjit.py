@@ -2,8 +2,9 @@ from __future__ import annotations
 
 import libcst as cst
 
-from pmap_migrate.rules.knowledge import gates, tables
-from pmap_migrate.rules.base import ImportRule
+from pmap_migrate.rules.analysis.imports import imported_names
+from pmap_migrate.rules.analysis.sites import JIT
+from pmap_migrate.rules.base import ImportRule, Invalid, Valid
 from pmap_migrate.rules.fixes.api import (
     FixParts,
     Unfixable,
@@ -12,10 +13,8 @@ from pmap_migrate.rules.fixes.api import (
     as_positional,
     spec_or_none,
 )
-from pmap_migrate.rules.base import Invalid, Valid
 from pmap_migrate.rules.fixes.spec import Edit
-from pmap_migrate.rules.analysis.imports import imported_names
-from pmap_migrate.rules.analysis.sites import JIT
+from pmap_migrate.rules.knowledge import gates, tables
 
 _PJIT = "jax.experimental.pjit.pjit"
 # Positional parameters every pjit release agreed on (the oldest named the two shardings

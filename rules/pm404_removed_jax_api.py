@@ -2,8 +2,8 @@ from __future__ import annotations
 
 import libcst as cst
 
-from pmap_migrate.rules.knowledge import gates, tables
-from pmap_migrate.rules.base import ImportRule
+from pmap_migrate.rules.analysis.imports import imported_names
+from pmap_migrate.rules.base import ImportRule, Invalid, Valid
 from pmap_migrate.rules.fixes.api import (
     FixParts,
     Unfixable,
@@ -21,9 +21,8 @@ from pmap_migrate.rules.fixes.api import (
     rewrite_reads,
 )
 from pmap_migrate.rules.fixes.code import code_of
-from pmap_migrate.rules.base import Invalid, Valid
 from pmap_migrate.rules.fixes.spec import Edit, FixSpec
-from pmap_migrate.rules.analysis.imports import imported_names
+from pmap_migrate.rules.knowledge import gates, tables
 
 _LAST_COMPONENTS = frozenset(entry.last for entry in tables.REMOVED_NAMES)
 # Replacements that are types: in an annotation the rename means exactly what the old name meant.

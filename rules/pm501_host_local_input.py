@@ -2,8 +2,8 @@ from __future__ import annotations
 
 import libcst as cst
 
-from pmap_migrate.rules.knowledge import gates, tables
 from pmap_migrate.rules.base import Invalid, Rule, Valid
+from pmap_migrate.rules.knowledge import gates, tables
 
 
 def _global_mesh_helpers(axis: str) -> str:

@@ -10,10 +10,10 @@ import subprocess
 import sys
 
 import pytest
+from support import jaxenv
 
 from pmap_migrate.rules.fixes import api as api_rewrite
 from pmap_migrate.rules.knowledge import tables
-from support import jaxenv
 
 WRITTEN = sorted(
     {e.replacement for e in tables.REMOVED_NAMES + tables.EXPERIMENTAL_MAPS_NAMES if e.rename}

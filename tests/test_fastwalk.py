@@ -15,7 +15,8 @@ from pmap_migrate import fastwalk, libcst_patches
 from pmap_migrate.engine import lint_bytes
 from pmap_migrate.fixer import fix_bytes
 from pmap_migrate.rules import all_rules
-from tests.support.samples import FILES, parsed_samples as _parsed
+from tests.support.samples import FILES
+from tests.support.samples import parsed_samples as _parsed
 
 RULES = all_rules()
 

@@ -10,8 +10,8 @@ import libcst as cst
 from pmap_migrate.files import write_atomic
 from pmap_migrate.fixer import fix_bytes
 from pmap_migrate.rules.base import Rule
-from pmap_migrate.rules.fixes.spec import Edit, FixSpec, ImportSpec
 from pmap_migrate.rules.fixes.choices import Applicability
+from pmap_migrate.rules.fixes.spec import Edit, FixSpec, ImportSpec
 
 
 class DoubleToTimesTwo(Rule):
@@ -284,7 +284,8 @@ def test_removing_imports_keeps_the_comments_and_blank_lines_above_them():
 
 def test_a_fix_rebuilds_only_the_path_to_its_target():
     from pmap_migrate.engine import analyse
-    from pmap_migrate.fixer import _Replace, applicable, apply
+    from pmap_migrate.fixer import applicable, apply
+    from pmap_migrate.rules.fixes.edits import EditApplier
 
     source = "".join(f"def f{i}(x):\n    return [x + {i} for _ in range(3)]\n\n\n" for i in range(100))
     module = cst.parse_module(source + "y = double(3)\n")
@@ -292,13 +293,13 @@ def test_a_fix_rebuilds_only_the_path_to_its_target():
     chosen = [f for f in analysis.findings if applicable(f, False)]
     assert len(chosen) == 1
     left: list[cst.CSTNode] = []
-    original = _Replace.on_leave
+    original = EditApplier.on_leave
 
     def counting(self, original_node, updated_node):
         left.append(original_node)
         return original(self, original_node, updated_node)
 
-    _Replace.on_leave = counting
+    EditApplier.on_leave = counting
     try:
         pruned = apply(analysis.module, chosen, analysis.parents).code
         assert len(left) < 120  # the module, 101 statements at its level, and the way down to the call
@@ -306,7 +307,7 @@ def test_a_fix_rebuilds_only_the_path_to_its_target():
         whole = apply(analysis.module, chosen).code
         assert len(left) > 1000
     finally:
-        _Replace.on_leave = original
+        EditApplier.on_leave = original
     assert pruned == whole
     assert pruned.endswith("y = times_two(3)\n") and pruned.startswith("from mathlib import times_two\n")
 

@@ -26,9 +26,9 @@ from libcst.metadata import MetadataWrapper
 from pmap_migrate.cli import main as cli
 from pmap_migrate.fixer import fix_bytes
 from pmap_migrate.rules import all_rules
+from pmap_migrate.rules.analysis.model import SemanticModel
 from pmap_migrate.rules.base import RuleContext
 from pmap_migrate.rules.fixes.choices import RuleOptions
-from pmap_migrate.rules.analysis.model import SemanticModel
 from tests.support import differential as diff
 from tests.support.jaxenv import LEGACY, NEW_311, NEWEST, EnvUnavailable
 

@@ -16,8 +16,8 @@ from pmap_migrate.cli import main
 from pmap_migrate.config import Settings
 from pmap_migrate.interactive import Answer, Decision, parse_answer, review_file
 from pmap_migrate.rules.base import Rule
-from pmap_migrate.rules.fixes.spec import FixSpec
 from pmap_migrate.rules.fixes.choices import Applicability
+from pmap_migrate.rules.fixes.spec import FixSpec
 
 ROOT = Path(__file__).resolve().parents[1]
 TWO = "import jax\n\nstep = jax.pmap(lambda x: x * 2)\nother = jax.pmap(lambda x: x + 1)\n"

@@ -12,8 +12,8 @@ from click.testing import CliRunner
 from pmap_migrate.cli import main
 from pmap_migrate.diagnostics import Applicability, Diagnostic, FixInfo, State
 from pmap_migrate.report import Report, SiteState, classify, to_markdown
-from pmap_migrate.runner import lint_file
 from pmap_migrate.rules import all_rules
+from pmap_migrate.runner import lint_file
 
 ROOT = Path(__file__).resolve().parents[1]
 

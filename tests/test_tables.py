@@ -14,11 +14,11 @@ import os
 import subprocess
 
 import pytest
-
-from pmap_migrate.rules.knowledge import tables
-from pmap_migrate.rules.analysis.imports import is_within
-from pmap_migrate.rules.pm404_removed_jax_api import RemovedJaxApi
 from support import api_probe, jaxenv
+
+from pmap_migrate.rules.analysis.imports import is_within
+from pmap_migrate.rules.knowledge import tables
+from pmap_migrate.rules.pm404_removed_jax_api import RemovedJaxApi
 
 LEGACY_VERSION = (0, 7, 2)
 ALL_REMOVED = tables.REMOVED_NAMES + tables.EXPERIMENTAL_MAPS_NAMES

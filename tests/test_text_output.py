@@ -15,8 +15,8 @@ from rich.console import Console
 from pmap_migrate.diagnostics import Applicability, Diagnostic, FixInfo
 from pmap_migrate.engine import lint_bytes
 from pmap_migrate.reporting.text import render_diagnostics
-from pmap_migrate.session import read_lines
 from pmap_migrate.rules import all_rules
+from pmap_migrate.session import read_lines
 
 ROOT = Path(__file__).resolve().parents[1]
 

@@ -7,7 +7,7 @@ from collections.abc import Iterable, Iterator
 import libcst as cst
 from libcst.metadata import Assignment, BaseAssignment, Scope
 
-from pmap_migrate.rules.analysis.syntax import _COMPREHENSIONS, _DEFERRED, _TARGET_PARTS
+from pmap_migrate.rules.analysis.syntax import COMPREHENSIONS, DEFERRED, TARGET_PARTS
 
 
 class Bindings:
@@ -106,7 +106,7 @@ class Bindings:
         later than the expression around it, or apart from it)."""
         found = {id(read)}
         for ancestor in self.ancestors(read):
-            if isinstance(ancestor, _DEFERRED):
+            if isinstance(ancestor, DEFERRED):
                 break
             found.add(id(ancestor))
         return found
@@ -126,7 +126,7 @@ class Bindings:
                 part = ancestor.iter
             elif isinstance(ancestor, cst.WithItem):
                 part = ancestor.item
-            elif isinstance(ancestor, _TARGET_PARTS):
+            elif isinstance(ancestor, TARGET_PARTS):
                 continue
             else:
                 return False
@@ -142,8 +142,8 @@ class Bindings:
                 return True
             if isinstance(ancestor, cst.While) and (child is ancestor.body or child is ancestor.test):
                 return True
-            if isinstance(ancestor, _DEFERRED):
-                return isinstance(ancestor, _COMPREHENSIONS)  # a comprehension repeats; a def is another scope
+            if isinstance(ancestor, DEFERRED):
+                return isinstance(ancestor, COMPREHENSIONS)  # a comprehension repeats; a def is another scope
             child = ancestor
         return False
 

@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+from collections import defaultdict
+
 import libcst as cst
 from libcst.metadata import ExpressionContext, ExpressionContextProvider, MetadataWrapper, ScopeProvider
-from collections import defaultdict
+
 from pmap_migrate.rules.analysis.sites import FunctionLike
 
 

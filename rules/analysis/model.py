@@ -24,12 +24,12 @@ from libcst.metadata import (
     MetadataWrapper,
 )
 
-from pmap_migrate.rules.knowledge import tables
 from pmap_migrate.rules.analysis.bindings import Bindings
 from pmap_migrate.rules.analysis.index import Indexer, indent_unit, resolve_scopes
 from pmap_migrate.rules.analysis.nesting import Nesting
 from pmap_migrate.rules.analysis.sites import JIT, PMAP, Callee, TransformSite
 from pmap_migrate.rules.analysis.values import ValueFlow
+from pmap_migrate.rules.knowledge import tables
 
 
 class SemanticModel(Bindings, ValueFlow, Nesting):

@@ -6,8 +6,8 @@ from collections.abc import Iterator
 
 import libcst as cst
 
-from pmap_migrate.rules.knowledge import tables
 from pmap_migrate.rules.analysis.sites import PMAP, FunctionLike, TransformSite
+from pmap_migrate.rules.knowledge import tables
 
 
 class Nesting:

@@ -8,7 +8,6 @@ from dataclasses import dataclass, field
 import libcst as cst
 from libcst.metadata import BaseAssignment
 
-
 PMAP = "pmap"
 
 

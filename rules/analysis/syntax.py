@@ -6,23 +6,23 @@ from __future__ import annotations
 from collections.abc import Iterator
 
 import libcst as cst
+
 from pmap_migrate.rules.analysis.sites import FunctionLike
 
-
 # What may lie between an assignment's target name and the construct that binds it.
-_TARGET_PARTS = (cst.AssignTarget, cst.Tuple, cst.List, cst.Element, cst.StarredElement, cst.AsName)
+TARGET_PARTS = (cst.AssignTarget, cst.Tuple, cst.List, cst.Element, cst.StarredElement, cst.AsName)
 
 
 # Code that runs apart from the expression around it: later (a def, a lambda, a generator) or
 # in a scope of its own, maybe repeatedly (a comprehension).
-_COMPREHENSIONS = (cst.ListComp, cst.SetComp, cst.DictComp, cst.GeneratorExp)
+COMPREHENSIONS = (cst.ListComp, cst.SetComp, cst.DictComp, cst.GeneratorExp)
 
 
-_DEFERRED = (cst.FunctionDef, cst.Lambda, cst.ClassDef) + _COMPREHENSIONS
+DEFERRED = (cst.FunctionDef, cst.Lambda, cst.ClassDef) + COMPREHENSIONS
 
 
 # Attributes of an array itself: ``out.shape[0]`` is not an index into the output.
-_ARRAY_ATTRIBUTES = frozenset({
+ARRAY_ATTRIBUTES = frozenset({
     "shape", "ndim", "dtype", "size", "nbytes", "itemsize", "T", "mT", "sharding", "aval",
     "addressable_shards", "global_shards", "device_buffers", "devices", "real", "imag", "at",
 })
@@ -38,7 +38,7 @@ def _target_names(target: cst.BaseExpression) -> Iterator[cst.Name]:
         yield from _target_names(target.value)
 
 
-def _target_names_at(target: cst.BaseExpression) -> Iterator[tuple[cst.Name, int | None]]:
+def target_names_at(target: cst.BaseExpression) -> Iterator[tuple[cst.Name, int | None]]:
     """Names bound by an assignment target, with the position of the top-level element each
     unpacks (None when the name receives the whole value or the position is not fixed)."""
     if isinstance(target, cst.Name):
@@ -52,7 +52,7 @@ def _target_names_at(target: cst.BaseExpression) -> Iterator[tuple[cst.Name, int
                 yield name, position
 
 
-def _stacked_output(out_axes: cst.BaseExpression | None, position: int | None) -> bool:
+def stacked_output(out_axes: cst.BaseExpression | None, position: int | None) -> bool:
     """Whether a pmap output (the one at ``position`` of a tuple output, or any one when None)
     has the device axis leading: out_axes absent or 0. Unknown (computed) out_axes count as 0."""
     if out_axes is None:
@@ -62,8 +62,8 @@ def _stacked_output(out_axes: cst.BaseExpression | None, position: int | None) -
         if len(elements) != len(out_axes.elements):
             return True
         if position is not None:
-            return position < len(elements) and _stacked_output(elements[position].value, None)
-        return any(_stacked_output(e.value, None) for e in elements)
+            return position < len(elements) and stacked_output(elements[position].value, None)
+        return any(stacked_output(e.value, None) for e in elements)
     if isinstance(out_axes, cst.Name) and out_axes.value == "None":
         return False
     if isinstance(out_axes, cst.Integer):
@@ -97,10 +97,10 @@ class ReturnFinder(cst.CSTVisitor):
 
 
 # What a Python list or tuple is visibly written as.
-_SEQUENCE_DISPLAYS = (cst.Tuple, cst.List, cst.ListComp)
+SEQUENCE_DISPLAYS = (cst.Tuple, cst.List, cst.ListComp)
 
 
-def _returns_sequence(func: FunctionLike, position: int | None = None,
+def returns_sequence(func: FunctionLike, position: int | None = None,
                       kinds: tuple[type[cst.BaseExpression], ...] = (cst.Tuple, cst.List)) -> bool:
     """Every return of ``func`` is one of ``kinds`` (by default a tuple or list display); with
     ``position``: the element at ``position`` of every returned tuple or list display is."""
@@ -123,7 +123,7 @@ def _returns_sequence(func: FunctionLike, position: int | None = None,
     return True
 
 
-def _is_key_subscript(node: cst.Subscript) -> bool:
+def is_key_subscript(node: cst.Subscript) -> bool:
     """``x['loss']`` (a dict key into an output pytree), not an integer index."""
     if len(node.slice) != 1:
         return False

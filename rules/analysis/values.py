@@ -2,19 +2,33 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterable
+
 import libcst as cst
 from libcst.metadata import BaseAssignment
 
-from pmap_migrate.rules.knowledge import tables
-from collections.abc import Iterable
 from pmap_migrate.rules.analysis.sites import (
-    COMMITTED, DEVICE_STACKED, JIT, JIT_OUTPUT, PMAP, PMAP_OUTPUT, PMAP_OUTPUT_UNSTACKED, REPLICATED, SHARDED_STACK,
+    COMMITTED,
+    DEVICE_STACKED,
+    JIT,
+    JIT_OUTPUT,
+    PMAP,
+    PMAP_OUTPUT,
+    PMAP_OUTPUT_UNSTACKED,
+    REPLICATED,
+    SHARDED_STACK,
     TransformSite,
 )
 from pmap_migrate.rules.analysis.syntax import (
-    _ARRAY_ATTRIBUTES, _SEQUENCE_DISPLAYS, _is_key_subscript, _returns_sequence, _stacked_output, _target_names_at,
+    ARRAY_ATTRIBUTES,
+    SEQUENCE_DISPLAYS,
     integer_index,
+    is_key_subscript,
+    returns_sequence,
+    stacked_output,
+    target_names_at,
 )
+from pmap_migrate.rules.knowledge import tables
 
 
 class ValueFlow:
@@ -29,7 +43,7 @@ class ValueFlow:
             if site.transform == JIT:
                 tags.add(JIT_OUTPUT)
             else:
-                tags.add(PMAP_OUTPUT if _stacked_output(site.option("out_axes"), None) else PMAP_OUTPUT_UNSTACKED)
+                tags.add(PMAP_OUTPUT if stacked_output(site.option("out_axes"), None) else PMAP_OUTPUT_UNSTACKED)
         names = self.qualified_names(call.func)
         if not names.isdisjoint(tables.DEVICE_PUT_REPLICATED) or not names.isdisjoint(tables.FLAX_REPLICATE):
             tags.add(REPLICATED)
@@ -59,14 +73,14 @@ class ValueFlow:
                 continue
             targets = [t.target for t in parent.targets] if isinstance(parent, cst.Assign) else [parent.target]
             for target in targets:
-                for name, position in _target_names_at(target):
+                for name, position in target_names_at(target):
                     assignment = self.assignment_for_target(name)
                     if assignment is None:
                         continue
                     element_tags = tags
                     if site is not None and site.transform == PMAP and position is not None:
                         # `loss, aux = step(x)` with out_axes=(0, None): tag each output as its axis says.
-                        stacked = _stacked_output(site.option("out_axes"), position)
+                        stacked = stacked_output(site.option("out_axes"), position)
                         element_tags = (tags - {PMAP_OUTPUT, PMAP_OUTPUT_UNSTACKED}) | {
                             PMAP_OUTPUT if stacked else PMAP_OUTPUT_UNSTACKED}
                     self._tags[assignment] |= element_tags
@@ -108,7 +122,7 @@ class ValueFlow:
                                                                    if self._tags.get(a))
                 sequence = isinstance(value, cst.Name) and isinstance(target, cst.Name) and all(
                     a in self._sequence_values for a in assignments if self._tags.get(a))
-                for name, position in _target_names_at(target):
+                for name, position in target_names_at(target):
                     if position is None and isinstance(target, (cst.Tuple, cst.List)):
                         continue  # starred unpacking: which element is which is unknown
                     if isinstance(target, (cst.Tuple, cst.List)) and not whole_tuple:
@@ -135,7 +149,7 @@ class ValueFlow:
         cached = self._tuple_sites.get(id(site))
         if cached is None:
             functions = self.mapped_functions(site)
-            cached = bool(functions) and all(_returns_sequence(f) for f in functions)
+            cached = bool(functions) and all(returns_sequence(f) for f in functions)
             self._tuple_sites[id(site)] = cached
         return cached
 
@@ -148,10 +162,10 @@ class ValueFlow:
                 calls.append(expr)
             elif isinstance(expr, cst.Name):
                 assignments.extend(self.reaching_assignments(expr))
-            elif isinstance(expr, cst.Subscript) and (_is_key_subscript(expr) or self.selects_output(expr)):
+            elif isinstance(expr, cst.Subscript) and (is_key_subscript(expr) or self.selects_output(expr)):
                 expr = expr.value  # a leaf of a pytree output, or one output of a tuple, is an output too
                 continue
-            elif isinstance(expr, cst.Attribute) and expr.attr.value not in _ARRAY_ATTRIBUTES:
+            elif isinstance(expr, cst.Attribute) and expr.attr.value not in ARRAY_ATTRIBUTES:
                 expr = expr.value  # a field of an output dataclass/namedtuple
                 continue
             return calls, assignments
@@ -206,7 +220,7 @@ class ValueFlow:
         if not integer_index(node):
             return False
         parent = self.parents.get(node)
-        if isinstance(parent, cst.Subscript) and parent.value is node and _is_key_subscript(parent):
+        if isinstance(parent, cst.Subscript) and parent.value is node and is_key_subscript(parent):
             return True
         value = node.value
         if isinstance(value, cst.Call):
@@ -229,7 +243,7 @@ class ValueFlow:
             if key not in self._sequence_sites:
                 functions = self.mapped_functions(site) if site.transform == PMAP else []
                 self._sequence_sites[key] = bool(functions) and all(
-                    _returns_sequence(f, position, _SEQUENCE_DISPLAYS) for f in functions)
+                    returns_sequence(f, position, SEQUENCE_DISPLAYS) for f in functions)
             return self._sequence_sites[key]
         names = self.qualified_names(call.func)
         if position is not None or (names.isdisjoint(tables.DEVICE_PUT_REPLICATED)
@@ -243,7 +257,7 @@ class ValueFlow:
     def _is_sequence(self, expr: cst.BaseExpression, depth: int = 0) -> bool:
         """``expr`` is a list or tuple on every path: a display, a list comprehension, a call of a
         module function that only returns those, or a name bound only to one of these."""
-        if isinstance(expr, _SEQUENCE_DISPLAYS):
+        if isinstance(expr, SEQUENCE_DISPLAYS):
             return True
         if depth > 4:
             return False
@@ -251,7 +265,7 @@ class ValueFlow:
             definitions = self.assignments_of(expr.func)
             return bool(definitions) and all(
                 isinstance(getattr(d, "node", None), cst.FunctionDef) and not d.node.decorators
-                and _returns_sequence(d.node, None, _SEQUENCE_DISPLAYS) for d in definitions)
+                and returns_sequence(d.node, None, SEQUENCE_DISPLAYS) for d in definitions)
         if isinstance(expr, cst.Name):
             assignments = self.reaching_assignments(expr)
             values = [self.index.assigned_value.get(getattr(a, "node", None)) for a in assignments]

@@ -20,10 +20,10 @@ import libcst as cst
 from libcst.helpers import get_full_name_for_node
 from libcst.metadata import ImportAssignment
 
-from pmap_migrate.rules.knowledge import tables
-from pmap_migrate.rules.fixes.spec import Edit, FixSpec, ImportSpec
 from pmap_migrate.rules.analysis.model import SemanticModel
 from pmap_migrate.rules.fixes.choices import Applicability
+from pmap_migrate.rules.fixes.spec import Edit, FixSpec, ImportSpec
+from pmap_migrate.rules.knowledge import tables
 
 
 class Unfixable(Exception):

@@ -6,9 +6,6 @@ import re
 
 import libcst as cst
 
-
-
-
 # A line of generated text that holds only whitespace: parsed, it is an empty line that carries the
 # indentation of its block (see `Rewriter.parse_generated`).
 WHITESPACE_LINE = re.compile(r"^[ \t\f]+\r?$", re.MULTILINE)

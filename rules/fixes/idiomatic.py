@@ -55,16 +55,31 @@ from collections.abc import Sequence
 import libcst as cst
 from libcst.metadata import Assignment
 
-from pmap_migrate.rules.knowledge import tables
-from pmap_migrate.rules.fixes.spec import Edit, FixSpec, ImportSpec
-from pmap_migrate.rules.fixes.code import code_of, simple_params
-from pmap_migrate.rules.fixes.pmap_options import Unsupported, int_tuple
-from pmap_migrate.rules.fixes.placement import Placement
-from pmap_migrate.rules.fixes.pmap_rewrite import Rewriter
 from pmap_migrate.rules.analysis.sites import PMAP, TransformSite
 from pmap_migrate.rules.fixes.choices import Applicability
+from pmap_migrate.rules.fixes.code import code_of, simple_params
 from pmap_migrate.rules.fixes.idiomatic_build import IdiomaticBuild
-from pmap_migrate.rules.fixes.idiomatic_match import BATCH, STATE, LoopReads, _mentions, _AUTODIFF, _COLLECTIVES, _CallFinder, _PLACEHOLDER, _REDUCTIONS, _Reject, _STEP_OPTIONS, _Step, _display_names, _single_return
+from pmap_migrate.rules.fixes.idiomatic_match import (
+    AUTODIFF,
+    BATCH,
+    COLLECTIVES,
+    PLACEHOLDER,
+    REDUCTIONS,
+    STATE,
+    STEP_OPTIONS,
+    CallFinder,
+    LoopReads,
+    Reject,
+    Step,
+    display_names,
+    mentions,
+    single_return,
+)
+from pmap_migrate.rules.fixes.placement import Placement
+from pmap_migrate.rules.fixes.pmap_options import Unsupported, int_tuple
+from pmap_migrate.rules.fixes.pmap_rewrite import Rewriter
+from pmap_migrate.rules.fixes.spec import Edit, FixSpec, ImportSpec
+from pmap_migrate.rules.knowledge import tables
 
 
 class Idiomatic(LoopReads, IdiomaticBuild):
@@ -76,11 +91,11 @@ class Idiomatic(LoopReads, IdiomaticBuild):
         self.placement = placement
         # Why the module's loop was not recognised (None when it was).
         self.reason: str | None = None
-        self.steps: list[_Step] = []
+        self.steps: list[Step] = []
         self.fix: FixSpec | None = None
         try:
             self._recognise()
-        except (_Reject, Unsupported) as why:
+        except (Reject, Unsupported) as why:
             self.reason = str(why)
             self.steps, self.fix = [], None
 
@@ -96,29 +111,29 @@ class Idiomatic(LoopReads, IdiomaticBuild):
     # ------------------------------------------------------------------------------ recognition
     def _recognise(self) -> None:
         if self.model.multi_process():
-            raise _Reject("the module runs several processes")
+            raise Reject("the module runs several processes")
         steps = [step for step in map(self._step, self.model.pmap_sites()) if step is not None]
         if not any(self._differentiates(step.func) for step in steps):
-            raise _Reject("no pmapped training step (one that reduces its gradients over its axis) called as "
+            raise Reject("no pmapped training step (one that reduces its gradients over its axis) called as "
                           "`outs = step(...)`")
         drivers = {id(self._driver(call)): self._driver(call) for step in steps for call in step.calls}
         if len(drivers) != 1:
-            raise _Reject("the steps are called from more than one function")
+            raise Reject("the steps are called from more than one function")
         self.driver = next(iter(drivers.values()))
         if any(isinstance(d, cst.Lambda) for d in drivers.values()):
-            raise _Reject("a step is called inside a lambda")
+            raise Reject("a step is called inside a lambda")
         axes = {step.axis.strip("\"'") for step in steps}
         if len(axes) != 1:
-            raise _Reject("the steps map over different axis names")
+            raise Reject("the steps map over different axis names")
         self.axis = steps[0].axis
         self.steps = sorted(steps, key=lambda s: self._order(s.statement))
         if isinstance(self.driver, cst.FunctionDef) and not isinstance(self.driver.body, cst.IndentedBlock):
-            raise _Reject("the driver is a one-line function")
+            raise Reject("the driver is a one-line function")
         self.block = self.driver.body if isinstance(self.driver, cst.Module) else self.driver.body.body
         self.scope = self.model.scope_of(self.block[0]) if self.block else None
         if self.scope is None:
-            raise _Reject("the driver's names cannot be resolved")
-        self.mesh = _PLACEHOLDER  # the mesh helper's name is chosen once the loop is recognised
+            raise Reject("the driver's names cannot be resolved")
+        self.mesh = PLACEHOLDER  # the mesh helper's name is chosen once the loop is recognised
         self.edits: list[Edit] = []
         self.imports: list[ImportSpec] = []
         self.removes: list[ImportSpec] = []
@@ -126,16 +141,16 @@ class Idiomatic(LoopReads, IdiomaticBuild):
         self.state_names: set[str] = set()
         self.printed: set[str] = set()
         self.calls = {id(call): (step, call) for step in self.steps for call in step.calls}
-        self._outputs: dict[int, list[tuple[_Step, cst.Call, int]]] = {}  # id(target Name) -> producers
+        self._outputs: dict[int, list[tuple[Step, cst.Call, int]]] = {}  # id(target Name) -> producers
         self._check_call_statements()
         names = sorted({name.value for step in self.steps for call in step.calls for arg in call.args
-                        for name in _display_names(arg.value) or ()})
+                        for name in display_names(arg.value) or ()})
         for name in names:
             self._argument(name)
         for step in self.steps:
             for call in step.calls:
                 for position, arg in enumerate(call.args):
-                    if _display_names(arg.value) is None:
+                    if display_names(arg.value) is None:
                         self._inline_batch(step, position, arg.value)
         outputs = sorted({t.value for step in self.steps for call in step.calls for t in self._targets(call)}
                          - set(names))
@@ -143,13 +158,13 @@ class Idiomatic(LoopReads, IdiomaticBuild):
             self._output(name)
         self._build()
 
-    def _step(self, site: TransformSite) -> _Step | None:
+    def _step(self, site: TransformSite) -> Step | None:
         """``site`` as a data-parallel step, or None when it is not one (it keeps its own fix)."""
         if site.transform != PMAP or site.callee.ambiguous or site.dynamic_options:
             return None
         if id(site.node) in self.model.nested_nodes():
             return None
-        if any(a.keyword is not None and a.keyword.value not in _STEP_OPTIONS for a in site.args):
+        if any(a.keyword is not None and a.keyword.value not in STEP_OPTIONS for a in site.args):
             return None
         if len(site.positional()) > (1 if site.is_decorator else 2):
             return None
@@ -181,7 +196,7 @@ class Idiomatic(LoopReads, IdiomaticBuild):
         if func.asynchronous is not None:
             return None
         params = simple_params(func.params)
-        returned = _single_return(func)
+        returned = single_return(func)
         if params is None or returned is None or any(i >= len(params) for i in donate):
             return None
         if self._differentiates(func) and not self._reduces_gradients(func, axis.evaluated_value):
@@ -203,13 +218,13 @@ class Idiomatic(LoopReads, IdiomaticBuild):
                 parent = self.model.parent(access.node)
                 if not (isinstance(parent, cst.Call) and parent.func is access.node and parent in calls):
                     return None  # the step is used as a value (or called another way)
-        return _Step(site, func, name, statement, params, elements, tuple_return, code_of(axis), donate, calls)
+        return Step(site, func, name, statement, params, elements, tuple_return, code_of(axis), donate, calls)
 
     def _reduces_gradients(self, func: cst.FunctionDef, axis: str) -> bool:
         """A `pmean`/`psum` over ``axis`` takes the gradients: ``lax.pmean(grads, axis)``, or
         ``tree_map(lambda g: lax.psum(g, axis) / n, grads)``, with ``grads`` bound to
         ``jax.grad(f)(...)`` (or the second element of ``jax.value_and_grad(f)(...)``)."""
-        finder = _CallFinder()
+        finder = CallFinder()
         func.body.visit(finder)
         gradients: set[str] = set()
         for call in finder.calls:
@@ -229,24 +244,24 @@ class Idiomatic(LoopReads, IdiomaticBuild):
             elif not grad and isinstance(target, cst.Tuple) and len(target.elements) == 2:
                 gradients.update(n.value for n in [target.elements[1].value] if isinstance(n, cst.Name))
         for call in finder.calls:
-            if not self._collective_over(call, axis, _REDUCTIONS):
+            if not self._collective_over(call, axis, REDUCTIONS):
                 continue
-            if _mentions(call, gradients):
+            if mentions(call, gradients):
                 return True
             lam = self.model.parent(self.model.parent(call))
             tree_map = self.model.parent(self.model.parent(lam)) if isinstance(lam, cst.Lambda) else None
             if (isinstance(tree_map, cst.Call) and self.model.matches(tree_map.func, tables.TREE_MAP)
                     and tree_map.args and tree_map.args[0].value is lam
-                    and any(_mentions(a.value, gradients) for a in tree_map.args[1:])):
+                    and any(mentions(a.value, gradients) for a in tree_map.args[1:])):
                 return True
         return False
 
     def _differentiates(self, func: cst.FunctionDef) -> bool:
-        finder = _CallFinder()
+        finder = CallFinder()
         func.body.visit(finder)
-        return any(self.model.matches(call.func, _AUTODIFF) for call in finder.calls)
+        return any(self.model.matches(call.func, AUTODIFF) for call in finder.calls)
 
-    def _collective_over(self, call: cst.Call, axis: str, names: frozenset[str] = _COLLECTIVES) -> bool:
+    def _collective_over(self, call: cst.Call, axis: str, names: frozenset[str] = COLLECTIVES) -> bool:
         if not self.model.matches(call.func, names):
             return False
         positional = [a.value for a in call.args if a.keyword is None and not a.star]
@@ -267,19 +282,19 @@ class Idiomatic(LoopReads, IdiomaticBuild):
                 line = self.model.parent(assign)
                 if not (isinstance(assign, cst.Assign) and len(assign.targets) == 1
                         and isinstance(line, cst.SimpleStatementLine) and len(line.body) == 1):
-                    raise _Reject(f"`{code_of(call)}` is not of the form `outputs = {step.name}(...)`")
+                    raise Reject(f"`{code_of(call)}` is not of the form `outputs = {step.name}(...)`")
                 target = assign.targets[0].target
                 if step.tuple_return:
                     if not (isinstance(target, (cst.Tuple, cst.List)) and len(target.elements) == len(step.elements)
                             and all(isinstance(e, cst.Element) and isinstance(e.value, cst.Name)
                                     for e in target.elements)):
-                        raise _Reject(f"the outputs of `{step.name}` are not unpacked into one name each")
+                        raise Reject(f"the outputs of `{step.name}` are not unpacked into one name each")
                 elif not isinstance(target, cst.Name):
-                    raise _Reject(f"the output of `{step.name}` is not bound to a name")
+                    raise Reject(f"the output of `{step.name}` is not bound to a name")
                 if len(call.args) != len(step.params) or any(a.keyword is not None or a.star for a in call.args):
-                    raise _Reject(f"`{step.name}` is not called with one positional argument per parameter")
+                    raise Reject(f"`{step.name}` is not called with one positional argument per parameter")
                 if self._driver(call) is not self.driver:
-                    raise _Reject("the steps are called from more than one function")
+                    raise Reject("the steps are called from more than one function")
                 for position, target_name in enumerate(self._targets(call)):
                     self._outputs.setdefault(id(target_name), []).append((step, call, position))
 
@@ -302,7 +317,7 @@ class Idiomatic(LoopReads, IdiomaticBuild):
             nodes[id(access.node)] = access.node
         for node in nodes.values():
             if self.model.scope_of(node) is not self.scope:
-                raise _Reject(f"`{name}` is also read by a nested function or comprehension")
+                raise Reject(f"`{name}` is also read by a nested function or comprehension")
         return sorted(nodes.values(), key=lambda n: self.model.index.order.get(n, 0))
 
     def _argument(self, name: str) -> None:
@@ -315,11 +330,11 @@ class Idiomatic(LoopReads, IdiomaticBuild):
                 replicates.append(assignment)
         if replicates:
             if len(replicates) != 1:
-                raise _Reject(f"`{name}` is replicated more than once")
+                raise Reject(f"`{name}` is replicated more than once")
             self._state(name, replicates[0], assignments)
             self.state_names.add(name)
         elif any(self._output_position(a) is not None for a in assignments):
-            raise _Reject(f"`{name}` is fed back to a step but not replicated by a recognised helper")
+            raise Reject(f"`{name}` is fed back to a step but not replicated by a recognised helper")
         else:
             self._batch(name, assignments)
 
@@ -333,7 +348,7 @@ class Idiomatic(LoopReads, IdiomaticBuild):
                 return assign.value
         return None
 
-    def _output_position(self, assignment) -> tuple[_Step, cst.Call, int] | None:
+    def _output_position(self, assignment) -> tuple[Step, cst.Call, int] | None:
         node = getattr(assignment, "node", None)
         producers = self._outputs.get(id(node))
         return producers[0] if producers else None
@@ -344,18 +359,18 @@ class Idiomatic(LoopReads, IdiomaticBuild):
         statement = self._statement_of(value)
         start = self._index(self.block, statement)
         if start is None or self.block[start] is not statement:
-            raise _Reject(f"`{name}` is replicated inside a block, not at the top level of the driver")
+            raise Reject(f"`{name}` is replicated inside a block, not at the top level of the driver")
         self.counts.add(count)
         unstacks = self._unstacks(name)
         for assignment in assignments:
             if assignment is replicate or self._before(assignment.node, start):
                 continue  # the value before replication
             if self._output_position(assignment) is None and id(self._statement_of(assignment.node)) not in unstacks:
-                raise _Reject(f"`{name}` is rebound after its replication to something other than a step output")
+                raise Reject(f"`{name}` is rebound after its replication to something other than a step output")
         for access in self._accesses(name):
             index = self._index(self.block, access)
             if index is None:
-                raise _Reject(f"`{name}` is read outside the driver's body")
+                raise Reject(f"`{name}` is read outside the driver's body")
             if index < start or (index == start and self.model.is_within(access, value)):
                 continue  # reads the value before replication
             self._read(name, access, unstacks, STATE)
@@ -368,7 +383,7 @@ class Idiomatic(LoopReads, IdiomaticBuild):
         forms = [(a, v) for a, v in stacked if v is not None and self._unstacked(v) is not None]
         if forms:
             if len(forms) != 1:
-                raise _Reject(f"`{name}` is reshaped to (devices, ...) more than once")
+                raise Reject(f"`{name}` is reshaped to (devices, ...) more than once")
             self._reshaped_batch(name, *forms[0], assignments)
         else:
             self._opaque_batch(name, assignments)
@@ -383,13 +398,13 @@ class Idiomatic(LoopReads, IdiomaticBuild):
             if other is not assignment:
                 index = self._index(siblings, other.node)
                 if index is not None and index > start:
-                    raise _Reject(f"`{name}` is rebound after it is reshaped for the devices")
+                    raise Reject(f"`{name}` is rebound after it is reshaped for the devices")
         for access in self._accesses(name):
             if self.model.is_within(access, value):
                 continue
             index = self._index(siblings, access)
             if index is None or index <= start or self._step_argument(access) is None:
-                raise _Reject(f"the per-device batch `{name}` is read by something other than a step")
+                raise Reject(f"the per-device batch `{name}` is read by something other than a step")
             self._argument_kind(access, BATCH)
         new, count = self._unstacked(value)
         self.counts.add(count)
@@ -401,7 +416,7 @@ class Idiomatic(LoopReads, IdiomaticBuild):
         leading axes merge into the global batch right before the statement that first passes it
         to a step. Exact for any mapped input of rank >= 2 (np.concatenate raises on rank 1)."""
         if len(assignments) != 1:
-            raise _Reject(f"the per-device value `{name}` is bound more than once (or is a parameter)")
+            raise Reject(f"the per-device value `{name}` is bound more than once (or is a parameter)")
         node = assignments[0].node
         loop = self._loop_binding(node)
         if loop is not None:
@@ -413,19 +428,19 @@ class Idiomatic(LoopReads, IdiomaticBuild):
             siblings = self.model.parent(statement).body
             start = self._index(siblings, statement)
         else:
-            raise _Reject(f"`{name}` is bound by something other than `{name} = ...` or a for loop")
+            raise Reject(f"`{name}` is bound by something other than `{name} = ...` or a for loop")
         accesses = self._accesses(name)
         uses = [a for a in accesses if self._step_argument(a) is not None]
         indexes = [self._index(siblings, a) for a in uses]
         if not uses or any(i is None or i <= start for i in indexes):
-            raise _Reject(f"`{name}` is passed to a step outside the block that defines it")
+            raise Reject(f"`{name}` is passed to a step outside the block that defines it")
         anchor = min(indexes)
         for access in accesses:
             index = self._index(siblings, access)
             if index is not None and start < index < anchor:
                 continue  # derived from the stacked value before it is merged
             if index is None or index < anchor or self._step_argument(access) is None:
-                raise _Reject(f"the per-device value `{name}` is read by something other than a step")
+                raise Reject(f"the per-device value `{name}` is read by something other than a step")
             self._argument_kind(access, BATCH)
         value = self.model.assigned_value(node)
         merged = f"np.concatenate({name})" if value is not None and self.placement.is_array(value) \
@@ -447,17 +462,17 @@ class Idiomatic(LoopReads, IdiomaticBuild):
             return parent
         return None
 
-    def _inline_batch(self, step: _Step, position: int, value: cst.BaseExpression) -> None:
+    def _inline_batch(self, step: Step, position: int, value: cst.BaseExpression) -> None:
         found = self._unstacked(value)
         if found is None:
-            raise _Reject(f"`{step.name}` gets `{code_of(value)}`, which is neither a name nor a reshaped batch")
+            raise Reject(f"`{step.name}` gets `{code_of(value)}`, which is neither a name nor a reshaped batch")
         new, count = found
         self.counts.add(count)
         self._kind(step, position, BATCH)
         self.edits.append(Edit(value, self._put(new, BATCH)))
         self._remove_import_of(value.func)
 
-    def _step_argument(self, access: cst.Name) -> tuple[_Step, int] | None:
+    def _step_argument(self, access: cst.Name) -> tuple[Step, int] | None:
         """(step, position) when ``access`` is a step's argument, or a name in a tuple/list/dict
         display passed as one (`step(params, (x, y))`)."""
         node: cst.CSTNode = access
@@ -468,7 +483,7 @@ class Idiomatic(LoopReads, IdiomaticBuild):
             node, parent = parent, self.model.parent(parent)
         call = self.model.parent(parent)
         if isinstance(parent, cst.Arg) and parent.value is node and id(call) in self.calls:
-            if node is not access and _display_names(node) is None:
+            if node is not access and display_names(node) is None:
                 return None
             step, _ = self.calls[id(call)]
             return step, list(call.args).index(parent)
@@ -478,16 +493,16 @@ class Idiomatic(LoopReads, IdiomaticBuild):
         step, position = self._step_argument(access)
         self._kind(step, position, kind)
 
-    def _kind(self, step: _Step, position: int, kind: str) -> None:
+    def _kind(self, step: Step, position: int, kind: str) -> None:
         if step.kinds.setdefault(position, kind) != kind:
-            raise _Reject(f"`{step.name}` gets a replicated value and a batch at the same position")
+            raise Reject(f"`{step.name}` gets a replicated value and a batch at the same position")
 
     # --------------------------------------------------------------------------- positions
     def _statement_of(self, node: cst.CSTNode) -> cst.BaseStatement:
         for ancestor in [node, *self.model.ancestors(node)]:
             if isinstance(ancestor, (cst.SimpleStatementLine, cst.BaseCompoundStatement)):
                 return ancestor
-        raise _Reject("an expression outside any statement")
+        raise Reject("an expression outside any statement")
 
     def _index(self, statements: Sequence[cst.CSTNode], node: cst.CSTNode) -> int | None:
         """The index of the statement in ``statements`` that holds ``node`` (None: none does)."""
@@ -504,7 +519,7 @@ class Idiomatic(LoopReads, IdiomaticBuild):
             return self._is_driver_parameter(node)
         index = self._index(self.block, node)
         if index is None:
-            raise _Reject(f"`{code_of(node)}` is bound outside the driver's body")
+            raise Reject(f"`{code_of(node)}` is bound outside the driver's body")
         return index < start
 
     def _is_driver_parameter(self, node: cst.CSTNode) -> bool:
@@ -512,13 +527,3 @@ class Idiomatic(LoopReads, IdiomaticBuild):
 
     def _order(self, node: cst.CSTNode) -> int:
         return self._index(self.model.module.body, node) or 0
-
-
-
-
-
-
-
-
-
-

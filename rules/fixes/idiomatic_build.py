@@ -6,10 +6,21 @@ from __future__ import annotations
 import re
 
 import libcst as cst
+
 from pmap_migrate.rules.fixes.api import removal_spec
 from pmap_migrate.rules.fixes.choices import Applicability
 from pmap_migrate.rules.fixes.code import code_of
-from pmap_migrate.rules.fixes.idiomatic_match import ALL, STATE, PRIORITY, _PLACEHOLDER, _Reject, _Rename, _Step, _TEMPLATE_NAMES, _tuple
+from pmap_migrate.rules.fixes.idiomatic_match import (
+    ALL,
+    PLACEHOLDER,
+    PRIORITY,
+    STATE,
+    TEMPLATE_NAMES,
+    Reject,
+    Rename,
+    Step,
+    tuple_literal,
+)
 from pmap_migrate.rules.fixes.spec import Edit, FixSpec, ImportSpec
 
 
@@ -32,25 +43,25 @@ class IdiomaticBuild:
     def _build(self) -> None:
         counts = {c for c in self.counts if c is not None}
         if not counts:
-            raise _Reject("the device count is not visible (no replicate/reshape names it)")
+            raise Reject("the device count is not visible (no replicate/reshape names it)")
         if len(counts) != 1:
-            raise _Reject("the replicated values and the batches name different device counts")
+            raise Reject("the replicated values and the batches name different device counts")
         count = counts.pop()
         devices = "jax.local_devices()" if count == ALL else f"jax.local_devices()[:{count}]"
         for step in self.steps:
             fed_back = {t.value for call in step.calls for t in self._targets(call)} & self.state_names
             if fed_back and not self._differentiates(step.func):
-                raise _Reject(f"`{step.name}` updates {', '.join(sorted(fed_back))} without gradients reduced over "
+                raise Reject(f"`{step.name}` updates {', '.join(sorted(fed_back))} without gradients reduced over "
                               f"{self.axis}: the copies may differ per device")
             missing = [step.params[i] for i in range(len(step.params)) if i not in step.kinds]
             if missing:
-                raise _Reject(f"cannot tell how `{step.name}` gets `{missing[0]}`")
+                raise Reject(f"cannot tell how `{step.name}` gets `{missing[0]}`")
         self.rewriter.check_names_free()
         scope = self.model.scope_of(self.model.module)
-        for name, meanings in _TEMPLATE_NAMES.items():
+        for name, meanings in TEMPLATE_NAMES.items():
             if scope is not None and name in scope.assignments:
                 if not {q.name for q in scope.get_qualified_names_for(name)} <= meanings:
-                    raise _Reject(f"the module binds `{name}` to something else")
+                    raise Reject(f"the module binds `{name}` to something else")
         axis_word = self.axis.strip("\"'")
         literal = self.axis[:1] in "\"'"  # a constant's name (`_PMAP_AXIS_NAME`) makes no mesh name
         self.mesh = self.rewriter.names.fresh(f"{axis_word}_mesh" if literal and re.fullmatch(r"[A-Za-z_]\w*", axis_word)
@@ -99,7 +110,7 @@ class IdiomaticBuild:
 
     def _rename_mesh_in_edits(self) -> None:
         """Placements were rendered with the placeholder mesh name; give them the chosen one."""
-        renamer = _Rename(_PLACEHOLDER, self.mesh)
+        renamer = Rename(PLACEHOLDER, self.mesh)
         fixed = []
         for edit in self.edits:
             replacement = edit.replacement
@@ -113,9 +124,9 @@ class IdiomaticBuild:
         for ancestor in [node, *self.model.ancestors(node)]:
             if isinstance(self.model.parent(ancestor), cst.Module):
                 return ancestor
-        raise _Reject("a step outside the module body")
+        raise Reject("a step outside the module body")
 
-    def _step_edit(self, step: _Step) -> Edit:
+    def _step_edit(self, step: Step) -> Edit:
         indent = self.model.indent
         in_specs = [("P()" if step.kinds[k] == STATE else f"P({self.axis})") for k in range(len(step.params))]
         in_text = "(" + ", ".join(in_specs) + ("," if len(in_specs) == 1 else "") + ")"
@@ -123,7 +134,7 @@ class IdiomaticBuild:
             out_text = "(" + ", ".join("P()" for _ in step.elements) + ("," if len(step.elements) == 1 else "") + ")"
         else:
             out_text = "P()"
-        decorator = (f"@functools.partial(jax.jit, donate_argnums={_tuple(step.donate)})" if step.donate
+        decorator = (f"@functools.partial(jax.jit, donate_argnums={tuple_literal(step.donate)})" if step.donate
                      else "@jax.jit")
         params = ", ".join(step.params)
         if step.site.is_decorator:

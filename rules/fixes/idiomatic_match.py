@@ -7,12 +7,11 @@ from dataclasses import dataclass, field
 
 import libcst as cst
 
-from pmap_migrate.rules.knowledge import tables
 from pmap_migrate.rules.analysis.sites import TransformSite
 from pmap_migrate.rules.analysis.syntax import ReturnFinder
 from pmap_migrate.rules.fixes.code import code_of, simple_params
 from pmap_migrate.rules.fixes.spec import Edit
-
+from pmap_migrate.rules.knowledge import tables
 
 ALL = "all"  # a device count meaning "every local device"
 
@@ -23,13 +22,13 @@ STATE, BATCH = "P()", "batch"
 PRIORITY = 10  # chosen before the local fixes (PM201, PM301, PM303, ...) of the code it rewrites
 
 
-_COLLECTIVES = frozenset(f"jax.lax.{n}" for n in ("pmean", "psum", "pmax", "pmin", "all_gather"))
+COLLECTIVES = frozenset(f"jax.lax.{n}" for n in ("pmean", "psum", "pmax", "pmin", "all_gather"))
 
 
-_REDUCTIONS = frozenset(f"jax.lax.{n}" for n in ("pmean", "psum"))
+REDUCTIONS = frozenset(f"jax.lax.{n}" for n in ("pmean", "psum"))
 
 
-_AUTODIFF = frozenset({"jax.grad", "jax.value_and_grad", "jax.vjp", "jax.jvp", "jax.linearize"})
+AUTODIFF = frozenset({"jax.grad", "jax.value_and_grad", "jax.vjp", "jax.jvp", "jax.linearize"})
 
 
 _METADATA = frozenset({"shape", "dtype", "ndim"})
@@ -64,18 +63,18 @@ _ALL_DEVICES = frozenset({"jax.local_devices", "jax.devices"})
 _DEVICE_COUNT = frozenset({"jax.local_device_count", "jax.device_count"})
 
 
-_STEP_OPTIONS = {"fun", "axis_name", "donate_argnums", "in_axes", "out_axes"}
+STEP_OPTIONS = {"fun", "axis_name", "donate_argnums", "in_axes", "out_axes"}
 
 
-_TEMPLATE_NAMES = {"NamedSharding": {"jax.sharding.NamedSharding", "jax.NamedSharding"}}
+TEMPLATE_NAMES = {"NamedSharding": {"jax.sharding.NamedSharding", "jax.NamedSharding"}}
 
 
-class _Reject(Exception):
+class Reject(Exception):
     """The module does not fit the pattern exactly; the message says where."""
 
 
 @dataclass
-class _Step:
+class Step:
     site: TransformSite
     func: cst.FunctionDef  # the mapped function (its body stays unchanged)
     name: str  # what the driver calls
@@ -89,10 +88,10 @@ class _Step:
     kinds: dict[int, str] = field(default_factory=dict)  # argument position -> STATE / BATCH
 
 
-_PLACEHOLDER = "__pmap_migrate_mesh__"
+PLACEHOLDER = "__pmap_migrate_mesh__"
 
 
-class _Rename(cst.CSTTransformer):
+class Rename(cst.CSTTransformer):
     def __init__(self, old: str, new: str) -> None:
         super().__init__()
         self.old, self.new = old, new
@@ -101,7 +100,7 @@ class _Rename(cst.CSTTransformer):
         return updated_node.with_changes(value=self.new) if updated_node.value == self.old else updated_node
 
 
-class _CallFinder(cst.CSTVisitor):
+class CallFinder(cst.CSTVisitor):
     def __init__(self) -> None:
         self.calls: list[cst.Call] = []
 
@@ -109,7 +108,7 @@ class _CallFinder(cst.CSTVisitor):
         self.calls.append(node)
 
 
-def _single_return(func: cst.FunctionDef) -> cst.BaseExpression | None:
+def single_return(func: cst.FunctionDef) -> cst.BaseExpression | None:
     """The returned expression when ``func`` has exactly one `return`, its last statement."""
     finder = ReturnFinder()
     for statement in func.body.body:
@@ -162,7 +161,7 @@ def _repeated(node: cst.BaseExpression) -> tuple[cst.BaseExpression, cst.BaseExp
     return None
 
 
-def _mentions(node: cst.CSTNode, names: set[str]) -> bool:
+def mentions(node: cst.CSTNode, names: set[str]) -> bool:
     finder = _NameFinder()
     node.visit(finder)
     return not finder.names.isdisjoint(names)
@@ -176,14 +175,14 @@ class _NameFinder(cst.CSTVisitor):
         self.names.add(node.value)
 
 
-def _display_names(node: cst.BaseExpression) -> list[cst.Name] | None:
+def display_names(node: cst.BaseExpression) -> list[cst.Name] | None:
     """The names of a name, or of a tuple/list/dict display of names (None: anything else)."""
     if isinstance(node, cst.Name):
         return [node]
     if isinstance(node, (cst.Tuple, cst.List)) and node.elements:
         found = []
         for element in node.elements:
-            inner = _display_names(element.value) if isinstance(element, cst.Element) else None
+            inner = display_names(element.value) if isinstance(element, cst.Element) else None
             if inner is None:
                 return None
             found += inner
@@ -193,7 +192,7 @@ def _display_names(node: cst.BaseExpression) -> list[cst.Name] | None:
         for element in node.elements:
             if not isinstance(element, cst.DictElement) or not isinstance(element.key, cst.SimpleString):
                 return None
-            inner = _display_names(element.value)
+            inner = display_names(element.value)
             if inner is None:
                 return None
             found += inner
@@ -205,7 +204,7 @@ def _is_name(node: cst.BaseExpression | None, name: str) -> bool:
     return isinstance(node, cst.Name) and node.value == name
 
 
-def _tuple(values: tuple[int, ...]) -> str:
+def tuple_literal(values: tuple[int, ...]) -> str:
     return "(" + ", ".join(str(v) for v in values) + ("," if len(values) == 1 else "") + ")"
 
 
@@ -219,16 +218,16 @@ class LoopReads:
         unstacks = self._unstacks(name)
         for assignment in self._assignments(name):
             if self._output_position(assignment) is None and id(self._statement_of(assignment.node)) not in unstacks:
-                raise _Reject(f"`{name}` holds a step output and something else")
+                raise Reject(f"`{name}` holds a step output and something else")
         for access in self._accesses(name):
             self._read(name, access, unstacks, None)
 
     def _read(self, name: str, access: cst.Name, unstacks: dict[int, cst.SimpleStatementLine], kind) -> None:
         if self._step_argument(access) is not None:
             if kind is None:
-                raise _Reject(f"the step output `{name}` is passed to a step")
+                raise Reject(f"the step output `{name}` is passed to a step")
             if self._after_unstack(access, unstacks):
-                raise _Reject(f"`{name}` is passed to a step after it was unreplicated")
+                raise Reject(f"`{name}` is passed to a step after it was unreplicated")
             self._argument_kind(access, kind)
             return
         if self._after_unstack(access, unstacks):
@@ -238,11 +237,11 @@ class LoopReads:
             statement = self._statement_of(read)
             if id(statement) in unstacks:
                 if len(self.model.parent(statement).body) == 1:
-                    raise _Reject(f"cannot remove `{code_of(statement).strip()}`: it is alone in its block")
+                    raise Reject(f"cannot remove `{code_of(statement).strip()}`: it is alone in its block")
                 self.edits.append(Edit(statement, cst.RemovalSentinel.REMOVE))
                 return
             if isinstance(read, cst.Subscript) and not self._array_output(name):
-                raise _Reject(f"`{code_of(read)}` may pick an element of a tuple output, not a device's row")
+                raise Reject(f"`{code_of(read)}` may pick an element of a tuple output, not a device's row")
             plain = cst.Name(name, lpar=getattr(read, "lpar", ()), rpar=getattr(read, "rpar", ()))
             self.edits.append(Edit(read, plain))
             self._remove_import_of(read.func if isinstance(read, cst.Call) else None)
@@ -250,7 +249,7 @@ class LoopReads:
         if self._printed(access) and (kind == STATE or self._replicated_output(name)):
             self.printed.add(name)
             return
-        raise _Reject(f"`{code_of(self._statement_of(access)).strip()}` reads the device axis of `{name}`")
+        raise Reject(f"`{code_of(self._statement_of(access)).strip()}` reads the device axis of `{name}`")
 
     def _row_read(self, access: cst.Name) -> cst.BaseExpression | None:
         """``v[0]``, ``unreplicate(v)`` or ``tree_map(lambda x: x[0], v)`` around ``access``."""
@@ -324,7 +323,7 @@ class LoopReads:
         return (isinstance(call, cst.Call) and parent.value is node and not parent.star
                 and self.model.matches(call.func, {"builtins.print"}))
 
-    def _producers(self, name: str) -> list[tuple[_Step, cst.Call, int]]:
+    def _producers(self, name: str) -> list[tuple[Step, cst.Call, int]]:
         found = []
         for assignment in self._assignments(name):
             found.extend(self._outputs.get(id(getattr(assignment, "node", None)), ()))
@@ -340,7 +339,7 @@ class LoopReads:
             return False
         if self.placement.is_array(value):
             return True
-        if isinstance(value, cst.Call) and self.model.matches(value.func, _COLLECTIVES) and value.args:
+        if isinstance(value, cst.Call) and self.model.matches(value.func, COLLECTIVES) and value.args:
             return self._array_like(value.args[0].value, depth + 1)
         if not isinstance(value, cst.Name):
             return False
@@ -381,7 +380,7 @@ class LoopReads:
         """Every step output ``name`` holds is a reduction over the axis (the same on every device)."""
         return all(self._reduced(step, step.elements[k]) for step, _, k in self._producers(name))
 
-    def _reduced(self, step: _Step, value: cst.BaseExpression) -> bool:
+    def _reduced(self, step: Step, value: cst.BaseExpression) -> bool:
         axis = step.axis.strip("\"'")
         if isinstance(value, cst.Call):
             return self._collective_over(value, axis)

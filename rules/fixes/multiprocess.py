@@ -60,21 +60,28 @@ says why); the module's other pmaps are still rewritten.
 
 from __future__ import annotations
 
-
 import libcst as cst
 from libcst.metadata import ClassScope
 
-from pmap_migrate.rules.fixes.spec import Edit, FixSpec, ImportSpec
+from pmap_migrate.rules.analysis.sites import TransformSite
+from pmap_migrate.rules.analysis.tracing import ProgramTracing
+from pmap_migrate.rules.fixes.choices import Applicability
 from pmap_migrate.rules.fixes.code import code_of, int_literal, is_none
+from pmap_migrate.rules.fixes.edits import LostEdit, blank, compose_edits, spaced
+from pmap_migrate.rules.fixes.multiprocess_reads import (
+    Helpers,
+    Layout,
+    Outputs,
+    PlannedSite,
+    Reads,
+    SiteFailure,
+    owner_of,
+)
+from pmap_migrate.rules.fixes.multiprocess_render import GlobalRender
+from pmap_migrate.rules.fixes.placement import Placement
 from pmap_migrate.rules.fixes.pmap_options import Unsupported
 from pmap_migrate.rules.fixes.pmap_rewrite import Rewriter
-from pmap_migrate.rules.analysis.tracing import ProgramTracing
-from pmap_migrate.rules.analysis.sites import TransformSite
-from pmap_migrate.rules.fixes.choices import Applicability
-from pmap_migrate.rules.fixes.placement import Placement
-from pmap_migrate.rules.fixes.edits import LostEdit, blank, compose_edits, spaced
-from pmap_migrate.rules.fixes.multiprocess_reads import Helpers, Layout, Outputs, PlannedSite, Reads, SiteFailure, owner_of
-from pmap_migrate.rules.fixes.multiprocess_render import GlobalRender
+from pmap_migrate.rules.fixes.spec import Edit, FixSpec, ImportSpec
 
 _UNSUPPORTED_OPTIONS = ("devices", "backend", "axis_size")
 _MULTIHOST = ImportSpec("jax.experimental", "multihost_utils")
@@ -504,5 +511,3 @@ def _walk(node: cst.CSTNode):
         current = stack.pop()
         yield current
         stack.extend(reversed(current.children))
-
-

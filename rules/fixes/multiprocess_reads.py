@@ -11,16 +11,15 @@ from dataclasses import dataclass, field
 import libcst as cst
 from libcst.metadata import BaseAssignment
 
-from pmap_migrate.rules.knowledge import tables
 from pmap_migrate.rules.analysis.sites import TransformSite
 from pmap_migrate.rules.analysis.syntax import IntegerIndexOf
-from pmap_migrate.rules.fixes.placement_fixes import is_assignment_target, literal_index, row_of, single_index
+from pmap_migrate.rules.fixes.api import removal_spec
 from pmap_migrate.rules.fixes.code import code_of
+from pmap_migrate.rules.fixes.placement_fixes import is_assignment_target, literal_index, row_of, single_index
 from pmap_migrate.rules.fixes.pmap_options import Unsupported
 from pmap_migrate.rules.fixes.pmap_render import Plan
 from pmap_migrate.rules.fixes.spec import Edit, FixSpec, ImportSpec
-from pmap_migrate.rules.fixes.api import removal_spec
-
+from pmap_migrate.rules.knowledge import tables
 
 # An output's layout as out_axes gave it: an axis (int) or None (out_axes=None, one device's value),
 # or a tuple of those for a function returning a tuple with per-output out_axes.

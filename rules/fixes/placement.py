@@ -10,16 +10,15 @@ from collections.abc import Iterable
 import libcst as cst
 from libcst.metadata import ClassScope
 
-from pmap_migrate.rules.knowledge import tables
+from pmap_migrate.rules.analysis.model import SemanticModel
+from pmap_migrate.rules.analysis.sites import DEVICE_STACKED, PMAP
+from pmap_migrate.rules.analysis.syntax import ReturnFinder
+from pmap_migrate.rules.analysis.tracing import Tracing
 from pmap_migrate.rules.fixes.api import Unfixable, jax_name
 from pmap_migrate.rules.fixes.code import code_of
-from pmap_migrate.rules.fixes.spec import Edit, ImportSpec
-from pmap_migrate.rules.analysis.model import SemanticModel
-from pmap_migrate.rules.analysis.tracing import Tracing
-from pmap_migrate.rules.analysis.sites import DEVICE_STACKED, PMAP
 from pmap_migrate.rules.fixes.naming import NameAllocator
-from pmap_migrate.rules.analysis.syntax import ReturnFinder
-
+from pmap_migrate.rules.fixes.spec import Edit, ImportSpec
+from pmap_migrate.rules.knowledge import tables
 
 SHIM = ImportSpec("runtime_shim")
 
@@ -475,5 +474,3 @@ def iter_leaves(value: cst.BaseExpression, *, starred: bool = False) -> Iterable
 
 
 # ---------------------------------------------------------------------------- reshards
-
-

@@ -27,16 +27,15 @@ from __future__ import annotations
 import libcst as cst
 from libcst.metadata import BuiltinAssignment
 
-from pmap_migrate.rules.knowledge import tables
 from pmap_migrate.rules.analysis.model import SemanticModel
 from pmap_migrate.rules.analysis.sites import TransformSite
 from pmap_migrate.rules.fixes.api import Unfixable, parenthesized, removal_spec
 from pmap_migrate.rules.fixes.choices import Applicability
 from pmap_migrate.rules.fixes.code import code_of
-from pmap_migrate.rules.fixes.placement import Placement, cheap, call_arguments
-from pmap_migrate.rules.fixes.spec import Edit, FixSpec, ImportSpec
+from pmap_migrate.rules.fixes.placement import Placement, call_arguments, cheap
 from pmap_migrate.rules.fixes.pmap_options import Unsupported, axis_entry, int_tuple
-
+from pmap_migrate.rules.fixes.spec import Edit, FixSpec, ImportSpec
+from pmap_migrate.rules.knowledge import tables
 
 AXIS = '"i"'  # the helpers' mesh axis: any name works for a pmap input, only the devices matter
 

@@ -5,16 +5,11 @@ from __future__ import annotations
 
 import libcst as cst
 
-from pmap_migrate.rules.knowledge import tables
-
-from pmap_migrate.rules.fixes.code import code_of, int_literal, is_none
 from pmap_migrate.rules.analysis.model import SemanticModel
 from pmap_migrate.rules.analysis.sites import TransformSite
-from pmap_migrate.rules.fixes.code import simple_params
+from pmap_migrate.rules.fixes.code import code_of, int_literal, is_none, simple_params
 from pmap_migrate.rules.fixes.naming import NameAllocator
-
-
-
+from pmap_migrate.rules.knowledge import tables
 
 KNOWN_OPTIONS = {"fun", "axis_name", "in_axes", "out_axes", "static_broadcasted_argnums", "donate_argnums",
                  "devices", "backend", "axis_size"}

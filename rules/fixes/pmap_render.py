@@ -7,8 +7,6 @@ from dataclasses import dataclass, field
 from pmap_migrate.rules.fixes.pmap_options import AxisEntry, Unsupported
 
 
-
-
 @dataclass
 class Signature:
     params: list[str] | None  # None: unknown, use *args

@@ -28,21 +28,25 @@ reproduces the legacy semantics at run time.
 
 from __future__ import annotations
 
-
 import libcst as cst
 from libcst.metadata import Assignment, BuiltinAssignment
 
-from pmap_migrate.rules.knowledge import tables
-from pmap_migrate.rules.fixes.spec import Edit, FixSpec, ImportSpec
-from pmap_migrate.rules.fixes.naming import NameAllocator
 from pmap_migrate.rules.analysis.model import SemanticModel
 from pmap_migrate.rules.analysis.sites import PMAP, TransformSite
 from pmap_migrate.rules.fixes.choices import Applicability
-from pmap_migrate.rules.fixes.code import WHITESPACE_LINE, is_none, own_blank_lines_unindented, simple_params
-from pmap_migrate.rules.fixes.code import code_of
-from pmap_migrate.rules.fixes.pmap_options import DEFAULT_AXIS, KNOWN_OPTIONS, Unsupported
-from pmap_migrate.rules.fixes.pmap_render import Plan, STATIC_TEMPLATE_LOCALS, expand_expr, process_guard, render, squeeze_line
-from pmap_migrate.rules.fixes.pmap_options import SiteReader
+from pmap_migrate.rules.fixes.code import WHITESPACE_LINE, code_of, is_none, own_blank_lines_unindented, simple_params
+from pmap_migrate.rules.fixes.naming import NameAllocator
+from pmap_migrate.rules.fixes.pmap_options import DEFAULT_AXIS, KNOWN_OPTIONS, SiteReader, Unsupported
+from pmap_migrate.rules.fixes.pmap_render import (
+    STATIC_TEMPLATE_LOCALS,
+    Plan,
+    expand_expr,
+    process_guard,
+    render,
+    squeeze_line,
+)
+from pmap_migrate.rules.fixes.spec import Edit, FixSpec, ImportSpec
+from pmap_migrate.rules.knowledge import tables
 
 SHIM_IMPORT = ImportSpec("runtime_shim")
 
@@ -450,10 +454,6 @@ class Rewriter:
         if not isinstance(line, cst.SimpleStatementLine) or len(line.body) != 1:
             return None, ""
         return line, target.value
-
-
-
-
 
 
 class _NameCollector(cst.CSTVisitor):

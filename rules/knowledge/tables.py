@@ -334,6 +334,7 @@ def removed_entry(name: str, table: dict[str, RemovedName] | None = None) -> Rem
             return None
         name = name.rsplit(".", 1)[0]
 
+
 # Names whose use in an `if` test marks code written for several jax versions.
 JAX_VERSION_NAMES = frozenset({"jax.__version__", "jax.version.__version__", "jax.__version_info__",
                                "jax.version._version", "jax.version.__version_info__"})
