@@ -20,3 +20,15 @@ def corpus_runs(tmp_path_factory):
     from tests.support.fixed_corpus import CorpusRuns
 
     return CorpusRuns(tmp_path_factory)
+
+
+@pytest.fixture(scope="session")
+def legacy_shim_checks():
+    """What each program of ``tests/shim_programs`` printed under jax 0.7.2's own pmap, the reference
+    of every run under the shim (``tests/support/shim_runs.py``), run once per session."""
+    from tests.support import jaxenv, shim_runs
+
+    try:
+        return shim_runs.legacy_reference()
+    except jaxenv.EnvUnavailable as e:
+        pytest.skip(str(e))
