@@ -19,16 +19,14 @@ import threading
 from collections.abc import Callable
 from contextlib import contextmanager
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import jax
 import numpy as np
 from jax import lax
 
 from runtime_shim import _axes
-
-if TYPE_CHECKING:
-    from runtime_shim._pmap import PmapSpec
+from runtime_shim._spec import PmapSpec
 
 
 class Replan(BaseException):

@@ -9,7 +9,7 @@
 from __future__ import annotations
 
 import math
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import jax
 import numpy as np
@@ -17,9 +17,7 @@ from jax.sharding import Mesh, NamedSharding
 
 from runtime_shim import _axes
 from runtime_shim._nesting import Plan
-
-if TYPE_CHECKING:
-    from runtime_shim._pmap import PmapSpec
+from runtime_shim._spec import PmapSpec
 
 
 def _local(devices: tuple) -> list:

@@ -29,3 +29,15 @@ def libcst_patched():
     from pmap_migrate import libcst_patches
 
     return libcst_patches.install()
+
+
+@pytest.fixture(scope="session")
+def legacy_shim_checks():
+    """What each program of ``tests/shim_programs`` printed under jax 0.7.2's own pmap, the reference
+    of every run under the shim (``tests/support/shim_runs.py``), run once per session."""
+    from tests.support import jaxenv, shim_runs
+
+    try:
+        return shim_runs.legacy_reference()
+    except jaxenv.EnvUnavailable as e:
+        pytest.skip(str(e))

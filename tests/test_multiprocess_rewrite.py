@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 from support import jaxenv
-from test_shim_differential import _free_port, differences, parse
+from support.shim_runs import differences, free_port, parse
 
 from pmap_migrate.fixer import fix_bytes
 from pmap_migrate.rules import all_rules
@@ -67,7 +67,7 @@ def _python(env: jaxenv.JaxEnv) -> Path:
 
 
 def _two_processes(env: jaxenv.JaxEnv, script: Path) -> list[subprocess.CompletedProcess]:
-    python, port = _python(env), str(_free_port())
+    python, port = _python(env), str(free_port())
     with ThreadPoolExecutor(2) as pool:
         runs = [pool.submit(jaxenv.run_program, python, script, port, str(i), devices=4, timeout=600,
                             cwd=script.parent) for i in range(2)]

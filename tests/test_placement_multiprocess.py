@@ -18,8 +18,8 @@ from pathlib import Path
 
 import pytest
 from support import jaxenv
+from support.shim_runs import differences, free_port, parse
 from test_multiprocess_rewrite import gloo_free
-from test_shim_differential import _free_port, differences, parse
 
 from pmap_migrate.fixer import fix_bytes
 from pmap_migrate.rules import all_rules
@@ -48,7 +48,7 @@ def _two_processes(env: jaxenv.JaxEnv, script: Path) -> list[subprocess.Complete
         python = jaxenv.python_for(env)
     except jaxenv.EnvUnavailable as exc:
         pytest.skip(str(exc))
-    port = str(_free_port())
+    port = str(free_port())
     with ThreadPoolExecutor(2) as pool:
         runs = [pool.submit(jaxenv.run_program, python, script, port, str(i), devices=4, timeout=600,
                             cwd=script.parent) for i in range(2)]

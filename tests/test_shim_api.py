@@ -6,17 +6,17 @@ small scripts run under ``python -m runtime_shim`` in the cached jax environment
 from __future__ import annotations
 
 import json
+import subprocess
 import sys
 import textwrap
 from pathlib import Path
 
 import pytest
-from support import jaxenv
+from support import jaxenv, shim_runs
 
 jax = pytest.importorskip("jax", reason="the shim needs jax (the `test` extra installs it)")
 import runtime_shim  # noqa: E402
 
-PROGRAMS = Path(__file__).parent / "shim_programs"
 ENVS = {"jax-0.7.2": jaxenv.LEGACY, "jax-0.10.2": jaxenv.NEW_311, "newest": jaxenv.NEWEST}
 
 
@@ -25,11 +25,6 @@ def _python(env: jaxenv.JaxEnv) -> Path:
         return jaxenv.python_for(env)
     except jaxenv.EnvUnavailable as e:
         pytest.skip(str(e))
-
-
-def _checks(stdout: str) -> dict:
-    return {r.pop("check"): r.get("value", r)
-            for r in map(json.loads, (s for s in stdout.splitlines() if s.startswith("{")))}
 
 
 # ---------------------------------------------------------------------- in-process
@@ -114,57 +109,16 @@ def test_decorator_forms_keep_the_function_metadata():
 
 
 @pytest.fixture(scope="module", params=list(ENVS))
-def behaviour(request) -> tuple[str, dict]:
-    proc = jaxenv.run_program(_python(ENVS[request.param]), PROGRAMS / "shim_behaviour.py")
-    assert proc.returncode == 0, proc.stderr[-4000:]
-    return request.param, _checks(proc.stdout)
-
-
-EXPECTED_BEHAVIOUR = {
-    # lazy: importing, decorating and install() create no backend
-    "backends_after_import_and_decorate": False,
-    "linter_modules_imported": "",
-    "installed_pmap_is_shim[0]": True,
-    "installed_pmap_is_shim[1]": True,
-    "installed_helpers_are_shim[0]": True,
-    "installed_helpers_are_shim[1]": True,
-    "decorated_before_devices_existed": [[4.0 * i, 4.0 * i + 2] for i in range(8)],
-    # unreplicate hands over device 0's block; x[0] is an 8-device computation (new jax)
-    "unreplicate_value": [0.0, 2.0],
-    "unreplicate_devices": 1,
-    "unreplicate_committed": False,
-    "unreplicate_with_elsewhere[0]": [1.0, 3.0],
-    "unreplicate_with_elsewhere[1]": [1.0, 3.0],
-    "unreplicate_tree['a']": [0.0, 2.0],
-    "unreplicate_tree['b'][0]": 1.0,
-    "unreplicate_tree_devices[0]": 1,
-    "unreplicate_tree_devices[1]": 1,
-    "unreplicate_nested": [28.0, 28.0, 28.0, 28.0],
-    "unreplicate_out_axes_1": [0.0, 2.0, 4.0, 6.0, 8.0, 10.0, 12.0, 14.0],
-    "unreplicate_numpy[0]": [1.0, 1.0],
-    # pmap(pmap(f, 'j'), 'i') on a (2, 4) mesh of 8 devices: the inner axis is parallel
-    "nested_mesh[0][0]": "i", "nested_mesh[0][1]": 2,
-    "nested_mesh[1][0]": "j", "nested_mesh[1][1]": 4,
-    **{f"nested_devices[{i}]": i for i in range(8)},
-    "nested_partitions": True,
-    # 100 calls of one shape and 1 of another: two traces, two executables
-    "cache_traces": 2,
-    "cache_size": 2,
-    "lower_compile_call": [[56.0, 64.0]] * 8,
-    "global_arg_shapes_warning[0]": "UserWarning",
-    "global_arg_shapes_result": [[6.0 * i, 6.0 * i + 3] for i in range(8)],
-    "uninstalled[0]": False,
-    "uninstalled[1]": False,
-}
+def behaviour(request) -> tuple[str, subprocess.CompletedProcess]:
+    """``shim_behaviour.py`` (run directly: it imports the shim itself) on each jax."""
+    runner = shim_runs.Runner(_python(ENVS[request.param]), shim=False)
+    return request.param, runner.run(shim_runs.BEHAVIOUR)
 
 
 @pytest.mark.jax_envs
 def test_shim_only_behaviour(behaviour):
-    env, checks = behaviour
-    got = {k: checks.get(k, "<not printed>") for k in EXPECTED_BEHAVIOUR}
-    assert got == EXPECTED_BEHAVIOUR, env
-    # why unreplicate exists: x[0] of a NamedSharding array is a computation on all devices
-    assert checks["index_0_devices"] == 8
+    env, proc = behaviour
+    shim_runs.assert_expected_behaviour(proc, env)
 
 
 def _script(tmp_path: Path, name: str, body: str) -> Path:

@@ -14,22 +14,12 @@ the shim on the newest jax, through the corpus's own batch runner
 
 from __future__ import annotations
 
-import json
-import re
-import socket
-import subprocess
-import tempfile
 from concurrent.futures import ThreadPoolExecutor
-from pathlib import Path
 
-import numpy as np
 import pytest
-from support import differential, jaxenv
+from support import differential, jaxenv, shim_runs
 
-PROGRAMS = Path(__file__).parent / "shim_programs"
-SINGLE_PROCESS = ("options", "resharding", "nested", "composition")
-MULTI_PROCESS = "data_parallel"
-REFERENCE = "legacy-0.7.2"
+REFERENCE = "legacy-0.7.2"  # jax 0.7.2's own pmap: the session fixture ``legacy_shim_checks``
 RUNS = {  # run id -> (environment, run through `python -m runtime_shim`)
     REFERENCE: (jaxenv.LEGACY, False),
     "shim-0.7.2": (jaxenv.LEGACY, True),
@@ -37,52 +27,28 @@ RUNS = {  # run id -> (environment, run through `python -m runtime_shim`)
     "shim-newest": (jaxenv.NEWEST, True),
 }
 SHIM_RUNS = [run for run in RUNS if run != REFERENCE]
-WORKERS = 2  # CI machines have two cores
 
 pytestmark = pytest.mark.jax_envs
 
 
-# ---------------------------------------------------------------------- running
-
-
-def _python(run: str) -> Path:
+def _python(run: str):
     try:
         return jaxenv.python_for(RUNS[run][0])
     except jaxenv.EnvUnavailable as e:  # no such interpreter on this machine
         pytest.skip(str(e))
 
 
-def _command(run: str, program: str) -> list[str]:
-    script = str(PROGRAMS / f"{program}.py")
-    return ["-m", "runtime_shim", script] if RUNS[run][1] else [script]
-
-
-def _run(run: str, program: str, *args: str, devices: int = 8) -> subprocess.CompletedProcess:
-    return jaxenv.run_program(_python(run), *_command(run, program), *args, devices=devices,
-                              timeout=600)
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-def _run_two_processes(run: str) -> list[subprocess.CompletedProcess]:
-    python, port = _python(run), str(_free_port())
-    with ThreadPoolExecutor(2) as pool:
-        procs = [pool.submit(jaxenv.run_program, python, *_command(run, MULTI_PROCESS), port,
-                             str(i), devices=4, timeout=600) for i in range(2)]
-        return [p.result() for p in procs]
+def _runner(run: str) -> shim_runs.Runner:
+    return shim_runs.Runner(_python(run), shim=RUNS[run][1])
 
 
 @pytest.fixture(scope="module")
 def single_process_runs() -> dict:
-    """Every (program, run) pair, two at a time; unavailable interpreters skip later."""
-    available = {run for run in RUNS if _available(run)}
-    jobs = [(p, r) for p in SINGLE_PROCESS for r in RUNS if r in available]
-    with ThreadPoolExecutor(WORKERS) as pool:
-        futures = {job: pool.submit(_run, job[1], job[0]) for job in jobs}
+    """Every (program, shim run) pair, two at a time; unavailable interpreters skip later."""
+    runs = {run: _runner(run) for run in SHIM_RUNS if _available(run)}
+    with ThreadPoolExecutor(shim_runs.WORKERS) as pool:
+        futures = {(p, r): pool.submit(runner.run, p) for p in shim_runs.SINGLE_PROCESS
+                   for r, runner in runs.items()}
         return {job: f.result() for job, f in futures.items()}
 
 
@@ -94,83 +60,24 @@ def _available(run: str) -> bool:
     return True
 
 
-# ---------------------------------------------------------------------- comparing
-
-_DEVICE_NAME = re.compile(r"\b(?:TFRT_CPU_|cpu:)(\d+)\b")  # str(device) changed in 0.8
-
-
-def parse(stdout: str) -> dict[str, dict]:
-    checks = {}
-    for line in stdout.splitlines():
-        if line.startswith("{"):
-            record = json.loads(line)
-            if "message" in record:
-                record["message"] = _DEVICE_NAME.sub(r"cpu:\1", record["message"])
-            checks[record.pop("check")] = record
-    return checks
-
-
-def _same_value(a, b) -> bool:
-    if isinstance(a, str) or isinstance(b, str) or a is None or b is None:
-        return a == b
-    try:
-        return np.allclose(np.asarray(a, dtype=float), np.asarray(b, dtype=float),
-                           rtol=1e-5, atol=1e-6, equal_nan=True)
-    except (TypeError, ValueError):
-        return a == b
-
-
-def differences(reference: dict[str, dict], candidate: dict[str, dict]) -> list[str]:
-    out = []
-    for check, want in reference.items():
-        got = candidate.get(check)
-        if got is None:
-            out.append(f"{check}: missing")
-        elif want.keys() != got.keys() or any(
-                want[k] != got[k] for k in want if k != "value") or not _same_value(
-                want.get("value"), got.get("value")):
-            out.append(f"{check}:\n    legacy: {json.dumps(want)[:400]}\n    shim:   "
-                       f"{json.dumps(got)[:400]}")
-    out += [f"{check}: not printed by the legacy run"
-            for check in candidate.keys() - reference.keys()]
-    return out
-
-
-def _checks(proc: subprocess.CompletedProcess, what: str) -> dict[str, dict]:
-    assert proc.returncode == 0, f"{what} failed:\n{proc.stderr[-4000:]}"
-    checks = parse(proc.stdout)
-    assert checks, f"{what} printed no checks:\n{proc.stdout[-2000:]}"
-    return checks
-
-
 # ---------------------------------------------------------------------- tests
 
 
 @pytest.mark.parametrize("run", SHIM_RUNS)
-@pytest.mark.parametrize("program", SINGLE_PROCESS)
-def test_program_matches_legacy_pmap(single_process_runs, program, run):
+@pytest.mark.parametrize("program", shim_runs.SINGLE_PROCESS)
+def test_program_matches_legacy_pmap(legacy_shim_checks, single_process_runs, program, run):
     if (program, run) not in single_process_runs:
         pytest.skip(f"{run}: interpreter unavailable")
-    reference = _checks(single_process_runs[program, REFERENCE], f"{program} on {REFERENCE}")
-    candidate = _checks(single_process_runs[program, run], f"{program} on {run}")
-    diff = differences(reference, candidate)
-    assert not diff, f"{program}: {len(diff)} of {len(reference)} checks differ on {run}:\n" + \
-        "\n".join(diff)
-
-
-@pytest.fixture(scope="module")
-def reference_two_process_run() -> list[dict]:
-    return [_checks(p, f"{MULTI_PROCESS} process {i} on {REFERENCE}")
-            for i, p in enumerate(_run_two_processes(REFERENCE))]
+    candidate = shim_runs.checks(single_process_runs[program, run], f"{program} on {run}")
+    shim_runs.assert_matches(legacy_shim_checks.single_process[program], candidate, f"{program} on {run}")
 
 
 @pytest.mark.multiprocess
 @pytest.mark.parametrize("run", SHIM_RUNS)
-def test_two_process_data_parallel_matches_legacy_pmap(reference_two_process_run, run):
-    for i, proc in enumerate(_run_two_processes(run)):
-        candidate = _checks(proc, f"{MULTI_PROCESS} process {i} on {run}")
-        diff = differences(reference_two_process_run[i], candidate)
-        assert not diff, f"process {i}: {len(diff)} checks differ on {run}:\n" + "\n".join(diff)
+def test_two_process_data_parallel_matches_legacy_pmap(legacy_shim_checks, run):
+    for i, proc in enumerate(_runner(run).run_two_processes()):
+        what = f"{shim_runs.MULTI_PROCESS} process {i} on {run}"
+        shim_runs.assert_matches(legacy_shim_checks.two_process[i], shim_runs.checks(proc, what), what)
 
 
 # ---------------------------------------------------------------------- the rewriter's corpus
@@ -179,22 +86,14 @@ CORPUS = differential.program_names()
 
 
 def _corpus_batch(run: str) -> dict[str, differential.ProgramRun]:
-    scripts = [str(differential.legacy_path(name)) for name in CORPUS]
-    with tempfile.TemporaryDirectory(prefix="shim-corpus-") as tmp:
-        spec, result = Path(tmp) / "spec.json", Path(tmp) / "result.json"
-        spec.write_text(json.dumps({"scripts": scripts, "check_import": False, "rerun": False}))
-        shim = ["-m", "runtime_shim"] if RUNS[run][1] else []
-        proc = jaxenv.run_program(_python(run), *shim, differential.__file__, "--batch",
-                                  str(spec), str(result), cwd=tmp, timeout=1800)
-        assert proc.returncode == 0 and result.exists(), proc.stderr[-4000:]
-        programs = json.loads(result.read_text())["programs"]
-    return {p["name"]: differential.ProgramRun(**p) for p in programs}
+    scripts = [differential.legacy_path(name) for name in CORPUS]
+    return differential.run_batch(_python(run), scripts, shim=RUNS[run][1], timeout=1800).programs
 
 
 @pytest.fixture(scope="module")
 def corpus_runs() -> dict:
     runs = [REFERENCE, "shim-newest"]
-    with ThreadPoolExecutor(WORKERS) as pool:
+    with ThreadPoolExecutor(shim_runs.WORKERS) as pool:
         return dict(zip(runs, pool.map(_corpus_batch, runs)))
 
 

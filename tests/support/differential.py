@@ -56,6 +56,7 @@ class BatchRun:
     jax_version: str
     legacy_pmap: bool  # True when jax.pmap is the legacy implementation (jax <= 0.7.x by default)
     programs: dict[str, ProgramRun]
+    shim_path: str | None = None  # the file runtime_shim was imported from, if the batch imported it
 
 
 @dataclass(frozen=True)
@@ -88,31 +89,40 @@ def target_path(name: str) -> Path:
 
 
 def python_of(env) -> str:
-    """Interpreter for ``env``: a ``jaxenv.JaxEnv`` or ``None`` for the interpreter running pytest."""
+    """Interpreter for ``env``: a ``jaxenv.JaxEnv``, ``None`` for the interpreter running pytest, or
+    an interpreter's path."""
     if env is None:
         return sys.executable
+    if isinstance(env, (str, Path)):
+        return str(env)
     from tests.support.jaxenv import python_for
 
     return str(python_for(env))
 
 
 def run_batch(env, scripts: Sequence[Path], *, check_import: bool = False, rerun: bool = False,
-              timeout: float = 900) -> BatchRun:
-    """Run every script's ``main()`` in one interpreter of ``env``; results keyed by file name."""
+              timeout: float = 900, shim: bool = False, repo_on_path: bool = True) -> BatchRun:
+    """Run every script's ``main()`` in one interpreter of ``env``; results keyed by file name.
+
+    ``shim``: the runner itself runs under ``python -m runtime_shim``. ``repo_on_path=False``: the
+    repository is not on ``PYTHONPATH`` (the runner runs from a temporary directory either way).
+    """
     from tests.support.jaxenv import run_program
 
     with tempfile.TemporaryDirectory(prefix="pmap-migrate-diff-") as tmp:
         spec, result = Path(tmp) / "spec.json", Path(tmp) / "result.json"
         spec.write_text(json.dumps({"scripts": [str(s) for s in scripts],
                                     "check_import": check_import, "rerun": rerun}))
-        proc = run_program(python_of(env), Path(__file__), "--batch", str(spec), str(result),
-                           timeout=timeout, cwd=tmp)
+        shim_args = ["-m", "runtime_shim"] if shim else []
+        proc = run_program(python_of(env), *shim_args, Path(__file__), "--batch", str(spec), str(result),
+                           timeout=timeout, cwd=tmp, repo_on_path=repo_on_path)
         if proc.returncode != 0 or not result.exists():
             raise RuntimeError(f"batch runner failed under {python_of(env)} (exit {proc.returncode}):\n"
                                f"{proc.stdout[-3000:]}\n{proc.stderr[-3000:]}")
         data = json.loads(result.read_text())
         return BatchRun(jax_version=data["jax_version"], legacy_pmap=data["legacy_pmap"],
-                        programs={r["name"]: ProgramRun(**r) for r in data["programs"]})
+                        programs={r["name"]: ProgramRun(**r) for r in data["programs"]},
+                        shim_path=data.get("shim_path"))
 
 
 def program_stdout(env, script: Path, timeout: float = 300) -> str:
@@ -245,8 +255,10 @@ def _batch_main(spec_file: str, result_file: str) -> int:
             traces_on_rerun=rerun_traces))
     # jax <= 0.7 has the flag (False: legacy pmap); 0.8-0.9 have it True; 0.10 removed it.
     legacy_pmap = getattr(jax.config, "jax_pmap_shmap_merge", True) is False
+    shim = sys.modules.get("runtime_shim")
     Path(result_file).write_text(json.dumps({"jax_version": jax.__version__, "legacy_pmap": legacy_pmap,
-                                             "programs": [asdict(r) for r in results]}))
+                                             "programs": [asdict(r) for r in results],
+                                             "shim_path": getattr(shim, "__file__", None)}))
     return 0
 
 

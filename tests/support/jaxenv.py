@@ -108,12 +108,19 @@ def python_for(env: JaxEnv) -> Path:
 
 def run_program(python: Path | str, script: Path | str, *args: str, devices: int = 8,
                 timeout: float = 600, extra_env: dict[str, str] | None = None,
-                cwd: Path | str | None = None) -> subprocess.CompletedProcess:
-    """Run ``script`` under ``python`` with ``devices`` CPU devices and the repo importable."""
+                cwd: Path | str | None = None, repo_on_path: bool = True) -> subprocess.CompletedProcess:
+    """Run ``script`` under ``python`` with ``devices`` CPU devices and the repo importable
+    (``repo_on_path=False``: no entry of ``PYTHONPATH`` is the repository or inside it)."""
     env = {k: v for k, v in os.environ.items() if not k.startswith(("JAX_", "XLA_"))}
     env["XLA_FLAGS"] = f"--xla_force_host_platform_device_count={devices}"
     env["JAX_PLATFORMS"] = "cpu"
-    env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(REPO), env.get("PYTHONPATH", "")]))
+    paths = [p for p in env.pop("PYTHONPATH", "").split(os.pathsep) if p]
+    if repo_on_path:
+        paths.insert(0, str(REPO))
+    else:
+        paths = [p for p in paths if not Path(p).resolve().is_relative_to(REPO)]
+    if paths:
+        env["PYTHONPATH"] = os.pathsep.join(paths)
     env["PYTHONHASHSEED"] = "0"
     if extra_env:
         env.update(extra_env)
