@@ -1,5 +1,5 @@
 """The user documentation: the site builds without a warning, the generated pages are current and
-are what `explain` prints, and the recipes name what exists."""
+are what `explain` prints, and the README stays a short entry point whose links resolve."""
 
 from __future__ import annotations
 
@@ -17,6 +17,7 @@ from pmap_migrate.docs import rule_document, rule_page, stale
 from pmap_migrate.rules import all_rules
 
 ROOT = Path(__file__).resolve().parents[1]
+README_MAX_LINES = 300
 
 
 def _build(project: Path, site: Path) -> subprocess.CompletedProcess:
@@ -78,6 +79,16 @@ def test_explain_prints_exactly_the_rule_page(rule):
     for spelling in (rule.CODE, rule.CODE.lower(), rule.NAME):
         result = CliRunner().invoke(main, ["explain", spelling])
         assert result.exit_code == 0 and result.output == page
+
+
+def test_the_readme_is_short_and_its_links_resolve():
+    readme = (ROOT / "README.md").read_text(encoding="utf-8")
+    assert len(readme.splitlines()) <= README_MAX_LINES
+    targets = re.findall(r"\]\(([^)#\s]+)(?:#[^)]*)?\)", readme)
+    local = [t for t in targets if "://" not in t]
+    assert len(local) > 20  # the rule table and the documentation list
+    missing = [t for t in local if not (ROOT / t).exists()]
+    assert missing == []
 
 
 def test_the_documented_pre_commit_hooks_exist():
