@@ -91,6 +91,24 @@ def test_the_readme_is_short_and_its_links_resolve():
     assert missing == []
 
 
+HISTORY = re.compile(r"\b[Ss]essions? \d+|\b[Cc]ommit [0-9a-f]{7,40}\b")
+
+
+def test_no_development_history_in_the_projects_files():
+    tracked = subprocess.run(["git", "ls-files"], cwd=ROOT, capture_output=True, text=True)
+    if tracked.returncode != 0:
+        pytest.skip("not a git checkout")
+    found = []
+    for name in tracked.stdout.splitlines():
+        path = ROOT / name
+        if path.suffix not in {".md", ".py", ".toml", ".yaml", ".yml"} or not path.is_file():
+            continue
+        for number, line in enumerate(path.read_text(encoding="utf-8", errors="replace").splitlines(), 1):
+            if HISTORY.search(line):
+                found.append(f"{name}:{number}: {line.strip()}")
+    assert found == []
+
+
 def test_the_documented_pre_commit_hooks_exist():
     import yaml
 
