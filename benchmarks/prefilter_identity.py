@@ -1,6 +1,6 @@
 """Prove the prefilter loses nothing: every file it rules out gives no finding when analysed anyway.
 
-    python benchmarks/prefilter_identity.py DIR [DIR ...] [--jobs N] [--json FILE] [--spelled-only]
+    python benchmarks/prefilter_identity.py DIR [DIR ...] [--jobs N] [--json FILE] [--mentioned-only] [--spelled-only]
 
 `check` analyses a file with libcst only when the prefilter (codemod/prefilter.py: trigger
 substrings, then the names the file refers to, found with Python's `ast`) says a rule could fire.

@@ -482,12 +482,13 @@ def list_rules(output_format):
 @handle_errors
 def explain(code):
     """Print the documentation of rule CODE (e.g. PM101, or its name pmap-call)."""
+    from pmap_migrate.docs import rule_document
     from pmap_migrate.rules import all_rules
 
     wanted = code.strip()
     for rule in all_rules():
         if wanted.upper() == rule.CODE or wanted.lower() == rule.NAME:
-            document = f"# {rule.CODE} ({rule.NAME})\n\n{rule.documentation()}\n"
+            document = rule_document(rule)
             console = _console()
             if console.is_terminal:
                 from rich.markdown import Markdown

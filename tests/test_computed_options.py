@@ -57,7 +57,7 @@ def test_what_the_wrapper_cannot_express_keeps_the_shim(code, reason):
     assert "import runtime_shim" in _fixed(code)
 
 
-# A computed axis_name (session 12): hoisted where pmap read it; program fixtures/programs/computed_axis_name.
+# A computed axis_name is read once where pmap read it; program fixtures/programs/computed_axis_name.
 AXIS_HEAD = "import jax\nfrom jax import lax\n\ndef body(x):\n    return x\n\n"
 
 
@@ -83,7 +83,7 @@ def test_a_computed_axis_name_in_a_multi_process_program_keeps_the_shim():
     assert "`axis_name` is not a string literal (in a multi-process program)" in _summary(code)
 
 
-# Options computed from literals (session 12): program fixtures/programs/folded_options.
+# Options computed from literals are taken as their values; program fixtures/programs/folded_options.
 FOLD_HEAD = "import jax\n\ndef f(a, b, c):\n    return a + b + c\n\n"
 
 

@@ -17,9 +17,8 @@ from tests.support.fixed_corpus import ENVS, EXACT, REFERENCE, FixedCorpus, batc
 
 NAMES = diff.program_names()
 SOURCES = [diff.legacy_path(name) for name in NAMES]
-# Programs whose rewrite needs a fix that is not written yet: they must fail today; strict xfail
-# turns a pass into a failure so the list is kept honest. (Empty since the placement fixes of
-# PM301, PM302 and PM304 made device_put_replicated, device_put_sharded and committed_input pass.)
+# Programs whose rewrite needs a fix that is not written yet: they must fail; strict xfail turns a
+# pass into a failure so the list is kept honest. Empty: every program's rewrite passes.
 PENDING: dict[str, str] = {}
 
 
