@@ -48,8 +48,8 @@ class PmapAsValue(Rule):
 
     ## Fix safety
     `fix` swaps the value for `runtime_shim.pmap` (safe: it accepts every legacy option and keeps
-    legacy semantics wherever the value ends up being applied; the program then needs pmap-migrate
-    installed at run time). A local alias used as a value is swapped at its definition. Identity
+    legacy semantics wherever the value ends up being applied; the program then needs
+    pmap-migrate-shim installed at run time). A local alias used as a value is swapped at its definition. Identity
     tests (`t is jax.pmap`) and attribute reads (`jax.pmap.__wrapped__`) are left for a manual edit.
 
     ## References
@@ -125,4 +125,4 @@ class PmapAsValue(Rule):
             return None
         return rewriter.shim_reference(
             target, "pass `runtime_shim.pmap` (legacy semantics wherever the value is applied; needs "
-                    "pmap-migrate installed at run time)")
+                    "pmap-migrate-shim installed at run time)")

@@ -63,6 +63,7 @@ class FlaxReplicate(Rule):
 
     ## Fix safety
     Calls are replaced by what the helper computes, in plain JAX, where that is exact:
+
     - `replicate(tree)` / `replicate(tree, devices)` -> the `device_put_replicated` form of PM301
       on `jax.local_devices()` (flax's default device order) or the given devices: safe, the same
       stack on the same devices (flax's own `replicate` called `jax.device_put_replicated`, removed

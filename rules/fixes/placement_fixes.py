@@ -166,8 +166,8 @@ def shim_swap(placement: Placement, reference: cst.BaseExpression, attribute: st
         return None
     replacement = keep_parens(reference, cst.Attribute(cst.Name("runtime_shim"), cst.Name(attribute)))
     spec = removal_spec(placement.model, reference)
-    return FixSpec(Applicability.SAFE, f"use `runtime_shim.{attribute}` (the legacy result at run time; needs pmap-migrate "
-                           f"installed): {why}", replacement=replacement, target=reference, add_imports=imports,
+    return FixSpec(Applicability.SAFE, f"use `runtime_shim.{attribute}` (the legacy result at run time; needs "
+                           f"pmap-migrate-shim installed): {why}", replacement=replacement, target=reference, add_imports=imports,
                    remove_imports=(spec,) if spec is not None else (), shimmed=True)
 
 

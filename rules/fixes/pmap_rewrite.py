@@ -67,7 +67,7 @@ class Rewriter:
         """Swap the `jax.pmap` reference of ``site`` for `runtime_shim.pmap` (always exact)."""
         expr = site.node.func if isinstance(site.node, cst.Call) else site.node.decorator
         target = self.pmap_reference(expr)
-        summary = f"use `runtime_shim.pmap` (legacy semantics at run time; needs pmap-migrate installed): {why}"
+        summary = f"use `runtime_shim.pmap` (legacy semantics at run time; needs pmap-migrate-shim installed): {why}"
         if target is None:
             return FixSpec(Applicability.SAFE, summary)  # reference lives elsewhere (an alias); its own fix swaps it
         return self.shim_reference(target, summary)
