@@ -73,14 +73,68 @@ _JAX_PACKAGES = frozenset({"jax", "jaxlib"})
 def is_guarded(model: SemanticModel, node: cst.CSTNode) -> bool:
     """True inside code written for both APIs: under ``if hasattr(jax, ...)`` / a jax version test
     (``jax.__version__``, or a call naming the package: ``version("jax")``),
-    or in a ``try`` that catches AttributeError/ImportError (NPY201's rule, applied to jax)."""
+    or in a ``try`` that catches AttributeError/ImportError (NPY201's rule, applied to jax).
+
+    A test of names alone (``hasattr(jax, "Array")``, ``getattr(jax.sharding, "X", None)``, with
+    ``and``) protects, in the branch where they exist, only uses of those names: the rest of that
+    branch runs on every jax that has them, the current one included. Its other branch is the
+    fallback for a jax without them, and is protected whole."""
     child = node
     for ancestor in model.ancestors(node):
         if isinstance(ancestor, (cst.If, cst.IfExp)) and child is not ancestor.test and _probes_jax(model, ancestor.test):
-            return True
+            names = _tested_names(model, ancestor.test) if child is ancestor.body else None
+            if names is None or _uses_any(model, node, names):
+                return True
         if isinstance(ancestor, cst.Try) and _catches_api_errors(ancestor):
             return True
         child = ancestor
+    return False
+
+
+def _tested_names(model: SemanticModel, test: cst.BaseExpression) -> frozenset[str] | None:
+    """The jax names a test made of ``hasattr``/``getattr`` probes joined by ``and`` asks for (all of
+    them exist where it holds); None for any other test (a version test, ``not``, ``or``)."""
+    parts: list[cst.BaseExpression] = []
+    stack = [test]
+    while stack:
+        current = stack.pop()
+        if isinstance(current, cst.BooleanOperation) and isinstance(current.operator, cst.And):
+            stack += [current.left, current.right]
+        else:
+            parts.append(current)
+    names: set[str] = set()
+    for part in parts:
+        if not _probes_jax(model, part):
+            continue  # a condition of the program's own: it narrows nothing
+        probed = _probed_name(model, part)
+        if probed is None:
+            return None
+        names.add(probed)
+    return frozenset(names) if names else None
+
+
+def _probed_name(model: SemanticModel, part: cst.BaseExpression) -> str | None:
+    """``jax.sharding.X`` for ``hasattr(jax.sharding, "X")`` or ``getattr(jax.sharding, "X", d)``."""
+    if not (isinstance(part, cst.Call) and isinstance(part.func, cst.Name)
+            and part.func.value in ("hasattr", "getattr") and len(part.args) >= 2):
+        return None
+    owner, attribute = part.args[0].value, part.args[1].value
+    if not isinstance(attribute, cst.SimpleString) or not isinstance(attribute.evaluated_value, str):
+        return None
+    modules = [q for q in model.qualified_names(owner) if q == "jax" or q.startswith("jax.")]
+    return f"{modules[0]}.{attribute.evaluated_value}" if len(modules) == 1 else None
+
+
+def _uses_any(model: SemanticModel, node: cst.CSTNode, names: frozenset[str]) -> bool:
+    """``node`` (or a name or attribute in it) refers to one of ``names`` or to something inside one."""
+    stack = [node]
+    while stack:
+        current = stack.pop()
+        if isinstance(current, (cst.Name, cst.Attribute)):
+            for qualified in model.qualified_names(current):
+                if any(qualified == name or qualified.startswith(name + ".") for name in names):
+                    return True
+        stack.extend(current.children)
     return False
 
 
