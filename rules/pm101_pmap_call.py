@@ -76,6 +76,7 @@ class PmapCall(Rule):
     NAME = "pmap-call"
     TRIGGERS = gates.PM101.TRIGGERS
     NAMES = gates.PM101.NAMES
+    CONTEXT_NAMES = gates.PM101.CONTEXT_NAMES
     MESSAGE = "`jax.pmap` is the legacy pmap; migrate to `jax.jit(jax.shard_map(...))`"
 
     VALID = [
@@ -141,9 +142,13 @@ class PmapCall(Rule):
         if site.transform != PMAP:
             return
         via = site.callee.via
-        fix = self.context.fixes.idiomatic.fix_for(site) if self.context.options.idiomatic else None
-        note = "; idiomatic fix: the whole data-parallel loop, without the stacked device axis" if fix else ""
-        if fix is None:  # not asked for, or the module's loop does not fit the pattern exactly
+        patched = self.context.fixes.pmap_patched
+        if patched is not None:
+            fix, note = None, f"; not rewritten: {patched}"
+        else:
+            fix = self.context.fixes.idiomatic.fix_for(site) if self.context.options.idiomatic else None
+            note = "; idiomatic fix: the whole data-parallel loop, without the stacked device axis" if fix else ""
+        if fix is None and patched is None:  # not asked for, or the module's loop does not fit the pattern exactly
             fix = self.context.fixes.pmap_fix(site)
         if via:
             message = f"`{via[0]}` applies the legacy `jax.pmap` (alias); migrate to `jax.jit(jax.shard_map(...))`"
@@ -193,6 +198,8 @@ class PmapCall(Rule):
             return None  # still used here: the uses are fixed first
         module_level = self.model.scope_of(target) is self.model.scope_of(self.model.module)
         if module_level and not target.value.startswith("_") and not self.model.is_script:
+            if self.context.fixes.pmap_patched is not None:
+                return None
             reference = self.rewriter.pmap_reference(value)
             if reference is None:
                 return None

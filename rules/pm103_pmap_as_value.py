@@ -49,8 +49,10 @@ class PmapAsValue(Rule):
     ## Fix safety
     `fix` swaps the value for `runtime_shim.pmap` (safe: it accepts every legacy option and keeps
     legacy semantics wherever the value ends up being applied; the program then needs
-    pmap-migrate-shim installed at run time). A local alias used as a value is swapped at its definition. Identity
-    tests (`t is jax.pmap`) and attribute reads (`jax.pmap.__wrapped__`) are left for a manual edit.
+    pmap-migrate-shim installed at run time). A local alias used as a value is swapped at its
+    definition. A module that also compares the value (`t is jax.pmap`, `t == jax.pmap`) or reads
+    its attributes gets no swap at all (a swapped value would no longer match the test), nor does a
+    module that replaces `jax.pmap` while it runs (a test fake such as `chex.fake_pmap`).
 
     ## References
     - https://docs.jax.dev/en/latest/migrate_pmap.html
@@ -62,6 +64,7 @@ class PmapAsValue(Rule):
                "pass `runtime_shim.pmap` or a shard_map-based function instead")
     TRIGGERS = gates.PM103.TRIGGERS
     NAMES = gates.PM103.NAMES
+    CONTEXT_NAMES = gates.PM103.CONTEXT_NAMES
 
     VALID = [
         Valid("import jax\nstep = jax.pmap(f)\n"),
@@ -101,7 +104,13 @@ class PmapAsValue(Rule):
     ]
 
     def visit_Module(self, node: cst.Module) -> None:
-        for reference in self.model.value_uses(PMAP):
+        patched = self.context.fixes.pmap_patched
+        uses = self.model.value_uses(PMAP)
+        if patched is None and any(self._inspected(reference) for reference in uses):
+            # Swap every value or none: a swapped value no longer equals `jax.pmap` where it is tested.
+            patched = ("the module also compares `jax.pmap` (or reads its attributes), which a swapped value "
+                       "would no longer match")
+        for reference in uses:
             parent = self.model.parent(reference)
             if isinstance(parent, cst.Call) and parent.func is reference:
                 self.report(reference, "`jax.pmap` called without a function to map")
@@ -109,15 +118,23 @@ class PmapAsValue(Rule):
                     reference, ("jax.pmap",)):
                 self.report(reference, f"`{reference.value}` (an alias of `jax.pmap`) used as a value: where it is "
                                        "finally applied cannot be checked or rewritten; pass `runtime_shim.pmap` "
-                                       "or a shard_map-based function instead", fix=self._shim(reference))
+                                       "or a shard_map-based function instead" + self._note(patched),
+                            fix=None if patched else self._shim(reference))
             else:
-                self.report(reference, fix=self._shim(reference))
+                self.report(reference, self.MESSAGE + self._note(patched), fix=None if patched else self._shim(reference))
+
+    def _inspected(self, reference: cst.BaseExpression) -> bool:
+        """An identity or equality test of the value, or a read of its attributes."""
+        return isinstance(self.model.parent(reference), (cst.Attribute, cst.Comparison, cst.ComparisonTarget))
+
+    @staticmethod
+    def _note(patched: str | None) -> str:
+        return f"; not swapped: {patched}" if patched else ""
 
     def _shim(self, reference: cst.BaseExpression) -> FixSpec | None:
         """Hand out `runtime_shim.pmap` instead: whoever applies the value gets legacy semantics.
         Not for identity tests or attribute reads of `jax.pmap` itself, whose meaning would change."""
-        parent = self.model.parent(reference)
-        if isinstance(parent, (cst.Attribute, cst.Comparison, cst.ComparisonTarget)):
+        if self._inspected(reference):
             return None
         rewriter = self.context.fixes.rewriter
         target = rewriter.pmap_reference(reference)

@@ -84,6 +84,7 @@ class ShardedIntIndex(Rule):
                "read `x.addressable_shards[0].data` for one device's slice")
     TRIGGERS = gates.PM201.TRIGGERS
     NAMES = gates.PM201.NAMES
+    CONTEXT_NAMES = gates.PM201.CONTEXT_NAMES
 
     VALID = [
         Valid("import numpy as np\nx = np.ones((8, 3))\ny = x[0]\n"),

@@ -92,6 +92,7 @@ class Unreplicate(Rule):
                "read `x.addressable_shards[0].data` instead")
     TRIGGERS = gates.PM202.TRIGGERS
     NAMES = gates.PM202.NAMES
+    CONTEXT_NAMES = gates.PM202.CONTEXT_NAMES
 
     VALID = [
         Valid("import jax\nfirst = jax.tree_util.tree_map(lambda x: x[0], batch)\n"),

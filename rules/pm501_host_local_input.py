@@ -136,6 +136,7 @@ class HostLocalInput(Rule):
                "`jax.make_array_from_process_local_data`")
     TRIGGERS = gates.PM501.TRIGGERS
     NAMES = gates.PM501.NAMES
+    CONTEXT_NAMES = gates.PM501.CONTEXT_NAMES
 
     VALID = [
         Valid("import jax\nstep = jax.pmap(f)\nn = jax.local_device_count()\n"),

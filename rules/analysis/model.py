@@ -81,6 +81,7 @@ class SemanticModel(Bindings, ValueFlow, Nesting):
         self._nested: dict[cst.CSTNode, tuple[cst.CSTNode, TransformSite]] | None = None
         self._nested_nodes: set[int] | None = None
         self._multi_process: bool | None = None
+        self._pmap_patched: tuple[cst.CSTNode | None] | None = None
 
     # ---------------------------------------------------------------- callees
     def callee(self, expr: cst.BaseExpression) -> Callee | None:
@@ -308,6 +309,34 @@ class SemanticModel(Bindings, ValueFlow, Nesting):
             self._multi_process = self.uses_any(tables.MULTI_PROCESS, tables.MULTI_PROCESS_PREFIXES)
         return self._multi_process
 
+    def pmap_patched_at(self) -> cst.CSTNode | None:
+        """Where the module replaces `jax.pmap` while it runs (the first place): a test fake
+        (`chex.fake_pmap()`), `mock.patch("jax.pmap", ...)`, `mock.patch.object(jax, "pmap", ...)`,
+        `monkeypatch.setattr(jax, "pmap", ...)` or `setattr`, `jax.pmap = ...`. Its pmaps must keep
+        going through `jax.pmap`, or the fake would no longer see them."""
+        if self._pmap_patched is None:
+            self._pmap_patched = (self._find_pmap_patch(),)
+        return self._pmap_patched[0]
+
+    def _find_pmap_patch(self) -> cst.CSTNode | None:
+        for call in self.index.calls:
+            func = self.qualified_names(call.func)
+            if not func.isdisjoint(tables.PMAP_FAKES):
+                return call
+            positional = [a.value for a in call.args if a.keyword is None and not a.star]
+            setter = not func.isdisjoint(tables.ATTRIBUTE_PATCHERS) or (
+                isinstance(call.func, cst.Attribute) and call.func.attr.value == "setattr")
+            if (not func.isdisjoint(tables.PATCHERS) or setter) and positional \
+                    and _names_pmap(positional[0]) in tables.PMAP:
+                return call  # `patch("jax.pmap", ...)`, `monkeypatch.setattr("jax.pmap", ...)`
+            if setter and len(positional) >= 2 and _names_pmap(positional[1]) == "pmap" \
+                    and any(f"{q}.pmap" in tables.PMAP for q in self.qualified_names(positional[0])):
+                return call  # `patch.object(jax, "pmap", ...)`, `setattr(jax, "pmap", ...)`
+        for attribute in self.index.attributes.get("pmap", ()):
+            if isinstance(self.parent(attribute), cst.AssignTarget) and self.matches(attribute, tables.PMAP):
+                return attribute  # `jax.pmap = fake`
+        return None
+
     @property
     def indent(self) -> str:
         """One level of the module's indentation, for generated code (``indent_unit``)."""
@@ -355,3 +384,12 @@ def _prefer_pmap(table: dict, key, site: TransformSite) -> None:
     current = table.get(key)
     if current is None or (current.transform != PMAP and site.transform == PMAP):
         table[key] = site
+
+
+def _names_pmap(node: cst.BaseExpression) -> str | None:
+    """The string ``"jax.pmap"`` (or ``"pmap"``, an attribute name) a patcher is given."""
+    if isinstance(node, cst.SimpleString) and isinstance(node.evaluated_value, str):
+        value = node.evaluated_value
+        if value in tables.PMAP or value == "pmap":
+            return value
+    return None

@@ -176,6 +176,8 @@ class Placement:
         be shown to be one, not a list or tuple of the output pytree (where `x[0]` picks an element)."""
         if self.multi_process:
             return "multi-process program: the first addressable shard is not row 0 of the global array"
+        if self.model.pmap_patched_at() is not None:
+            return "the module replaces `jax.pmap` while it runs (a test fake): its outputs may not be stacks"
         if not self.one_row_per_device(value):
             return "the value may not be a pmap output (or a per-device stack) on every path"
         if not leaf and not self.array_valued(value):

@@ -9,8 +9,11 @@ from __future__ import annotations
 
 from functools import cached_property
 
+import libcst as cst
+
 from pmap_migrate.rules.analysis.model import SemanticModel
 from pmap_migrate.rules.analysis.sites import TransformSite
+from pmap_migrate.rules.fixes.code import code_of
 from pmap_migrate.rules.fixes.idiomatic import Idiomatic
 from pmap_migrate.rules.fixes.multiprocess import GlobalRewrite
 from pmap_migrate.rules.fixes.naming import NameAllocator
@@ -48,9 +51,24 @@ class FileFixes:
         """The module's data-parallel loop, recognised once (``reason`` says why not)."""
         return Idiomatic(self.rewriter, self.placement)
 
-    def pmap_fix(self, site: TransformSite) -> FixSpec:
+    @cached_property
+    def pmap_patched(self) -> str | None:
+        """Why the module's pmaps and their outputs are left as they are: the module replaces
+        `jax.pmap` while it runs (a test fake), and its pmaps must keep going through `jax.pmap`;
+        None when it does not."""
+        node = self.model.pmap_patched_at()
+        if node is None:
+            return None
+        what = f"`{code_of(node.func)}(...)`" if isinstance(node, cst.Call) else "`jax.pmap = ...`"
+        return (f"the module replaces `jax.pmap` while it runs ({what}, a test fake): its pmaps must keep "
+                "going through `jax.pmap`")
+
+    def pmap_fix(self, site: TransformSite) -> FixSpec | None:
         """PM101's fix of a pmap: the faithful rewrite, or in a multi-process module the global-mesh
-        rewrite; where neither is exact, `runtime_shim.pmap` with the reason."""
+        rewrite; where neither is exact, `runtime_shim.pmap` with the reason. None in a module that
+        patches `jax.pmap` (``pmap_patched``)."""
+        if self.pmap_patched is not None:
+            return None
         try:
             if self.model.multi_process():
                 # Host-local inputs and outputs (PM501): a global mesh where the data flow is visible.
@@ -63,6 +81,8 @@ class FileFixes:
     def global_fix(self, site: TransformSite) -> FixSpec | None:
         """PM501's fix: the global-mesh rewrite of a pmap of a multi-process module, or None where
         the site keeps the shim (PM101's fix says why)."""
+        if self.pmap_patched is not None:
+            return None
         try:
             self.rewriter.check_rewritable(site)
             return self.global_rewrite.fix_for(site)

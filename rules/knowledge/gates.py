@@ -16,6 +16,9 @@ from pmap_migrate.rules.knowledge import tables
 # Names (or modules) whose use anywhere in a module makes it a multi-process program (PM501): the
 # slicer keeps every part of a large module that uses them, for every rule (``Rule.CONTEXT_NAMES``).
 MULTI_PROCESS_CONTEXT = tables.MULTI_PROCESS | frozenset(p.rstrip(".") for p in tables.MULTI_PROCESS_PREFIXES)
+# ... and whose use makes the module's pmaps keep `jax.pmap` (a test fake patches it): the rules that
+# fix pmaps or their outputs keep the parts that use them too.
+PMAP_CONTEXT = MULTI_PROCESS_CONTEXT | tables.PMAP_FAKES | tables.PATCHERS | tables.ATTRIBUTE_PATCHERS
 
 
 @dataclass(frozen=True)
@@ -29,13 +32,14 @@ class Declared:
     KEYWORD_NAMES: frozenset[str] = frozenset()
 
 
-PM101 = Declared((), tables.PMAP)
+PM101 = Declared((), tables.PMAP, PMAP_CONTEXT)
 PM102 = Declared((), tables.PMAP)
-PM103 = Declared((), tables.PMAP)
+PM103 = Declared((), tables.PMAP, PMAP_CONTEXT)
 PM104 = Declared(("global_arg_shapes", "pmap_shmap_merge", "PMAP_SHMAP_MERGE"))
-PM201 = Declared((), tables.PMAP | tables.DEVICE_PUT_SHARDED | tables.DEVICE_PUT_REPLICATED | tables.FLAX_REPLICATE)
+PM201 = Declared((), tables.PMAP | tables.DEVICE_PUT_SHARDED | tables.DEVICE_PUT_REPLICATED | tables.FLAX_REPLICATE,
+                 PMAP_CONTEXT)
 PM202 = Declared((), tables.PMAP | tables.DEVICE_PUT_SHARDED | tables.DEVICE_PUT_REPLICATED
-                 | tables.FLAX_REPLICATE | tables.FLAX_UNREPLICATE)
+                 | tables.FLAX_REPLICATE | tables.FLAX_UNREPLICATE, PMAP_CONTEXT)
 PM301 = Declared((), tables.DEVICE_PUT_REPLICATED)
 PM302 = Declared((), tables.DEVICE_PUT_SHARDED)
 PM303 = Declared((), frozenset(tables.FLAX_PMAP_HELPERS))
@@ -47,7 +51,7 @@ PM401 = Declared((), tables.EXPERIMENTAL_SHARD_MAP | frozenset({tables.EXPERIMEN
 PM402 = Declared((), frozenset({tables.EXPERIMENTAL_MAPS_MODULE}))
 PM403 = Declared((), tables.PJIT, KEYWORDS=frozenset(tables.REMOVED_PJIT_KEYWORDS), KEYWORD_NAMES=tables.JIT)
 PM404 = Declared((), frozenset(tables.REMOVED_BY_NAME))
-PM501 = Declared((), tables.PMAP)
+PM501 = Declared((), tables.PMAP, PMAP_CONTEXT)
 
 BY_CODE: dict[str, Declared] = {code: value for code, value in globals().items()
                                 if isinstance(value, Declared) and code.startswith("PM")}

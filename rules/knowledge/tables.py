@@ -12,6 +12,12 @@ from dataclasses import dataclass
 PMAP = frozenset({"jax.pmap", "jax.api.pmap", "jax._src.api.pmap"})
 JIT = frozenset({"jax.jit", "jax.api.jit", "jax._src.api.jit", "jax.experimental.pjit.pjit", "jax.pjit"})
 PARTIAL = frozenset({"functools.partial"})
+# What replaces `jax.pmap` while code runs (test fakes): a module that uses one keeps its pmaps going
+# through `jax.pmap`, which the fake patches. The patchers replace whatever their arguments name.
+PMAP_FAKES = frozenset({"chex.fake_pmap", "chex.fake_pmap_and_jit", "chex._src.fake.fake_pmap",
+                        "chex._src.fake.fake_pmap_and_jit"})
+PATCHERS = frozenset({"unittest.mock.patch", "mock.patch"})
+ATTRIBUTE_PATCHERS = frozenset({"unittest.mock.patch.object", "mock.patch.object", "builtins.setattr"})
 DEVICE_PUT = frozenset({"jax.device_put", "jax.api.device_put"})
 DEVICE_PUT_REPLICATED = frozenset({"jax.device_put_replicated", "jax.api.device_put_replicated"})
 DEVICE_PUT_SHARDED = frozenset({"jax.device_put_sharded", "jax.api.device_put_sharded"})
