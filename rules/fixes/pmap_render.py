@@ -31,6 +31,9 @@ class Plan:
     keywords: bool = False
     # ``axis`` is a name the hoisted statements bind (a computed axis_name, read where pmap read it).
     axis_hoisted: bool = False
+    # Parameters before the mapped arguments, static for jit: the mapped function itself (and a
+    # computed axis name), evaluated where pmap evaluated them and passed in with `functools.partial`.
+    leading: tuple[str, ...] = ()
 
 
 def spec_for(axis: int | None, name: str) -> str:
@@ -77,17 +80,19 @@ def jitted_parts(plan: Plan, indent: str, name: str | None = None) -> tuple[list
     body, the mapped size expression and the final `return jax.shard_map(...)(...)` line; the
     caller puts the mesh in between."""
     jit_kwargs = []
-    if plan.static:
-        jit_kwargs.append(f"static_argnums={tuple_text(plan.static)}")
-    if plan.donate:
-        jit_kwargs.append(f"donate_argnums={tuple_text(plan.donate)}")
+    static = tuple(range(len(plan.leading))) + tuple(i + len(plan.leading) for i in plan.static)
+    donate = tuple(i + len(plan.leading) for i in plan.donate)
+    if static:
+        jit_kwargs.append(f"static_argnums={tuple_text(static)}")
+    if donate:
+        jit_kwargs.append(f"donate_argnums={tuple_text(donate)}")
     decorator = f"@functools.partial(jax.jit, {', '.join(jit_kwargs)})" if jit_kwargs else "@jax.jit"
     name = name or plan.name
     i1, i2 = indent, indent * 2
     if plan.params is None and plan.keywords:
         # Unknown signature, called with keywords (or used as a value): every argument, positional or
         # keyword, mapped on axis 0, as legacy did; the function applies its own defaults.
-        head = [decorator, f"def {name}(*args, **kwargs):"]
+        head = [decorator, f"def {name}({''.join(f'{p}, ' for p in plan.leading)}*args, **kwargs):"]
         body = [
             f"{i1}def per_device(args, kwargs):  # each device holds a (1, ...) block; the pmap body saw the slice",
             f"{i2}args, kwargs = jax.tree.map(lambda leaf: leaf.squeeze(0), (args, kwargs))",

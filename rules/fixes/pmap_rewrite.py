@@ -373,22 +373,33 @@ class Rewriter:
     def _hoisted_fix(self, site: TransformSite, call: cst.Call, fun: cst.BaseExpression,
                      renderer=render) -> FixSpec:
         """A pmap built inside an expression (`jax.pmap(f)(x)`, `self.step = jax.pmap(...)`): the
-        wrapper is defined once before the statement (or at module level when it only needs
-        module-level names, so that a call in a loop or a function is not re-traced) and the
-        expression refers to it."""
-        statement = self._enclosing_statement(call)
+        wrapper is defined before the statement that evaluates the pmap, and the expression refers
+        to it. What the wrapper needs (a function given as an expression, a computed axis name) is
+        evaluated there, before the rest of the statement, which is where pmap evaluated it when
+        the pmap is what the statement evaluates first. At module level instead (so that a call in
+        a loop or a function is not re-traced), when the function and options are names of
+        module-level definitions, literals and lambdas: defined once, they mean the same there.
+
+        No wrapper is hoisted out of what evaluates the pmap later, conditionally or repeatedly (a
+        lambda, a comprehension, a conditional expression, `and`/`or`, a `while` test), nor into a
+        class body (it would become a class attribute): Unsupported."""
+        statement = self._evaluating_statement(call)
         if statement is None:
-            raise Unsupported("a pmap outside any statement")
+            return self._static_fun_fix(site, call, fun)  # a lambda, comprehension, conditional expression ...
         expressions = [fun] + [a.value for a in site.args if a.value is not fun]  # options by position too
         top = self._top_level_statement(statement)
-        if top is not None and top is not statement and all(self._module_level_only(e) for e in expressions):
+        if top is not None and top is not statement and all(self._definition_time_only(e) for e in expressions):
             anchor = top
+        elif self._in_class_body(statement):
+            return self._static_fun_fix(site, call, fun)  # a wrapper defined there would be a class attribute
         else:
             anchor = statement
         base = self._base_name(call, fun)
         wrapper_name = self.names.fresh(f"{base}_mapped")
         params, body_call, hoisted = self.reader.signature(fun, base, site, named=False)
         plan = self._plan(site, wrapper_name, params, body_call, hoisted)
+        if plan.hoisted and anchor is statement and not self._evaluated_first(call, statement):
+            return self._static_fun_fix(site, call, fun)  # evaluated before the statement, its order would change
         new = self.parse_generated(renderer(plan, self.model.indent))
         # Separate the new definitions as the anchor is separated from what precedes it (comments
         # in its leading lines stay with it).
@@ -397,11 +408,126 @@ class Rewriter:
         edits = (Edit(anchor, before=tuple(new)), Edit(call, cst.Name(wrapper_name, lpar=call.lpar, rpar=call.rpar)))
         return self._finish(site, plan, edits, f"`{base}`")
 
+    _STATIC_FORM_OPTIONS = frozenset({"fun", "axis_name", "in_axes", "out_axes", "donate_argnums"})
+
+    def _static_fun_fix(self, site: TransformSite, call: cst.Call, fun: cst.BaseExpression) -> FixSpec:
+        """A pmap built where no wrapper can be defined in its place (inside a lambda, a comprehension,
+        a conditional expression, a class body, or after other parts of its statement): a jitted
+        wrapper at module level takes the mapped function (and a computed axis name) as static
+        arguments, and the pmap becomes `functools.partial(wrapper, f)`, which evaluates them where
+        pmap evaluated them. jit caches the trace on the function, as legacy pmap did; it needs the
+        function to be hashable (a def, a lambda, a bound method are)."""
+        top = self._top_level_statement(self._enclosing_statement(call) or call)
+        if top is None:
+            raise Unsupported("a pmap outside any statement")
+        for arg in site.args:
+            if arg.keyword is not None and arg.keyword.value not in self._STATIC_FORM_OPTIONS \
+                    and not (arg.keyword.value == "global_arg_shapes" and is_none(arg.value)):
+                raise Unsupported(f"option `{arg.keyword.value}` on a pmap built inside an expression that "
+                                  "evaluates it later, conditionally or repeatedly")
+        if len(site.positional()) > 2:
+            raise Unsupported("options by position on a pmap built inside an expression")
+        opts = self.reader.options(site, None)  # an unknown signature: in_axes and out_axes 0
+        leading = ["fun"]
+        passed: list[cst.BaseExpression] = [fun]
+        axis = opts["axis"]
+        if axis is None:  # computed: evaluated at the site, a static argument
+            expression = opts["axis_node"]
+            if not self.reader.strings_only(expression):
+                raise Unsupported("a computed axis_name that may be None, on a pmap built inside an expression")
+            leading.append("axis")
+            passed.append(expression)
+            axis = "axis"
+        base = self._base_name(call, fun)
+        name = self.names.fresh(f"{base}_pmapped")
+        plan = Plan(name=name, params=None, axis=axis, in_axes=0, out_axes=0, static=(), donate=opts["donate"],
+                    mesh_devices="jax.local_devices()[: {size}]", size=None, body_call="fun(*args, **kwargs)",
+                    unsafe_reasons=list(opts["unsafe"]), keywords=True, leading=tuple(leading))
+        if not self._surely_hashable(fun):
+            plan.unsafe_reasons.append(f"assumes `{code_of(fun)}` is hashable: the wrapper takes the mapped function "
+                                       "as a static argument of jit (legacy pmap cached on it too)")
+        new = self.parse_generated(render(plan, self.model.indent))
+        blank = [line for line in top.leading_lines if line.comment is None]
+        new[0] = new[0].with_changes(leading_lines=blank)
+        partial = cst.Call(cst.Attribute(cst.Name("functools"), cst.Name("partial")),
+                           [cst.Arg(cst.Name(name)), *(cst.Arg(node) for node in passed)],
+                           lpar=call.lpar, rpar=call.rpar)
+        fix = self._finish(site, plan, (Edit(top, before=tuple(new)), Edit(call, partial)), f"`{base}`")
+        return FixSpec(fix.applicability, fix.summary.replace("as `jax.jit(jax.shard_map(...))`", "as "
+                       "`jax.jit(jax.shard_map(...))` taking the function as a static argument"), edits=fix.edits,
+                       add_imports=fix.add_imports + (ImportSpec("functools"),), remove_imports=fix.remove_imports)
+
+    def _surely_hashable(self, fun: cst.BaseExpression) -> bool:
+        """A lambda, or a name every binding of which is a `def` or a lambda."""
+        if isinstance(fun, cst.Lambda):
+            return True
+        if not isinstance(fun, cst.Name):
+            return False
+        assignments = self.model.assignments_of(fun)
+        return bool(assignments) and all(
+            isinstance(getattr(a, "node", None), cst.FunctionDef)
+            or isinstance(self.model.assigned_value(getattr(a, "node", None)), cst.Lambda) for a in assignments)
+
     def _enclosing_statement(self, node: cst.CSTNode) -> cst.BaseStatement | None:
         for ancestor in self.model.ancestors(node):
             if isinstance(ancestor, (cst.SimpleStatementLine, cst.BaseCompoundStatement)):
                 return ancestor
         return None
+
+    def _evaluating_statement(self, node: cst.CSTNode) -> cst.BaseStatement | None:
+        """The statement whose execution evaluates ``node`` exactly once: a simple statement line, or
+        the header of an `if`, `for` or `with` statement (a `def`'s decorators and defaults); None
+        when something between them evaluates it later, conditionally or repeatedly."""
+        child: cst.CSTNode = node
+        for ancestor in self.model.ancestors(node):
+            if isinstance(ancestor, (cst.Lambda, cst.ListComp, cst.SetComp, cst.DictComp, cst.GeneratorExp)):
+                return None
+            if isinstance(ancestor, cst.IfExp) and child is not ancestor.test:
+                return None
+            if isinstance(ancestor, cst.BooleanOperation) and child is not ancestor.left:
+                return None
+            if isinstance(ancestor, cst.SimpleStatementLine):
+                return ancestor
+            if isinstance(ancestor, (cst.If, cst.For, cst.With, cst.FunctionDef, cst.ClassDef)):
+                header = child is not getattr(ancestor, "body", None) and child is not getattr(ancestor, "orelse", None)
+                return ancestor if header else None
+            if isinstance(ancestor, (cst.BaseCompoundStatement, cst.BaseSuite)):
+                return None  # a `while` test, a `try`, `match` ...: evaluated repeatedly or not at all
+            child = ancestor
+        return None
+
+    def _evaluated_first(self, call: cst.Call, statement: cst.BaseStatement) -> bool:
+        """Nothing ``statement`` evaluates before the pmap ``call`` has an effect: what comes first is
+        names and literals (`show("ranked", jax.pmap(f, axis)(x))`), or nothing (the pmap assigned,
+        returned, or called directly)."""
+        if not isinstance(statement, cst.SimpleStatementLine) or len(statement.body) != 1:
+            return False
+        child: cst.CSTNode = call
+        for ancestor in self.model.ancestors(call):
+            if ancestor is statement:
+                return True
+            if isinstance(ancestor, (cst.Assign, cst.AnnAssign, cst.Return, cst.Expr)) and child is ancestor.value:
+                before: list[cst.CSTNode] = []
+            elif isinstance(ancestor, cst.AugAssign) and child is ancestor.value:
+                before = [ancestor.target]
+            elif isinstance(ancestor, (cst.Arg, cst.Element)) and child is ancestor.value:
+                before = []
+            elif isinstance(ancestor, cst.Attribute) and child is ancestor.value:
+                before = []
+            elif isinstance(ancestor, cst.Call):
+                before = [] if child is ancestor.func else [ancestor.func, *ancestor.args[:ancestor.args.index(child)]]
+            elif isinstance(ancestor, (cst.Tuple, cst.List)):
+                before = list(ancestor.elements[:ancestor.elements.index(child)])
+            else:
+                return False
+            if not all(_inert(node) for node in before):
+                return False
+            child = ancestor
+        return False
+
+    def _in_class_body(self, statement: cst.BaseStatement) -> bool:
+        block = self.model.parent(statement)
+        return isinstance(block, cst.IndentedBlock) and isinstance(self.model.parent(block), cst.ClassDef)
 
     def _top_level_statement(self, statement: cst.BaseStatement) -> cst.BaseStatement | None:
         current: cst.CSTNode = statement
@@ -412,24 +538,39 @@ class Rewriter:
                 current = ancestor
         return None
 
-    def _module_level_only(self, expr: cst.BaseExpression) -> bool:
-        """True when every name ``expr`` reads is a module-level or builtin binding (or a
-        parameter of a lambda inside ``expr``): then it means the same at module level."""
-        collector = _NameCollector()
-        expr.visit(collector)
-        global_scope = self.model.scope_of(self.model.module)
-        for name in collector.names:
-            assignments = self.model.assignments_of(name)
-            if not assignments:
+    def _definition_time_only(self, expr: cst.BaseExpression) -> bool:
+        """``expr`` means the same, and does the same, evaluated once at module level as where it is:
+        literals, lambdas, and names bound once at module level to a `def`, a `class` or an import (or
+        builtins). Nothing is read from an object or called when it is evaluated (an attribute read
+        may fail, or differ, before the program has run)."""
+        module_scope = self.model.scope_of(self.model.module)
+        stack: list[cst.CSTNode] = [expr]
+        while stack:
+            node = stack.pop()
+            if isinstance(node, cst.Lambda):
+                stack.extend(p.default for p in node.params.params if p.default is not None)
+                for name in _free_names(node):
+                    if not self._defined_once_at_module_level(name, module_scope):
+                        return False
+                continue
+            if isinstance(node, (cst.Attribute, cst.Call, cst.Subscript, cst.Await, cst.Yield, cst.NamedExpr,
+                                 cst.FormattedString)):
                 return False
-            for assignment in assignments:
-                if isinstance(assignment, BuiltinAssignment) or assignment.scope is global_scope:
-                    continue
-                node = getattr(assignment, "node", None)
-                if node is not None and self.model.is_within(node, expr):
-                    continue
+            if isinstance(node, cst.Name) and not self._defined_once_at_module_level(node, module_scope):
                 return False
+            stack.extend(node.children)
         return True
+
+    def _defined_once_at_module_level(self, name: cst.Name, module_scope) -> bool:
+        assignments = self.model.assignments_of(name)
+        if len(assignments) != 1:
+            return not assignments and name.value in ("True", "False", "None")
+        assignment = assignments[0]
+        if isinstance(assignment, BuiltinAssignment):
+            return True
+        if assignment.scope is not module_scope or len(module_scope.assignments[name.value]) != 1:
+            return False
+        return isinstance(assignment.node, (cst.FunctionDef, cst.ClassDef, cst.Import, cst.ImportFrom))
 
     def _base_name(self, call: cst.Call, fun: cst.BaseExpression) -> str:
         parent = self.model.parent(call)
@@ -454,6 +595,29 @@ class Rewriter:
         if not isinstance(line, cst.SimpleStatementLine) or len(line.body) != 1:
             return None, ""
         return line, target.value
+
+
+def _inert(node: cst.CSTNode) -> bool:
+    """Evaluating ``node`` has no effect: a name, a literal (an argument or element of those)."""
+    if isinstance(node, cst.Arg):
+        return not node.star and _inert(node.value)  # `*xs` iterates
+    if isinstance(node, cst.Element):
+        return _inert(node.value)
+    return isinstance(node, (cst.Name, cst.SimpleString, cst.Integer, cst.Float, cst.Imaginary)) or (
+        isinstance(node, cst.ConcatenatedString) and _inert(node.left) and _inert(node.right))
+
+
+def _free_names(function: cst.Lambda) -> list[cst.Name]:
+    """The names a lambda's body reads that its parameters do not bind (attribute names and keywords
+    aside)."""
+    collector = _NameCollector()
+    function.body.visit(collector)
+    own = {p.name.value for p in (*function.params.posonly_params, *function.params.params,
+                                   *function.params.kwonly_params)}
+    for star in (function.params.star_arg, function.params.star_kwarg):
+        if isinstance(star, cst.Param):
+            own.add(star.name.value)
+    return [name for name in collector.names if name.value not in own]
 
 
 class _NameCollector(cst.CSTVisitor):
