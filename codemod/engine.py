@@ -3,10 +3,10 @@
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 import libcst as cst
-from libcst.metadata import CodeRange, MetadataWrapper
+from libcst.metadata import CodeRange, MetadataWrapper, Scope
 
 from pmap_migrate.diagnostics import Diagnostic, FileError, FileResult, FixInfo, State
 from pmap_migrate.libcst_patches import parse_module
@@ -106,21 +106,25 @@ class Analysis:
     findings: list[Finding]
     positions: Mapping[cst.CSTNode, CodeRange]
     parents: Mapping[cst.CSTNode, cst.CSTNode] = field(default_factory=dict)  # of the nodes the analysis indexed
+    scopes: Sequence[Scope] | None = None  # the module's scopes (a whole module's analysis with findings)
 
 
 def analyse(module: cst.Module, path: str, rules: Sequence[type[Rule]],
             options: RuleOptions | None = None, source: str | None = None, *,
-            all_positions: bool = True, sliced: Slice | None = None, edit_targets: bool = True) -> Analysis:
+            all_positions: bool = True, sliced: Slice | None = None, edit_targets: bool = True,
+            refused: Mapping[tuple[str, str], str] | None = None) -> Analysis:
     """Every finding of ``rules`` on ``module``, with suppression and guard states set. ``source``:
     the file's text when ``module`` is a slice of it (its `noqa` comments count), ``sliced`` that
     slice (findings are placed on the file's lines). The analysis has every node's position unless
     ``all_positions`` is false (then those of the reported nodes and of their fixes' edit targets,
     and of whatever precedes the last of them; without ``edit_targets``, only of the reported nodes:
-    `check` places findings, it does not apply fixes)."""
+    `check` places findings, it does not apply fixes). ``refused``: fixes `fix` refused to write
+    (``RuleContext.refused``): a rule may offer another (a shim); any other fix of such a site is
+    dropped, and its finding says why."""
     if not rules:
         return Analysis(module, [], {})
     wrapper = MetadataWrapper(module, unsafe_skip_copy=True)
-    context = RuleContext(path, SemanticModel(wrapper), options=options or RuleOptions())
+    context = RuleContext(path, SemanticModel(wrapper), options=options or RuleOptions(), refused=refused or {})
     wrapper.visit_batched([rule(context) for rule in rules])
     if not context.reports:
         return Analysis(module, [], {})
@@ -144,6 +148,10 @@ def analyse(module: cst.Module, path: str, rules: Sequence[type[Rule]],
         if key in seen:
             continue
         seen.add(key)
+        if refused and report.fix is not None and not report.fix.shimmed:
+            why = refused.get((rule.CODE, module.code_for_node(report.node)))
+            if why is not None:
+                report = replace(report, fix=None, message=f"{report.message}; not fixed: {why}")
         where = positions[report.node]
         line, end_line = where.start.line, where.end.line
         if sliced is not None:
@@ -167,7 +175,8 @@ def analyse(module: cst.Module, path: str, rules: Sequence[type[Rule]],
         )
         findings.append(Finding(diagnostic, report.node, report.fix))
     findings.sort(key=lambda f: f.diagnostic.sort_key())
-    return Analysis(module, findings, positions, context.model.parents)
+    return Analysis(module, findings, positions, context.model.parents,
+                    context.model.scopes() if sliced is None else None)
 
 
 # Nesting beyond this many tree levels is the code's own: Python's compiler gives up well before
@@ -195,9 +204,10 @@ def recursion_error(path: str, module: cst.Module | FileError | None) -> FileErr
 
 def lint_module(module: cst.Module, path: str, rules: Sequence[type[Rule]],
                 options: RuleOptions | None = None, source: str | None = None,
-                sliced: Slice | None = None) -> list[Diagnostic]:
+                sliced: Slice | None = None, refused: Mapping[tuple[str, str], str] | None = None
+                ) -> list[Diagnostic]:
     return [f.diagnostic for f in analyse(module, path, rules, options, source, all_positions=False,
-                                          sliced=sliced, edit_targets=False).findings]
+                                          sliced=sliced, edit_targets=False, refused=refused).findings]
 
 
 def sliced_module(data: bytes | str, path: str, rules: Sequence[type[Rule]],

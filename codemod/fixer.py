@@ -23,6 +23,7 @@ from libcst.helpers import get_full_name_for_node
 
 from pmap_migrate.diagnostics import Applicability, Diagnostic, FileError, State
 from pmap_migrate.engine import Analysis, Finding, analyse, lint_module, one_line, parse, recursion_error, sliced_module
+from pmap_migrate.names import name_facts, name_problems
 from pmap_migrate.rules.analysis.imports import imported_names
 from pmap_migrate.rules.analysis.index import indent_unit
 from pmap_migrate.rules.base import Rule
@@ -42,6 +43,10 @@ class FixOutcome:
     remaining: list[Diagnostic] = field(default_factory=list)  # active findings on the final code
     error: FileError | None = None
     rounds: int = 0
+    # Fixes not written because they would have left the module broken (an undefined name, an
+    # import over another binding, a builtin shadowed), with the reason; their sites got their
+    # next-best fix or none.
+    refused: list[tuple[Diagnostic, str]] = field(default_factory=list)
 
     @property
     def changed(self) -> bool:
@@ -161,6 +166,26 @@ def _present(module: cst.Module) -> set[tuple[str, str | None, str | None]]:
                 for alias in small.names:
                     found.add((source, get_full_name_for_node(alias.name), _asname(alias)))
     return found
+
+
+def _binding(spec) -> tuple[str, str]:
+    """(the name an import binds, what it binds it to): `import jax.numpy as jnp` and `from jax import
+    numpy as jnp` both bind `jnp` to `jax.numpy`. `import jax.numpy` binds `jax`, and loads
+    `jax.numpy` too, which `import jax` does not: it stands for `jax.numpy`."""
+    module, name, asname = (spec.module, spec.name, spec.asname) if not isinstance(spec, tuple) else spec
+    if name is None:
+        return (asname, module) if asname else (module.split(".")[0], module)
+    return asname or name, f"{module}.{name}"
+
+
+def _bindings(present: set[tuple[str, str | None, str | None]]) -> dict[str, str]:
+    """What the module's top-level imports bind, by name (a name bound by two imports to different
+    things is left out: adding one of them again would not be a redefinition of the same)."""
+    bound: dict[str, str | None] = {}
+    for entry in present:
+        name, target = _binding(entry)
+        bound[name] = target if bound.get(name, target) == target else None
+    return {name: target for name, target in bound.items() if target is not None}
 
 
 def _asname(alias: cst.ImportAlias) -> str | None:
@@ -326,7 +351,9 @@ def apply(module: cst.Module, chosen: Sequence[Finding],
         # An import the module has already, anywhere among its top-level lines, is not added
         # again (libcst looks only at the lines where it puts new ones).
         present = _present(module)
-        adds = [spec for spec in dict.fromkeys(adds) if (spec.module, spec.name, spec.asname) not in present]
+        bound = _bindings(present)
+        adds = [spec for spec in dict.fromkeys(adds) if (spec.module, spec.name, spec.asname) not in present
+                and bound.get(_binding(spec)[0]) != _binding(spec)[1]]
         for spec in adds:
             AddImportsVisitor.add_needed_import(context, spec.module, spec.name, spec.asname)
         if adds:
@@ -387,7 +414,7 @@ def restore_lost_lines(original: bytes, roundtrip: bytes, final: bytes) -> bytes
 
 
 def _last_round(data: bytes, path: str, rules: Sequence[type[Rule]], options: RuleOptions | None,
-                unsafe: bool) -> list[Diagnostic] | None:
+                unsafe: bool, refused: Mapping[tuple[str, str], str] | None = None) -> list[Diagnostic] | None:
     """The findings on ``data``, the code a round of fixes made, when none of them has a fix the
     run may apply; None when some has, or when ``data`` is not analysed through a slice.
 
@@ -400,10 +427,34 @@ def _last_round(data: bytes, path: str, rules: Sequence[type[Rule]], options: Ru
     if sliced is None:
         return None
     module, source, kept = sliced
-    found = lint_module(module, path, rules, options, source, kept)
+    found = lint_module(module, path, rules, options, source, kept, refused)
     if any(may_apply(d, unsafe) for d in found):
         return None
     return found
+
+
+def _site_key(module: cst.Module, finding: Finding) -> tuple[str, str]:
+    return finding.diagnostic.code, module.code_for_node(finding.node)
+
+
+def _refusals(analysis: Analysis, chosen: Sequence[Finding], candidate: cst.Module,
+              following: Analysis | None = None) -> dict[tuple[str, str], str]:
+    """The fixes among ``chosen`` that break the module's names (``name_problems``), by site, with
+    why; {} when ``candidate`` (all of them applied; ``following``: its analysis, when made) has no
+    problem. Each fix is tried on top of those found harmless before it."""
+    before = name_facts(analysis.module, analysis.scopes)
+    after = name_facts(following.module, following.scopes) if following is not None else name_facts(candidate)
+    if not name_problems(before, after):
+        return {}
+    kept: list[Finding] = []
+    refused: dict[tuple[str, str], str] = {}
+    for finding in chosen:
+        problems = name_problems(before, name_facts(apply(analysis.module, [*kept, finding], analysis.parents)))
+        if problems:
+            refused[_site_key(analysis.module, finding)] = "the rewrite would leave " + "; ".join(problems)
+        else:
+            kept.append(finding)
+    return refused
 
 
 @on_deep_stack
@@ -431,6 +482,7 @@ def fix_bytes(data: bytes, path: str, rules: Sequence[type[Rule]], *, unsafe: bo
         if isinstance(module, FileError):
             outcome.error = module
             return outcome
+        refused: dict[tuple[str, str], str] = {}
         analysis = analyse(module, path, rules, options, all_positions=False)
         for _ in range(max_rounds):
             chosen = choose(analysis, [f for f in analysis.findings if applicable(f, unsafe)])
@@ -440,21 +492,33 @@ def fix_bytes(data: bytes, path: str, rules: Sequence[type[Rule]], *, unsafe: bo
             new_bytes = candidate.bytes
             if new_bytes == rendered(analysis.module):
                 break
-            last = _last_round(new_bytes, path, rules, options, unsafe)
+            last = _last_round(new_bytes, path, rules, options, unsafe, refused)
+            following = None
+            if last is None:
+                reparsed = parse(new_bytes, path)
+                if isinstance(reparsed, FileError):
+                    codes = ", ".join(sorted({f.diagnostic.code for f in chosen}))
+                    outcome.error = FileError(path, "PM002", one_line(f"internal error: the {codes} fix produced "
+                                              f"code that does not parse ({reparsed.message}); file left unchanged"))
+                    return outcome
+                following = analyse(reparsed, path, rules, options, all_positions=False, refused=refused)
+            broken = _refusals(analysis, chosen, candidate, following)
+            if broken:
+                # Fixes that would leave the module broken are not written: their sites get their
+                # next-best fix (a shim) or none, and the round starts again from the same code.
+                refused.update(broken)
+                outcome.refused.extend((f.diagnostic, why) for f in chosen
+                                       if (why := broken.get(_site_key(analysis.module, f))) is not None)
+                analysis = analyse(analysis.module, path, rules, options, all_positions=False, refused=refused)
+                continue
             if last is not None:  # nothing more to fix: the findings on the new code are those left
                 outcome.applied.extend(f.diagnostic for f in chosen)
                 outcome.rounds += 1
                 final, remaining = new_bytes, last
                 break
-            reparsed = parse(new_bytes, path)
-            if isinstance(reparsed, FileError):
-                codes = ", ".join(sorted({f.diagnostic.code for f in chosen}))
-                outcome.error = FileError(path, "PM002", one_line(f"internal error: the {codes} fix produced code "
-                                          f"that does not parse ({reparsed.message}); file left unchanged"))
-                return outcome
             outcome.applied.extend(f.diagnostic for f in chosen)
             outcome.rounds += 1
-            analysis = analyse(reparsed, path, rules, options, all_positions=False)
+            analysis = following
         if final is None:
             final = rendered(analysis.module)
             remaining = [f.diagnostic for f in analysis.findings]

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import inspect
 import textwrap
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import ClassVar
 
@@ -57,10 +57,13 @@ class RuleContext:
     model: SemanticModel
     reports: list[tuple[Rule, Report]] = field(default_factory=list)
     options: RuleOptions = field(default_factory=RuleOptions)
+    # Fixes the engine refused (they would have left the module broken), by (code, the reported
+    # node's code), with the reason: a rule offers its next-best fix there, or none.
+    refused: Mapping[tuple[str, str], str] = field(default_factory=dict)
     fixes: FileFixes = field(init=False)
 
     def __post_init__(self) -> None:
-        self.fixes = FileFixes(self.model)
+        self.fixes = FileFixes(self.model, self.refused)
 
 
 _VISITOR_NAMES: dict[type, tuple[str, ...]] = {}

@@ -116,8 +116,8 @@ def test_output_that_does_not_parse_is_refused():
 
 
 def test_statement_removal_and_splitting():
-    outcome = run("a()\ndel_me()\nsplit_me()\nb()\n", RemoveStatement)
-    assert outcome.fixed == b"a()\nfirst()\nsecond()\nb()\n"
+    outcome = run("from steps import first, second\na()\ndel_me()\nsplit_me()\nb()\n", RemoveStatement)
+    assert outcome.fixed == b"from steps import first, second\na()\nfirst()\nsecond()\nb()\n"
 
 
 def test_noqa_blocks_the_fix():
@@ -431,5 +431,55 @@ def test_a_fix_analysis_has_the_positions_of_the_reported_nodes_and_of_their_edi
     assert analysis.positions[target].start.line == 3
     last = module.body[4]
     assert analysis.positions.get(last) is None  # code generation stopped after the target
-    assert run("marker()\nx = 1\ntarget()\ny = 2\nz = 3\n", MarkerEditsLater).fixed == \
-        b"marker()\nx = 1\nhit()\ny = 2\nz = 3\n"
+    assert run("hit = print\nmarker()\nx = 1\ntarget()\ny = 2\nz = 3\n", MarkerEditsLater).fixed == \
+        b"hit = print\nmarker()\nx = 1\nhit()\ny = 2\nz = 3\n"
+
+
+class HoistsOutOfLambda(Rule):
+    """`mapped(f)` inside a lambda becomes a module-level wrapper calling `f`, which only the lambda
+    binds (the rewrite that left dm-haiku's tests with NameErrors); or, shadowing a builtin, a
+    module-level `len`; or a second import of `np` under another spelling."""
+
+    CODE = "PM994"
+    NAME = "test-hoists"
+    MESSAGE = "hoists"
+    TRIGGERS = ("mapped", "shadow", "again")
+
+    def visit_Call(self, node: cst.Call) -> None:
+        if not isinstance(node.func, cst.Name):
+            return
+        if node.func.value == "mapped":
+            statement = self.model.ancestors(node)
+            top = [a for a in statement if isinstance(a, cst.SimpleStatementLine)][-1]
+            wrapper = cst.parse_statement(f"def wrapper(x):\n    return {cst.Module([]).code_for_node(node.args[0].value)}(x)\n")
+            self.report(node, fix=FixSpec(Applicability.SAFE, "hoist", edits=(
+                Edit(top, before=(wrapper,)), Edit(node, cst.Name("wrapper")))))
+        elif node.func.value == "shadow":
+            top = [a for a in self.model.ancestors(node) if isinstance(a, cst.SimpleStatementLine)][-1]
+            self.report(node, fix=FixSpec(Applicability.SAFE, "shadow", edits=(
+                Edit(top, before=(cst.parse_statement("def len(x):\n    return 0\n"),)), Edit(node, cst.Name("len")))))
+        elif node.func.value == "again":
+            self.report(node, fix=FixSpec(Applicability.SAFE, "again", replacement=cst.Name("np"),
+                                          add_imports=(ImportSpec("numpy", None, "np"),)))
+
+
+def test_a_fix_that_would_leave_an_undefined_name_is_refused_and_the_others_written():
+    source = "g = lambda f: mapped(f)\ny = double(3)\n"
+    outcome = run(source, HoistsOutOfLambda, DoubleToTimesTwo)
+    assert outcome.fixed is not None
+    fixed = outcome.fixed.decode()
+    assert "wrapper" not in fixed and "lambda f: mapped(f)" in fixed  # refused, left as it was
+    assert "times_two(3)" in fixed  # the other fix of the round is written
+    [(diagnostic, why)] = outcome.refused
+    assert diagnostic.code == "PM994" and "`f` undefined" in why
+    [left] = [d for d in outcome.remaining if d.code == "PM994"]
+    assert left.fix is None and "not fixed: the rewrite would leave `f` undefined" in left.message
+
+
+def test_a_fix_that_shadows_a_builtin_or_imports_over_a_binding_is_refused():
+    outcome = run("n = len([1])\nz = shadow(2)\n", HoistsOutOfLambda)
+    assert outcome.fixed is None and "the builtin `len` shadowed" in outcome.refused[0][1]
+    outcome = run("import numpy as numpy_\nnp = 3\nz = again(2)\n", HoistsOutOfLambda)
+    assert outcome.fixed is None and "`np` imported over its existing binding" in outcome.refused[0][1]
+    # where nothing is bound yet, the same fix is written
+    assert b"import numpy as np" in run("z = again(2)\n", HoistsOutOfLambda).fixed

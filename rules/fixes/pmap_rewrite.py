@@ -336,6 +336,8 @@ class Rewriter:
         params = simple_params(func.params)
         if isinstance(func.asynchronous, cst.Asynchronous):
             raise Unsupported("async function")
+        if self._in_class_body(func):
+            raise Unsupported("a method: the wrapper could not call its body by name from the class body")
         index = next(i for i, d in enumerate(func.decorators) if d is site.node)
         above, below = func.decorators[:index], func.decorators[index + 1:]
         body_name = self.names.fresh("_" + func.name.value)

@@ -7,6 +7,7 @@ composes), one placement builder, one multi-process plan and one idiomatic plan 
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from functools import cached_property
 
 import libcst as cst
@@ -26,8 +27,9 @@ from pmap_migrate.rules.fixes.spec import FixSpec
 class FileFixes:
     """Each builder is made on first use: a file whose rules need none builds none."""
 
-    def __init__(self, model: SemanticModel) -> None:
+    def __init__(self, model: SemanticModel, refused: Mapping[tuple[str, str], str] | None = None) -> None:
         self.model = model
+        self.refused = refused or {}
 
     @cached_property
     def names(self) -> NameAllocator:
@@ -69,6 +71,9 @@ class FileFixes:
         patches `jax.pmap` (``pmap_patched``)."""
         if self.pmap_patched is not None:
             return None
+        refused = self.refused.get(("PM101", code_of(site.node)))
+        if refused is not None:
+            return self.rewriter.shim_fix(site, refused)
         try:
             if self.model.multi_process():
                 # Host-local inputs and outputs (PM501): a global mesh where the data flow is visible.
