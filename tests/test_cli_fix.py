@@ -108,3 +108,16 @@ def test_a_rewritten_module_is_not_taken_for_a_multi_process_one(project):
     text = path.read_text()
     assert "runtime_shim" not in text.replace("use runtime_shim.pmap", "")
     assert CliRunner().invoke(main, ["check", "--no-cache", "two.py"]).exit_code == 0
+
+
+def test_a_gather_left_by_the_safe_fix_is_still_reported(project):
+    """The example's `jax.tree.map(lambda p: p[0], params)` reads rows of the rewritten pmap's output:
+    after the safe fix it is still a cross-device gather per leaf, and `check` still says so."""
+    from pathlib import Path
+
+    source = Path(__file__).resolve().parents[1] / "fixtures" / "example" / "train.py"
+    (project / "train.py").write_text(source.read_text())
+    assert fix("train.py").exit_code == 1  # the unsafe fixes are left
+    check = CliRunner().invoke(main, ["check", "--no-cache", "--output-format", "concise", "train.py"])
+    assert check.exit_code == 1
+    assert "PM202" in check.output and "jax.shard_map(per_device" in (project / "train.py").read_text()

@@ -42,6 +42,8 @@ class ValueFlow:
         if site is not None:
             if site.transform == JIT:
                 tags.add(JIT_OUTPUT)
+                if self._rows_per_local_device(site):
+                    tags.add(PMAP_OUTPUT)  # a faithful rewrite of a pmap: its output's layout too
             else:
                 tags.add(PMAP_OUTPUT if stacked_output(site.option("out_axes"), None) else PMAP_OUTPUT_UNSTACKED)
         names = self.qualified_names(call.func)
@@ -59,6 +61,48 @@ class ValueFlow:
             if placement is not None and not (isinstance(placement, cst.Name) and placement.value == "None"):
                 tags.add(COMMITTED)
         return tags
+
+    def _rows_per_local_device(self, site: TransformSite) -> bool:
+        """The jitted function returns a shard_map over a mesh of the first local devices, one axis,
+        with its output stacked along it (`out_specs=P(axis)`): what the faithful rewrite of a pmap
+        makes (one row per device, in local device order), and a row read from it is a gather."""
+        cached = self._rows_per_device.get(id(site))
+        if cached is None:
+            function = site.decorated
+            if function is None and site.fun is not None:
+                functions = self.resolve_functions(site.fun)
+                function = functions[0] if len(functions) == 1 else None
+            cached = isinstance(function, cst.FunctionDef) and self._returns_local_rows(function)
+            self._rows_per_device[id(site)] = cached
+        return cached
+
+    def _returns_local_rows(self, function: cst.FunctionDef) -> bool:
+        meshes: dict[str, cst.BaseExpression] = {}
+        returned = None
+        for statement in function.body.body:
+            if not isinstance(statement, cst.SimpleStatementLine) or len(statement.body) != 1:
+                continue
+            small = statement.body[0]
+            if isinstance(small, cst.Assign) and len(small.targets) == 1 and isinstance(small.targets[0].target, cst.Name):
+                meshes[small.targets[0].target.value] = small.value
+            elif isinstance(small, cst.Return):
+                returned = small.value
+        if not (isinstance(returned, cst.Call) and isinstance(returned.func, cst.Call)
+                and self.matches(returned.func.func, tables.SHARD_MAP)):
+            return False
+        options = {a.keyword.value: a.value for a in returned.func.args if a.keyword is not None}
+        mesh, out_specs = options.get("mesh"), options.get("out_specs")
+        mesh = meshes.get(mesh.value) if isinstance(mesh, cst.Name) else mesh
+        if not (isinstance(mesh, cst.Call) and self.matches(mesh.func, tables.MESH) and len(mesh.args) == 2):
+            return False
+        devices, names = (a.value for a in mesh.args)
+        if not (isinstance(devices, cst.Subscript) and isinstance(devices.value, cst.Call)
+                and self.matches(devices.value.func, tables.LOCAL_DEVICES)
+                and isinstance(names, cst.Tuple) and len(names.elements) == 1):
+            return False
+        return (isinstance(out_specs, cst.Call) and self.matches(out_specs.func, tables.PARTITION_SPEC)
+                and len(out_specs.args) == 1 and not (isinstance(out_specs.args[0].value, cst.Name)
+                                                      and out_specs.args[0].value.value == "None"))
 
     def _tag_values(self) -> None:
         for call in self.index.calls:

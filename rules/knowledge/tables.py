@@ -26,6 +26,12 @@ TREE_MAP = frozenset({
     "jax.tree_util.tree_multimap",
 })
 SHARD_MAP = frozenset({"jax.shard_map", "jax.experimental.shard_map.shard_map"})
+MESH = frozenset({"jax.sharding.Mesh"})
+PARTITION_SPEC = frozenset({"jax.sharding.PartitionSpec", "jax.P"})
+LOCAL_DEVICES = frozenset({"jax.local_devices"})
+# Text of the faithful rewrite of a pmap (its jitted shard_map of `per_device`, rules/fixes): a file
+# that holds it may read rows of its outputs (PM201, PM202) with no pmap name left in it.
+REWRITTEN_PMAP = "shard_map(per_device"
 # The experimental shard_map / maps / pjit tables (PM401-PM403) live with REMOVED_NAMES below.
 
 # Functions whose presence means the program runs several processes (PM501).
