@@ -20,7 +20,7 @@ settings files as in the original tree. Then:
   ``pyproject.toml``, ``setup.py``, ``setup.cfg`` or ``.git``, else its DIR) is given to ruff as
   ``src``, so imports are classified first- or third-party as in the original project;
 - **new lint findings**: ``ruff check --isolated --select E,W,F,I --line-length N --output-format
-  json`` on every file before and after each fix (files grouped by line length and project); a
+  json`` on every file a fix changed, before and after (files grouped by line length and project); a
   finding of a code is new in a file when the fixed file has more of that code than the original
   (a file the fix created: all of its findings). Listed by code, with files and example lines.
   I001 is one finding per import block, and a block that was unsorted before hides any disorder
@@ -407,11 +407,10 @@ def _run(args, roots: list[Path], scratch: Path) -> int:
     finder = SettingsFinder()
     original: dict[str, bytes] = {}
     settings: dict[str, LintSettings] = {}
-    root_of: dict[str, Path] = {}
     configs: set[tuple[Path, Path]] = set()
     for root, path, data in source_files(roots, args.all):
         rel = path.relative_to(root.parent).as_posix()
-        original[rel], settings[rel], root_of[rel] = data, finder.settings(path, root), root
+        original[rel], settings[rel] = data, finder.settings(path, root)
         configs.update((root, c) for c in finder.config_files(path, root))
     for tree in trees.values():
         for rel, data in original.items():
@@ -456,14 +455,18 @@ def _run(args, roots: list[Path], scratch: Path) -> int:
                                     if "runtime_shim" in summary] or ["(no shimmed fix reported by the fixer API)"]
     shim_reason_counts = Counter(reason for reasons in shim_why.values() for reason in reasons)
 
-    # Lint before and after, at each file's settings.
+    # Lint the files a fix changed, before and after, at each file's settings.
     lint_start = time.perf_counter()
-    lint_before, ruff_errors = run_ruff(args.ruff, trees["before"], original, settings)
+    changed = {name: {rel: data for rel, data in after[name].items() if original.get(rel) != data}
+               for name in ("safe", "unsafe")}
+    lint_before, ruff_errors = run_ruff(
+        args.ruff, trees["before"], {rel: original[rel] for rel in original if rel in changed["safe"]
+                                     or rel in changed["unsafe"]}, settings)
     quality: dict[str, list[FileQuality]] = {}
     for name in ("safe", "unsafe"):
-        lint_after, errors = run_ruff(args.ruff, trees[name], after[name], settings)
+        lint_after, errors = run_ruff(args.ruff, trees[name], changed[name], settings)
         ruff_errors += errors
-        quality[name] = compare_tree(original, after[name], settings, lint_before, lint_after)
+        quality[name] = compare_tree(original, changed[name], settings, lint_before, lint_after)
     lint_seconds = time.perf_counter() - lint_start
     crashes += ruff_errors
 
