@@ -7,8 +7,9 @@ lines it added, which lint findings it introduced, and where the safe fix alone 
 Every ``.py`` / ``.ipynb`` file under the DIRs that mentions ``pmap`` (``--all``: every one) is
 copied three times into a scratch directory (never into the repository), with its path relative to
 its DIR's parent: ``before/`` stays as it is, ``safe/`` gets ``pmap-migrate fix``, ``unsafe/`` gets
-``pmap-migrate fix --unsafe-fixes`` (the installed CLI, or ``--pmap-migrate EXE``; ``--config``
-names an empty settings file so no repository's ``[tool.pmap-migrate]`` applies). The project
+``pmap-migrate fix --unsafe-fixes`` (the CLI installed beside the running Python, else the one on
+``PATH``, or ``--pmap-migrate EXE``; ruff likewise, or ``--ruff EXE``; ``--config`` names an empty
+settings file so no repository's ``[tool.pmap-migrate]`` applies). The project
 configuration files above each file (up to its DIR) are copied along, so the fix sees the same
 settings files as in the original tree. Then:
 
@@ -37,7 +38,8 @@ settings files as in the original tree. Then:
   API with safe fixes only, over those files).
 
 Exit status: 0 when issue 25's targets hold on the ``--unsafe-fixes`` run (no new lint finding of
-any code, at most 6 added lines per PM101 site), 1 when they do not, 2 when a run crashed.
+any code, at most 6 added lines per PM101 site), 1 when they do not, 2 when a run crashed or on a
+usage error.
 """
 
 from __future__ import annotations
@@ -369,9 +371,12 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("roots", nargs="+", type=Path)
     parser.add_argument("--all", action="store_true", help="copy every Python file, not only those mentioning pmap")
-    parser.add_argument("--pmap-migrate", dest="exe", default=DEFAULT_EXE)
-    beside = Path(sys.executable).parent / "ruff"  # the ruff of this venv, else the one on PATH
-    parser.add_argument("--ruff", default=str(beside) if beside.is_file() else shutil.which("ruff") or "ruff")
+    def beside(name: str, default: str) -> str:  # the program of this venv, else the default
+        path = Path(sys.executable).parent / name
+        return str(path) if path.is_file() else default
+
+    parser.add_argument("--pmap-migrate", dest="exe", default=beside("pmap-migrate", DEFAULT_EXE))
+    parser.add_argument("--ruff", default=beside("ruff", shutil.which("ruff") or "ruff"))
     parser.add_argument("--jobs", type=int, default=None, help="processes for fix and for the fixer API")
     parser.add_argument("--json", dest="json_out", type=Path, default=None, help="write every figure to this file")
     parser.add_argument("--show", type=int, default=10, help="files listed per lint code (0: all)")
@@ -383,6 +388,9 @@ def main(argv: list[str] | None = None) -> int:
     for root in roots:
         if not root.is_dir():
             parser.error(f"not a directory: {root}")
+    for label, exe in (("--pmap-migrate", args.exe), ("--ruff", args.ruff)):
+        if shutil.which(exe) is None:
+            parser.error(f"{label}: no such program: {exe}")
     names = Counter(root.name for root in roots)
     if any(n > 1 for n in names.values()):
         parser.error("two DIRs of the same name: their copies would mix")
