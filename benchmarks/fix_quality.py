@@ -185,12 +185,22 @@ class SettingsFinder:
 
 
 # --------------------------------------------------------------------------- what a file holds
+NEWLINE = re.compile(r"\r\n|\r|\n")
+
+
+def physical_lines(text: str) -> list[str]:
+    """Python's physical lines (``str.splitlines`` also splits at form feeds and other separators,
+    which would put ruff's line numbers on the wrong lines)."""
+    lines = NEWLINE.split(text)
+    return lines[:-1] if lines and lines[-1] == "" else lines
+
+
 def code_lines(data: bytes, notebook: bool) -> dict[int | None, list[str]]:
     """The lines ruff reports on: a module's (key None), or each code cell's by its 1-based index
     among all of the notebook's cells (ruff's numbering)."""
     text = data.decode("utf-8", errors="replace")
     if not notebook:
-        return {None: text.splitlines()}
+        return {None: physical_lines(text)}
     try:
         cells = json.loads(text).get("cells", [])
     except (ValueError, AttributeError):
@@ -199,7 +209,7 @@ def code_lines(data: bytes, notebook: bool) -> dict[int | None, list[str]]:
     for number, cell in enumerate(cells, 1):
         if isinstance(cell, dict) and cell.get("cell_type") == "code":
             source = cell.get("source", "")
-            lines[number] = ("".join(source) if isinstance(source, list) else str(source)).splitlines()
+            lines[number] = physical_lines("".join(source) if isinstance(source, list) else str(source))
     return lines
 
 
@@ -254,7 +264,7 @@ def sort_distance(lines: list[str], item: dict) -> int:
     edit = edits[0]
     start, end = edit["location"]["row"], edit["end_location"]["row"]
     end = end if edit["end_location"]["column"] > 1 else end - 1
-    block, fixed = lines[start - 1:end], edit["content"].splitlines()
+    block, fixed = lines[start - 1:end], physical_lines(edit["content"])
     kept = sum(m.size for m in difflib.SequenceMatcher(None, block, fixed, autojunk=False).get_matching_blocks())
     return max(len(block), len(fixed)) - kept
 
