@@ -1,4 +1,5 @@
-"""The plain-text report of `corpus_check.py` and `corpus_fix.py`: a table of counts and titled lists.
+"""The plain-text report of `corpus_check.py`, `corpus_fix.py` and `fix_quality.py`: a table of counts
+and titled lists.
 
 Imported as `_corpus_report` by those scripts, which run as `python benchmarks/<script>.py ...` (so
 this directory is the first entry of `sys.path`).

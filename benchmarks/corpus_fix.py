@@ -41,6 +41,7 @@ import time
 import tokenize
 import warnings
 from collections import Counter
+from collections.abc import Iterator
 from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -56,8 +57,10 @@ TRACEBACK = re.compile(r"^Traceback \(most recent call last\)", re.MULTILINE)
 
 
 # --------------------------------------------------------------------------- helpers
-def copy_tree(roots: list[Path], scratch: Path, all_files: bool) -> list[Path]:
-    copied = []
+def source_files(roots: list[Path], all_files: bool) -> Iterator[tuple[Path, Path, bytes]]:
+    """``(root, path, data)`` of every ``.py`` / ``.ipynb`` file under the roots that mentions
+    ``pmap`` (``all_files``: every one), ``root`` resolved; its copy goes to
+    ``path.relative_to(root.parent)`` in a scratch tree."""
     for root in roots:
         root = root.resolve()
         for path in sorted(root.rglob("*")):
@@ -69,10 +72,16 @@ def copy_tree(roots: list[Path], scratch: Path, all_files: bool) -> list[Path]:
                 continue
             if not all_files and b"pmap" not in data:
                 continue
-            target = scratch / path.relative_to(root.parent)
-            target.parent.mkdir(parents=True, exist_ok=True)
-            target.write_bytes(data)
-            copied.append(target)
+            yield root, path, data
+
+
+def copy_tree(roots: list[Path], scratch: Path, all_files: bool) -> list[Path]:
+    copied = []
+    for root, path, data in source_files(roots, all_files):
+        target = scratch / path.relative_to(root.parent)
+        target.parent.mkdir(parents=True, exist_ok=True)
+        target.write_bytes(data)
+        copied.append(target)
     return copied
 
 
@@ -138,8 +147,27 @@ class CliRun:
     json_error: str | None = None
 
 
-def run_cli(exe: str, scratch: Path, config: Path, jobs: int | None) -> CliRun:
-    command = [exe, "fix", "--unsafe-fixes", "--no-cache", "--config", str(config), "--output-format", "json"]
+def discovered_files(tree: Path, config: Path) -> set[Path]:
+    """The files (resolved) that the CLI run in ``tree`` with ``--config config .`` looks at: the API
+    pass looks at the same ones."""
+    if str(REPO) not in sys.path:
+        sys.path.insert(0, str(REPO))
+    from pmap_migrate.config import load_settings
+    from pmap_migrate.discovery import discover
+
+    settings = load_settings(config, tree)
+    cwd = os.getcwd()
+    os.chdir(tree)
+    try:
+        return {(tree / p).resolve() for p in discover(["."], settings).files}
+    finally:
+        os.chdir(cwd)
+
+
+def run_cli(exe: str, scratch: Path, config: Path, jobs: int | None, unsafe: bool = True) -> CliRun:
+    """``fix`` (``--unsafe-fixes`` when ``unsafe``) over ``scratch``, its findings as JSON."""
+    command = [exe, "fix", *(["--unsafe-fixes"] if unsafe else []), "--no-cache", "--config", str(config),
+               "--output-format", "json"]
     if jobs:
         command += ["--jobs", str(jobs)]
     command.append(".")
@@ -153,6 +181,23 @@ def run_cli(exe: str, scratch: Path, config: Path, jobs: int | None) -> CliRun:
     return CliRun(seconds, proc.returncode, diagnostics, proc.stdout, proc.stderr, json_error)
 
 
+def cli_crashes(label: str, run: CliRun) -> list[str]:
+    """The run's crashes: PM002 findings, a traceback on either stream, an exit status other than
+    0/1, output that is not JSON."""
+    crashes = []
+    for d in run.diagnostics:
+        if d.get("code") == "PM002":
+            crashes.append(f"{label}: {d['path']}:{d['line']}:{d['column']}: PM002 {d['message']}")
+    for stream, text in (("stdout", run.stdout), ("stderr", run.stderr)):
+        if TRACEBACK.search(text):
+            crashes.append(f"{label}: traceback on {stream}:\n{text[-3000:]}")
+    if run.returncode not in (0, 1):
+        crashes.append(f"{label}: exit status {run.returncode}: {run.stderr.strip()[-2000:]}")
+    if run.json_error:
+        crashes.append(f"{label}: output is not JSON ({run.json_error})")
+    return crashes
+
+
 # --------------------------------------------------------------------------- the fixer API, per file
 @dataclass
 class ApiResult:
@@ -162,12 +207,15 @@ class ApiResult:
     error: tuple[str, str] | None  # (code, message)
     applied: list[tuple[str, bool, str]] = field(default_factory=list)  # (code, shimmed, summary)
     remaining: list[str] = field(default_factory=list)  # active codes after fixing
+    remaining_messages: list[str] = field(default_factory=list)  # their messages, in the same order
     original: list[tuple[str, str]] = field(default_factory=list)  # (code, state) before fixing
     exception: str | None = None
 
 
-def _api_job(job: tuple[str, bytes]) -> ApiResult:
-    path, data = job
+def _api_job(job: tuple[str, bytes, bool]) -> ApiResult:
+    """``(shown path, data, unsafe)``: the findings before, then what the fix (with unsafe fixes or
+    not) applies and leaves."""
+    path, data, unsafe = job
     if str(REPO) not in sys.path:
         sys.path.insert(0, str(REPO))
     from pmap_migrate.rules import all_rules
@@ -177,7 +225,7 @@ def _api_job(job: tuple[str, bytes]) -> ApiResult:
     start = time.perf_counter()
     try:
         before = lint_file(data, path, rules)
-        outcome = fix_file(data, path, rules, unsafe=True)
+        outcome = fix_file(data, path, rules, unsafe=unsafe)
     except BaseException as error:  # noqa: BLE001 - the API promises never to raise; report it if it does
         return ApiResult(path, time.perf_counter() - start, None, None, exception=f"{type(error).__name__}: {error}")
     seconds = time.perf_counter() - start
@@ -186,115 +234,37 @@ def _api_job(job: tuple[str, bytes]) -> ApiResult:
         (outcome.error.code, outcome.error.message) if outcome.error else None,
         applied=[(d.code, bool(d.fix and d.fix.shimmed), d.fix.summary if d.fix else "") for d in outcome.applied],
         remaining=[d.code for d in outcome.remaining],
+        remaining_messages=[d.message for d in outcome.remaining],
         original=[(d.code, d.state.value) for d in before.diagnostics],
     )
 
 
-# --------------------------------------------------------------------------- main
-def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("roots", nargs="+", type=Path)
-    parser.add_argument("--scratch", type=Path, default=None, help="where to copy the files (default: a temp dir)")
-    parser.add_argument("--pmap-migrate", dest="exe", default=DEFAULT_EXE)
-    parser.add_argument("--jobs", type=int, default=None)
-    parser.add_argument("--json", dest="json_out", type=Path, default=None)
-    parser.add_argument("--all-files", action="store_true", help="copy every Python file, not only those mentioning pmap")
-    parser.add_argument("--keep", action="store_true", help="keep the scratch directory")
-    args = parser.parse_args(argv)
-    for root in args.roots:
-        if not root.is_dir():
-            parser.error(f"not a directory: {root}")
-    wall = time.perf_counter()
-    scratch = args.scratch or Path(tempfile.mkdtemp(prefix="pmap-migrate-corpus-fix-"))
-    if args.scratch is not None and scratch.exists() and any(scratch.iterdir()):
-        parser.error(f"--scratch {scratch} is not empty")
-    scratch.mkdir(parents=True, exist_ok=True)
-    tree = scratch / "tree"
-    tree.mkdir()
-    config = scratch / "empty-settings.toml"  # no [tool.pmap-migrate] settings: defaults only
-    config.write_text("")
-    try:
-        return _run(args, tree, config, wall)
-    finally:
-        if args.keep or args.scratch is not None:
-            print(f"\nscratch directory kept: {scratch}")
-        else:
-            shutil.rmtree(scratch, ignore_errors=True)
+def run_api(jobs: list[tuple[str, bytes, bool]], workers: int | None) -> list[ApiResult]:
+    """``_api_job`` of each job, in a process pool of ``workers`` (default: one per core)."""
+    if not jobs:
+        return []
+    with ProcessPoolExecutor(max_workers=workers or os.cpu_count() or 1) as pool:
+        return list(pool.map(_api_job, jobs, chunksize=1))
 
 
-def _run(args, tree: Path, config: Path, wall: float) -> int:
-    files = copy_tree(args.roots, tree, args.all_files)
-    original = snapshot(files)
-    rel = {p: p.relative_to(tree).as_posix() for p in files}
+# --------------------------------------------------------------------------- what became of each site
+@dataclass
+class SiteAccount:
+    """What the fixer API's results say became of the pmap sites (``SITE_CODES``), counted by code."""
 
-    # The CLI's own discovery decides what it looks at; the API pass looks at the same files.
-    if str(REPO) not in sys.path:
-        sys.path.insert(0, str(REPO))
-    from pmap_migrate.config import load_settings
-    from pmap_migrate.discovery import discover
+    sites_before: Counter = field(default_factory=Counter)  # every site found before fixing
+    states: Counter = field(default_factory=Counter)  # ... by state (active / suppressed / guarded)
+    rewritten: Counter = field(default_factory=Counter)  # a fix of its own, to plain JAX
+    with_another: Counter = field(default_factory=Counter)  # taken along by another site's fix
+    shimmed: Counter = field(default_factory=Counter)  # routed to runtime_shim
+    manual: Counter = field(default_factory=Counter)  # still active after fixing, or in a file not fixed
+    unfixable_files: Counter = field(default_factory=Counter)  # files with manual sites not fixed, by error
+    other_fixes: Counter = field(default_factory=Counter)  # fixes of the other rules, by code
+    shim_reasons: Counter = field(default_factory=Counter)  # shimmed sites by the reason their fix states
+    manual_reasons: Counter = field(default_factory=Counter)  # manual sites by finding message (or file error)
 
-    settings = load_settings(config, tree)
-    cwd = os.getcwd()
-    os.chdir(tree)
-    try:
-        discovered = {(tree / p).resolve() for p in discover(["."], settings).files}
-    finally:
-        os.chdir(cwd)
-    not_discovered = [p for p in files if p.resolve() not in discovered]
 
-    first = run_cli(args.exe, tree, config, args.jobs)
-    after_first = snapshot(files)
-    second = run_cli(args.exe, tree, config, args.jobs)
-    after_second = snapshot(files)
-
-    changed = [p for p in files if after_first[p] != original[p]]
-    invalid, newer_syntax, format_drift = [], [], []
-    for p in changed:
-        notebook = p.suffix == ".ipynb"
-        problem = python_problem(after_first[p], notebook)
-        if problem is not None:
-            if python_problem(original[p], notebook) is None:
-                invalid.append((p, problem))
-            else:
-                newer_syntax.append((p, problem))
-        if not notebook:
-            was, now = text_format(original[p]), text_format(after_first[p])
-            if was[:2] != now[:2] or not now[2] <= was[2] | ({"LF"} if not was[2] else set()):
-                format_drift.append((p, was, now))
-    second_changed = [p for p in files if after_second[p] != after_first[p]]
-    leftovers = [p for p in tree.rglob("*") if p.name.endswith(".pmap-migrate")]
-
-    crashes: list[str] = []
-    for label, run in (("run 1", first), ("run 2", second)):
-        for d in run.diagnostics:
-            if d.get("code") == "PM002":
-                crashes.append(f"{label}: {d['path']}:{d['line']}:{d['column']}: PM002 {d['message']}")
-        for stream, text in (("stdout", run.stdout), ("stderr", run.stderr)):
-            if TRACEBACK.search(text):
-                crashes.append(f"{label}: traceback on {stream}:\n{text[-3000:]}")
-        if run.returncode not in (0, 1):
-            crashes.append(f"{label}: exit status {run.returncode}: {run.stderr.strip()[-2000:]}")
-        if run.json_error:
-            crashes.append(f"{label}: output is not JSON ({run.json_error})")
-
-    # The fixer API over the original bytes: what became of each site.
-    api_start = time.perf_counter()
-    jobs = [(rel[p], original[p]) for p in files if p.resolve() in discovered]
-    with ProcessPoolExecutor(max_workers=args.jobs or os.cpu_count() or 1) as pool:
-        api = list(pool.map(_api_job, jobs, chunksize=1))
-    api_seconds = time.perf_counter() - api_start
-    by_rel = {r.path: r for r in api}
-    api_mismatch = []
-    for p in files:
-        result = by_rel.get(rel[p])
-        if result is None:
-            continue
-        expected = result.fixed if result.fixed is not None else original[p]
-        if expected != after_first[p]:
-            api_mismatch.append(p)
-    api_exceptions = [r for r in api if r.exception]
-    crashes += [f"api: {r.path}: raised {r.exception}" for r in api_exceptions]
-
+def account_sites(api: list[ApiResult]) -> SiteAccount:
     sites_before = Counter()
     states = Counter()
     for r in api:
@@ -334,6 +304,102 @@ def _run(args, tree: Path, config: Path, wall: float) -> int:
             for code, is_shim, summary in r.applied:
                 if code in SITE_CODES and is_shim:
                     shim_reasons[summary.split(": ", 1)[-1]] += 1
+    manual_reasons = Counter()
+    for r in api:
+        if r.error is not None or r.exception:
+            why = f"file not fixed: {r.error[0]} {r.error[1]}" if r.error else f"file not fixed: {r.exception}"
+            manual_reasons[why] += sum(1 for c, state in r.original if c in SITE_CODES and state == "active")
+        else:
+            manual_reasons.update(m for c, m in zip(r.remaining, r.remaining_messages) if c in SITE_CODES)
+    return SiteAccount(sites_before, states, rewritten, with_another, shimmed, manual, unfixable_files,
+                       other_fixes, shim_reasons, +manual_reasons)
+
+
+# --------------------------------------------------------------------------- main
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("roots", nargs="+", type=Path)
+    parser.add_argument("--scratch", type=Path, default=None, help="where to copy the files (default: a temp dir)")
+    parser.add_argument("--pmap-migrate", dest="exe", default=DEFAULT_EXE)
+    parser.add_argument("--jobs", type=int, default=None)
+    parser.add_argument("--json", dest="json_out", type=Path, default=None)
+    parser.add_argument("--all-files", action="store_true", help="copy every Python file, not only those mentioning pmap")
+    parser.add_argument("--keep", action="store_true", help="keep the scratch directory")
+    args = parser.parse_args(argv)
+    for root in args.roots:
+        if not root.is_dir():
+            parser.error(f"not a directory: {root}")
+    wall = time.perf_counter()
+    scratch = args.scratch or Path(tempfile.mkdtemp(prefix="pmap-migrate-corpus-fix-"))
+    if args.scratch is not None and scratch.exists() and any(scratch.iterdir()):
+        parser.error(f"--scratch {scratch} is not empty")
+    scratch.mkdir(parents=True, exist_ok=True)
+    tree = scratch / "tree"
+    tree.mkdir()
+    config = scratch / "empty-settings.toml"  # no [tool.pmap-migrate] settings: defaults only
+    config.write_text("")
+    try:
+        return _run(args, tree, config, wall)
+    finally:
+        if args.keep or args.scratch is not None:
+            print(f"\nscratch directory kept: {scratch}")
+        else:
+            shutil.rmtree(scratch, ignore_errors=True)
+
+
+def _run(args, tree: Path, config: Path, wall: float) -> int:
+    files = copy_tree(args.roots, tree, args.all_files)
+    original = snapshot(files)
+    rel = {p: p.relative_to(tree).as_posix() for p in files}
+
+    discovered = discovered_files(tree, config)
+    not_discovered = [p for p in files if p.resolve() not in discovered]
+
+    first = run_cli(args.exe, tree, config, args.jobs)
+    after_first = snapshot(files)
+    second = run_cli(args.exe, tree, config, args.jobs)
+    after_second = snapshot(files)
+
+    changed = [p for p in files if after_first[p] != original[p]]
+    invalid, newer_syntax, format_drift = [], [], []
+    for p in changed:
+        notebook = p.suffix == ".ipynb"
+        problem = python_problem(after_first[p], notebook)
+        if problem is not None:
+            if python_problem(original[p], notebook) is None:
+                invalid.append((p, problem))
+            else:
+                newer_syntax.append((p, problem))
+        if not notebook:
+            was, now = text_format(original[p]), text_format(after_first[p])
+            if was[:2] != now[:2] or not now[2] <= was[2] | ({"LF"} if not was[2] else set()):
+                format_drift.append((p, was, now))
+    second_changed = [p for p in files if after_second[p] != after_first[p]]
+    leftovers = [p for p in tree.rglob("*") if p.name.endswith(".pmap-migrate")]
+
+    crashes = cli_crashes("run 1", first) + cli_crashes("run 2", second)
+
+    # The fixer API over the original bytes: what became of each site.
+    api_start = time.perf_counter()
+    jobs = [(rel[p], original[p], True) for p in files if p.resolve() in discovered]
+    api = run_api(jobs, args.jobs)
+    api_seconds = time.perf_counter() - api_start
+    by_rel = {r.path: r for r in api}
+    api_mismatch = []
+    for p in files:
+        result = by_rel.get(rel[p])
+        if result is None:
+            continue
+        expected = result.fixed if result.fixed is not None else original[p]
+        if expected != after_first[p]:
+            api_mismatch.append(p)
+    api_exceptions = [r for r in api if r.exception]
+    crashes += [f"api: {r.path}: raised {r.exception}" for r in api_exceptions]
+
+    account = account_sites(api)
+    sites_before, states, rewritten, with_another, shimmed, manual, unfixable_files, other_fixes, shim_reasons = (
+        account.sites_before, account.states, account.rewritten, account.with_another, account.shimmed,
+        account.manual, account.unfixable_files, account.other_fixes, account.shim_reasons)
     file_errors = Counter(d["code"] for d in first.diagnostics if d.get("code", "").startswith("PM00"))
     slowest = sorted(api, key=lambda r: -r.seconds)[:5]
 
@@ -374,6 +440,10 @@ def _run(args, tree: Path, config: Path, wall: float) -> int:
         print("\nwhy sites were shimmed:")
         for reason, count in shim_reasons.most_common():
             print(f"  {count:4d}  {reason}")
+    if account.manual_reasons:
+        print("\nwhy sites were left for manual work:")
+        for reason, count in account.manual_reasons.most_common():
+            print(f"  {count:4d}  {reason}")
     errors = [d for d in first.diagnostics if d.get("code", "").startswith("PM00")]
     print_list("files the fix could not handle ({n})", errors,
                lambda d: f"  {d['path']}:{d['line']}:{d['column']}: {d['code']} {d['message']}")
@@ -398,7 +468,8 @@ def _run(args, tree: Path, config: Path, wall: float) -> int:
             "crashes": crashes, "file_errors": errors,
             "sites": {"before": dict(sites_before), "rewritten": dict(rewritten),
                       "fixed_with_another": dict(with_another), "shimmed": dict(shimmed),
-                      "manual": dict(manual), "states": dict(states)},
+                      "manual": dict(manual), "states": dict(states),
+                      "shim_reasons": dict(shim_reasons), "manual_reasons": dict(account.manual_reasons)},
             "other_fixes": dict(other_fixes), "api_mismatch": [rel[p] for p in api_mismatch],
             "format_drift": [rel[p] for p, _, _ in format_drift],
             "per_file": [{"path": r.path, "seconds": round(r.seconds, 3), "error": r.error,
