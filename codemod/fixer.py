@@ -29,6 +29,7 @@ from pmap_migrate.rules.analysis.index import indent_unit
 from pmap_migrate.rules.base import Rule
 from pmap_migrate.rules.fixes.choices import RuleOptions
 from pmap_migrate.rules.fixes.edits import EditApplier
+from pmap_migrate.rules.fixes.spec import Edit
 from pmap_migrate.stack import on_deep_stack
 
 MAX_ROUNDS = 8
@@ -316,6 +317,58 @@ _NO_IMPORTS_INSIDE = (cst.BaseExpression, cst.Decorator, cst.Parameters, cst.Ann
                       cst.Expr, cst.Global, cst.Nonlocal, cst.Pass, cst.Raise, cst.Return, cst.TypeAlias)
 
 
+def _helper_edits(module: cst.Module, helpers: list, edits: list[Edit],
+                  parents: Mapping[cst.CSTNode, cst.CSTNode] | None) -> list[Edit]:
+    """The insertion of the helpers the module does not define yet: after the last top-level import
+    before the first statement the fixes edit (or that code runs), two blank lines around them."""
+    bound = {name for statement in module.body for name in _top_level_names(statement)}
+    missing = [helper for helper in helpers if helper.name not in bound]
+    if not missing:
+        return []
+    tops = {id(statement): k for k, statement in enumerate(module.body)}
+    first = len(module.body)
+    for edit in edits:
+        node = edit.target
+        while parents is not None and id(node) not in tops and node in parents:
+            node = parents[node]
+        first = min(first, tops.get(id(node), first))
+    imports = [k for k in range(first) if _is_import_line(module.body[k])]
+    at = imports[-1] + 1 if imports else (1 if module.body and _is_docstring(module.body[0]) else 0)
+    statements = []
+    for helper in missing:
+        for k, statement in enumerate(helper.statements):
+            blank = [cst.EmptyLine(indent=False)] * 2 if k == 0 else []
+            statements.append(statement.with_changes(leading_lines=[*blank, *statement.leading_lines]))
+    if at >= len(module.body):
+        return [Edit(module.body[-1], cst.FlattenSentinel([module.body[-1], *statements]))] if module.body else []
+    anchor = module.body[at]
+    insert = [Edit(anchor, before=tuple(statements))]
+    lines = list(anchor.leading_lines)
+    empty = 0
+    while empty < len(lines) and lines[empty].comment is None:
+        empty += 1
+    if empty < 2 and parents is not None and not any(_within(edit.target, anchor, parents) for edit in edits):
+        insert.append(Edit(anchor, anchor.with_changes(leading_lines=[cst.EmptyLine(indent=False)] * (2 - empty) + lines)))
+    return insert
+
+
+def _within(node: cst.CSTNode, ancestor: cst.CSTNode, parents: Mapping[cst.CSTNode, cst.CSTNode]) -> bool:
+    while node is not None:
+        if node is ancestor:
+            return True
+        node = parents.get(node)
+    return False
+
+
+def _top_level_names(statement: cst.CSTNode) -> list[str]:
+    if isinstance(statement, (cst.FunctionDef, cst.ClassDef)):
+        return [statement.name.value]
+    if isinstance(statement, cst.SimpleStatementLine):
+        return [t.target.value for small in statement.body if isinstance(small, cst.Assign)
+                for t in small.targets if isinstance(t.target, cst.Name)]
+    return []
+
+
 def _toward(module: cst.Module, targets: Iterable[cst.CSTNode],
             parents: Mapping[cst.CSTNode, cst.CSTNode]) -> set[int] | None:
     """The ids of ``targets`` and of their ancestors up to ``module``; None when a target's line of
@@ -336,6 +389,9 @@ def apply(module: cst.Module, chosen: Sequence[Finding],
     """The module with the fixes of ``chosen`` applied (with ``parents``, the analysis' map of
     ``module``'s nodes, only the paths to the edits' targets are rebuilt)."""
     edits = [edit for finding in chosen for edit in finding.fix.all_edits(finding.node)]
+    helpers = {helper.name: helper for finding in chosen for helper in finding.fix.helpers}
+    if helpers:  # first: code that runs at import may call them
+        edits = _helper_edits(module, list(helpers.values()), edits, parents) + edits
     if edits:
         toward = None if not parents else _toward(module, [edit.target for edit in edits], parents)
         module = module.visit(EditApplier(edits, toward))

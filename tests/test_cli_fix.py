@@ -42,8 +42,9 @@ def test_fix_rewrites_in_place_and_is_then_clean(project):
     assert result.exit_code == 0, result.output
     assert "Fixed 1 finding in 1 file." in result.output and "train.py: 1 x PM101" in result.output
     text = path.read_text()
-    assert "jax.shard_map(per_device" in text and "jax.pmap" not in text
-    assert "from functools import" not in text and "import functools" not in text  # unused now
+    assert "@functools.partial(_shard_mapped, axis_name=\"i\")" in text and "jax.shard_map(" in text
+    assert "jax.pmap" not in text
+    assert text.count("import functools") == 1  # the module's own, which the rewrite uses too
     assert "from jax.sharding import Mesh" in text
     compile(text, "train.py", "exec")
     again = fix("train.py")
@@ -56,7 +57,7 @@ def test_diff_writes_nothing_and_exits_1(project):
     result = fix("train.py", "--diff")
     assert result.exit_code == 1
     assert "--- a/train.py" in result.output and "+++ b/train.py" in result.output
-    assert "+def _total(x):" in result.output
+    assert '+@functools.partial(_shard_mapped, axis_name="i")' in result.output
     assert path.read_text() == LEGACY
     path.write_text("import jax\n")
     assert fix("train.py", "--diff").exit_code == 0
@@ -120,4 +121,4 @@ def test_a_gather_left_by_the_safe_fix_is_still_reported(project):
     assert fix("train.py").exit_code == 1  # the unsafe fixes are left
     check = CliRunner().invoke(main, ["check", "--no-cache", "--output-format", "concise", "train.py"])
     assert check.exit_code == 1
-    assert "PM202" in check.output and "jax.shard_map(per_device" in (project / "train.py").read_text()
+    assert "PM202" in check.output and "_shard_mapped" in (project / "train.py").read_text()

@@ -101,7 +101,7 @@ def test_skip_apply_and_the_skips_are_reported(project):
     assert "--- a/a.py\n+++ b/a.py\n" in result.output  # each question shows the fix as a diff
     text = (project / "a.py").read_text()
     assert "step = jax.pmap(lambda x: x * 2)" in text  # skipped
-    assert "def other(x):" in text and "jax.pmap(lambda x: x + 1)" not in text  # applied
+    assert "other = jax.jit(_shard_mapped(" in text and "jax.pmap(lambda x: x + 1)" not in text  # applied
     assert "Fixed 1 finding in 1 file." in result.output
     assert "Skipped 1 fix (still reported below):\n  a.py:3:8: PM101 rewrite `step`" in result.output
     assert result.exit_code == 1  # the skipped site is still a finding
@@ -113,7 +113,7 @@ def test_quit_keeps_what_was_applied_and_stops(project):
     (project / "b.py").write_text(TWO)
     result = fix(".", input="a\nq\n")
     assert result.output.count("Apply this fix?") == 2
-    assert "def step(x):" in (project / "a.py").read_text()
+    assert "step = jax.jit(_shard_mapped(" in (project / "a.py").read_text()
     assert "other = jax.pmap(lambda x: x + 1)" in (project / "a.py").read_text()
     assert (project / "b.py").read_text() == TWO  # never asked about
 
@@ -122,7 +122,7 @@ def test_end_of_input_is_quit(project):
     (project / "a.py").write_text(TWO)
     result = fix("a.py", input="a\n")
     assert result.exit_code == 1 and "Traceback" not in result.output
-    assert "def step(x):" in (project / "a.py").read_text()
+    assert "step = jax.jit(_shard_mapped(" in (project / "a.py").read_text()
 
 
 def test_a_notebook_is_reviewed_by_cell(project):
@@ -131,7 +131,7 @@ def test_a_notebook_is_reviewed_by_cell(project):
     assert "nb.ipynb:cell 4:1:1: PM101" in result.output
     assert "--- a/nb.ipynb:cell 4\n+++ b/nb.ipynb:cell 4\n" in result.output
     cells = json.loads((project / "nb.ipynb").read_text())["cells"]
-    assert "jax.shard_map" in "".join(cells[3]["source"])
+    assert "_shard_mapped" in "".join(cells[3]["source"])
 
 
 def test_the_diff_is_coloured_on_a_terminal(project, monkeypatch):
@@ -185,14 +185,15 @@ def test_a_skip_is_remembered_reported_and_not_asked_again(project):
                      "date": TODAY, "reason": "not on TPU yet"}
     # the report lists it as skipped in review, where it is now (imports were added above it)
     [site] = pm101_sites("a.py")
-    assert (site["line"], site["state"]) == (5, "skipped")
+    line = (project / "a.py").read_text().splitlines().index("step = jax.pmap(lambda x: x * 2)") + 1
+    assert (site["line"], site["state"]) == (line, "skipped")
     assert site["skipped"] == {"date": TODAY, "reason": "not on TPU yet"}
     assert site["reason"].startswith(f"skipped in review on {TODAY}: not on TPU yet; the fix: rewrite `step`")
 
     fixed = (project / "a.py").read_text()
     again = fix("a.py")
     assert "Apply this fix?" not in again.output  # not asked again
-    assert "Left 1 fix skipped in an earlier review (--review-skipped asks again):\n  a.py:5:8: PM101" in again.output
+    assert f"Left 1 fix skipped in an earlier review (--review-skipped asks again):\n  a.py:{line}:8: PM101" in again.output
     assert (project / "a.py").read_text() == fixed and again.exit_code == 1  # still a finding
 
     # lines added above the site: still the same site, still skipped
@@ -201,7 +202,7 @@ def test_a_skip_is_remembered_reported_and_not_asked_again(project):
     assert "Apply this fix?" not in fix("a.py").output
     assert (project / "a.py").read_text() == moved
     [site] = pm101_sites("a.py")
-    assert (site["line"], site["state"]) == (9, "skipped")
+    assert (site["line"], site["state"]) == (line + 4, "skipped")
     assert recorded(project) == [{**entry, "fingerprint": recorded(project)[0]["fingerprint"]}]  # date and reason kept
 
     # plain `fix` leaves it alone too; --review-skipped applies it
@@ -275,7 +276,8 @@ def test_identical_sites_are_told_apart(project):
     """Two identical lines: applying the first and skipping the second (or the reverse) asks once
     about each, and the one skipped stays skipped."""
     source = "import jax\n\n\ndef f(x):\n    return x\n\n\ny = jax.pmap(f)(x)\ny = jax.pmap(f)(x)\n"
-    for answers, left in (("a\ns\n", ["y = f_mapped", "y = jax.pmap(f)(x)"]), ("s\na\n", ["y = jax.pmap(f)(x)", "y = f_mapped"])):
+    rewritten = "y = jax.jit(_shard_mapped(f))(x)"
+    for answers, left in (("a\ns\n", [rewritten, "y = jax.pmap(f)(x)"]), ("s\na\n", ["y = jax.pmap(f)(x)", rewritten])):
         (project / "a.py").write_text(source)
         (project / SKIPS).unlink(missing_ok=True)
         result = fix("a.py", input=answers)

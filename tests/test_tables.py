@@ -177,3 +177,14 @@ def test_tables_match_legacy_and_newest_jax(other_jax):
     else:
         assert version_tuple(answer["version"]) >= (0, 12), answer["version"]
     assert problems(answer) == [], f"{env.name}: jax {answer['version']}"
+
+
+def test_the_rewrites_hold_the_text_that_admits_their_files():
+    """PM201/PM202 admit a file with no pmap name left by the text of the rewrite itself."""
+    from pmap_migrate.rules.fixes.pmap_render import Plan, render, shard_mapped_helper
+    from pmap_migrate.rules.knowledge import tables
+
+    plan = Plan(name="step", params=["x"], axis='"i"', in_axes=0, out_axes=0, static=(), donate=(),
+                mesh_devices="jax.local_devices()[: {size}]", size=None, body_call="f(x)")
+    for text in (render(plan), shard_mapped_helper("_shard_mapped", "  "), shard_mapped_helper("_m", "    ")):
+        assert any(marker in text for marker in tables.REWRITTEN_PMAP), text

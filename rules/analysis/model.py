@@ -50,6 +50,7 @@ class SemanticModel(Bindings, ValueFlow, Nesting):
         self._resolves_cache: dict[tuple[int, frozenset[str]], bool] = {}
         self._assigned_names = frozenset(t.value for t in index.assigned_value if isinstance(t, cst.Name))
         self._value_uses: dict[str, list[cst.BaseExpression]] = {}
+        self._copying: set[cst.Name] = set()
 
         self.sites: dict[cst.CSTNode, TransformSite] = {}  # Call/Decorator node -> site
         self.alias_definitions: dict[cst.BaseExpression, tuple[str, Callee]] = {}
@@ -262,7 +263,7 @@ class SemanticModel(Bindings, ValueFlow, Nesting):
                 return None
             assignments = self.assignments_of(expr)
             if not any(a in self._callable_by_assignment for a in assignments):
-                return None
+                return self._copied_site(assignments)
             # Only the bindings that reach the read: in `f = jax.pmap(f)` the argument is the plain
             # function (the statement's own binding comes after it, unless a loop runs it again).
             found = None
@@ -281,6 +282,20 @@ class SemanticModel(Bindings, ValueFlow, Nesting):
                     return None
                 return site
         return None
+
+    def _copied_site(self, assignments) -> TransformSite | None:
+        """The site of a name bound only to a copy of a transformed callable's name (`step =
+        train_step_mapped`), a few copies deep."""
+        if len(assignments) != 1 or len(self._copying) > 3:
+            return None
+        value = self.assigned_value(getattr(assignments[0], "node", None))
+        if not isinstance(value, cst.Name) or value in self._copying:
+            return None
+        self._copying.add(value)
+        try:
+            return self.callable_site(value)
+        finally:
+            self._copying.discard(value)
 
     def _before_own_binding(self, expr: cst.Attribute, site: TransformSite) -> bool:
         """``self.f`` read in the arguments of the very site that ``self.f = jax.pmap(self.f)`` binds

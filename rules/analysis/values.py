@@ -73,8 +73,31 @@ class ValueFlow:
                 functions = self.resolve_functions(site.fun)
                 function = functions[0] if len(functions) == 1 else None
             cached = isinstance(function, cst.FunctionDef) and self._returns_local_rows(function)
+            # The compact form: `jax.jit(_shard_mapped(f, axis))`, or `@jax.jit` over
+            # `@functools.partial(_shard_mapped, axis_name=...)`: a helper making such a function.
+            if not cached and site.decorated is not None:
+                below = list(site.decorated.decorators)
+                below = below[next(i for i, d in enumerate(below) if d is site.node) + 1:]
+                cached = bool(below) and self._makes_local_rows(below[0].decorator)
+            elif not cached and site.fun is not None:
+                cached = isinstance(site.fun, cst.Call) and self._makes_local_rows(site.fun.func)
             self._rows_per_device[id(site)] = cached
         return cached
+
+    def _makes_local_rows(self, expr: cst.BaseExpression) -> bool:
+        """``expr`` (a name, or `functools.partial` of one) is a module's function that returns a
+        nested function of the kind ``_returns_local_rows`` recognises."""
+        if isinstance(expr, cst.Call) and expr.args and self.matches(expr.func, tables.PARTIAL):
+            expr = expr.args[0].value
+        functions = self.resolve_functions(expr) if isinstance(expr, cst.Name) else []
+        if len(functions) != 1 or not isinstance(functions[0], cst.FunctionDef):
+            return False
+        helper = functions[0]
+        returned = [s.body[0].value for s in helper.body.body if isinstance(s, cst.SimpleStatementLine)
+                    and len(s.body) == 1 and isinstance(s.body[0], cst.Return)]
+        nested = {s.name.value: s for s in helper.body.body if isinstance(s, cst.FunctionDef)}
+        return (len(returned) == 1 and isinstance(returned[0], cst.Name) and returned[0].value in nested
+                and self._returns_local_rows(nested[returned[0].value]))
 
     def _returns_local_rows(self, function: cst.FunctionDef) -> bool:
         meshes: dict[str, cst.BaseExpression] = {}

@@ -204,3 +204,38 @@ def size_expression(mapped: list[str], axes: list) -> str:
 
 def tuple_text(values: tuple[int, ...]) -> str:
     return "(" + ", ".join(str(v) for v in values) + ("," if len(values) == 1 else "") + ")"
+
+
+def shard_mapped_helper(name: str, indent: str) -> str:
+    """The module's one helper of the compact form: `jax.pmap(f, axis_name)` for the pmaps whose
+    options the helper needs none of (every argument and output mapped on axis 0), written as
+    `jax.shard_map` over the first n local devices, each device's block squeezed to the slice the
+    pmap body saw. Call sites read `jax.jit(<name>(f, axis_name))`; jit caches the trace, as pmap
+    did; the mesh is built when jit traces, so importing the module queries no device. Lines fit
+    in 79 columns at any indentation of up to four spaces."""
+    i1, i2, i3 = indent, indent * 2, indent * 3
+    return "\n".join([
+        f"def {name}(f, axis_name=None):",
+        f'{i1}"""pmap(f, axis_name) as shard_map over the first local devices."""',
+        f'{i1}axis = "i" if axis_name is None else axis_name',
+        "",
+        f"{i1}def per_device(args, kwargs):  # pmap's body saw each device's slice",
+        f"{i2}args, kwargs = jax.tree.map(lambda x: x.squeeze(0), (args, kwargs))",
+        f"{i2}out = f(*args, **kwargs)",
+        f"{i2}return jax.tree.map(lambda x: jnp.expand_dims(x, 0), out)",
+        "",
+        f"{i1}@functools.wraps(f)",
+        f"{i1}def mapped(*args, **kwargs):",
+        f"{i2}if jax.device_count() > jax.local_device_count():  # see PM501",
+        f'{i3}raise NotImplementedError("multi-process: use runtime_shim.pmap")',
+        f"{i2}n = jax.tree.leaves((args, kwargs))[0].shape[0]",
+        f"{i2}return jax.shard_map(",
+        f"{i3}per_device,",
+        f"{i3}mesh=Mesh(jax.local_devices()[:n], (axis,)),",
+        f"{i3}in_specs=P(axis),",
+        f"{i3}out_specs=P(axis),",
+        f"{i3}check_vma=False,",
+        f"{i2})(args, kwargs)",
+        "",
+        f"{i1}return mapped",
+    ]) + "\n"

@@ -43,9 +43,10 @@ from pmap_migrate.rules.fixes.pmap_render import (
     expand_expr,
     process_guard,
     render,
+    shard_mapped_helper,
     squeeze_line,
 )
-from pmap_migrate.rules.fixes.spec import Edit, FixSpec, ImportSpec
+from pmap_migrate.rules.fixes.spec import Edit, FixSpec, Helper, ImportSpec
 from pmap_migrate.rules.knowledge import tables
 
 SHIM_IMPORT = ImportSpec("runtime_shim")
@@ -61,6 +62,7 @@ class Rewriter:
         # Generated statements (and their direct children) parsed from text without whitespace-only
         # lines, by id (the dictionary keeps them alive): none of their empty lines carries indentation.
         self.plain_generated: dict[int, cst.CSTNode] = {}
+        self._helper_made: tuple[str, Helper] | None = None
 
     # ------------------------------------------------------------------ shim
     def shim_fix(self, site: TransformSite, why: str) -> FixSpec:
@@ -125,7 +127,114 @@ class Rewriter:
         if self._inner_of_direct_nest(site):
             return FixSpec(Applicability.SAFE, "rewritten together with the enclosing pmap")
         self._check_options(site)
+        compact = self._compact_fix(site)
+        if compact is not None:
+            return compact
         return self.definition_fix(site)
+
+    # ------------------------------------------------------------ the compact form
+    _COMPACT_OPTIONS = frozenset({"fun", "axis_name", "in_axes", "out_axes", "donate_argnums"})
+
+    def _compact_fix(self, site: TransformSite) -> FixSpec | None:
+        """`jax.pmap(f, axis_name, donate_argnums=...)` -> `jax.jit(_shard_mapped(f, axis_name),
+        donate_argnums=...)` in place, the module's one helper doing what every such pmap did
+        (pmap_render.shard_mapped_helper): for pmaps that map every argument and output on axis 0,
+        spelled directly (not through an alias, whose options were evaluated elsewhere). The
+        function and axis name are evaluated where pmap evaluated them; a pmap built inside a
+        function from module-level definitions only is built once at module level instead (no
+        trace per call). None: the site needs the explicit form."""
+        if site.callee.via or site.dynamic_options or len(site.positional()) > (1 if site.is_decorator else 2):
+            return None
+        if any(a.keyword is not None and a.keyword.value not in self._COMPACT_OPTIONS
+               and not (a.keyword.value == "global_arg_shapes" and is_none(a.value)) for a in site.args):
+            return None
+        try:
+            opts = self.reader.options(site, None)  # in_axes and out_axes 0, or Unsupported
+        except Unsupported:
+            return None
+        if opts["static"] or opts["unsafe"]:
+            return None
+        axis, donate = site.option("axis_name"), site.keyword_arg("donate_argnums")
+        if axis is not None and is_none(axis):
+            axis = None
+        name, helper = self._helper()
+        jit = cst.Attribute(cst.Name("jax"), cst.Name("jit"))
+        partial = cst.Attribute(cst.Name("functools"), cst.Name("partial"))
+        donated = [_keyword("donate_argnums", donate.value)] if donate is not None else []
+        if site.is_decorator:
+            mapped = cst.Name(name) if axis is None else cst.Call(partial, [
+                cst.Arg(cst.Name(name)), _keyword("axis_name", axis)])
+            jitted = jit if not donated else cst.Call(partial, [cst.Arg(jit), *donated])
+            decorators = cst.FlattenSentinel([site.node.with_changes(decorator=jitted),
+                                              cst.Decorator(mapped, leading_lines=())])
+            edits = (Edit(site.node, decorators),)
+            what = f"`{site.decorated.name.value}`"
+        else:
+            fun = site.fun
+            call = site.node
+            if fun is None:
+                return None
+            built = cst.Call(jit, [cst.Arg(cst.Call(cst.Name(name), [
+                cst.Arg(fun), *([cst.Arg(axis)] if axis is not None else [])])), *donated],
+                lpar=call.lpar, rpar=call.rpar)
+            edits = (Edit(call, built),)
+            statement = self._evaluating_statement(call)
+            top = self._top_level_statement(statement) if statement is not None else None
+            expressions = [fun] + [a.value for a in site.args if a.value is not fun]
+            in_function = any(isinstance(a, (cst.FunctionDef, cst.Lambda)) for a in self.model.ancestors(call))
+            hoistable = in_function and top is not None and top is not statement and statement is not None \
+                and all(self._definition_time_only(e) for e in expressions)
+            if in_function and not hoistable and self._built_per_use(call):
+                return None  # built anew each time it is used: the explicit forms keep jit's cache
+            if hoistable:
+                base = self._base_name(call, fun)
+                hoisted = self.names.fresh(f"{base}_mapped")
+                definition = self.parse_generated(
+                    f"{hoisted} = {self.model.module.code_for_node(built.with_changes(lpar=(), rpar=()))}\n")
+                blank = [line for line in top.leading_lines if line.comment is None]
+                definition[0] = definition[0].with_changes(leading_lines=blank)
+                edits = (Edit(top, before=tuple(definition)),
+                         Edit(call, cst.Name(hoisted, lpar=call.lpar, rpar=call.rpar)))
+            _, target = self.assignment_statement(call)
+            what = f"`{target or self._base_name(call, fun)}`"
+        self.check_names_free()
+        expr = site.node.func if isinstance(site.node, cst.Call) else site.node.decorator
+        imports = (ImportSpec("jax"), ImportSpec("functools"), ImportSpec("jax.sharding", "Mesh"),
+                   ImportSpec("jax.sharding", "PartitionSpec", "P"), ImportSpec("jax.numpy", None, "jnp"))
+        return FixSpec(Applicability.SAFE, f"rewrite {what} as `jax.jit(jax.shard_map(...))` (same values as "
+                       "legacy pmap)", edits=edits, add_imports=imports, remove_imports=self.pmap_imports(expr),
+                       helpers=(helper,))
+
+    def _built_per_use(self, call: cst.Call) -> bool:
+        """The pmap is called where it is built (`jax.pmap(f)(x)`), or built in a lambda or a
+        comprehension: each use builds it again, where legacy pmap found its trace in the cache it
+        keyed on the function (a stored pmap, `self.step = jax.pmap(...)`, is built once per use
+        of its own)."""
+        parent = self.model.parent(call)
+        if isinstance(parent, cst.Call) and parent.func is call:
+            return True
+        for ancestor in self.model.ancestors(call):
+            if isinstance(ancestor, (cst.Lambda, cst.ListComp, cst.SetComp, cst.DictComp, cst.GeneratorExp)):
+                return True
+            if isinstance(ancestor, (cst.SimpleStatementLine, cst.BaseCompoundStatement)):
+                return False
+        return False
+
+    def _helper(self) -> tuple[str, Helper]:
+        """The compact form's helper of this module: one the module defines already (a fix of an
+        earlier run or round), else under a fresh name."""
+        if self._helper_made is None:
+            indent = self.model.indent
+            for statement in self.model.module.body:
+                if isinstance(statement, cst.FunctionDef) and statement.name.value.startswith("_shard_mapped"):
+                    text = shard_mapped_helper(statement.name.value, indent)
+                    if self.model.module.code_for_node(statement).strip() == text.strip():
+                        name = statement.name.value
+                        break
+            else:
+                name = self.names.fresh("_shard_mapped")
+            self._helper_made = name, Helper(name, tuple(self.parse_generated(shard_mapped_helper(name, indent))))
+        return self._helper_made
 
     def check_rewritable(self, site: TransformSite) -> None:
         """What rules out any plain-JAX form of a pmap of a multi-process module."""
@@ -597,6 +706,12 @@ class Rewriter:
         if not isinstance(line, cst.SimpleStatementLine) or len(line.body) != 1:
             return None, ""
         return line, target.value
+
+
+def _keyword(name: str, value: cst.BaseExpression) -> cst.Arg:
+    """``name=value``, spaced as PEP 8 spaces keyword arguments."""
+    return cst.Arg(value, keyword=cst.Name(name), equal=cst.AssignEqual(
+        whitespace_before=cst.SimpleWhitespace(""), whitespace_after=cst.SimpleWhitespace("")))
 
 
 def _inert(node: cst.CSTNode) -> bool:

@@ -31,6 +31,15 @@ class Edit:
 
 
 @dataclass(frozen=True)
+class Helper:
+    """A module-level definition that fixes share: written once per module, by the first fix that
+    needs it, after the module's imports (the engine skips it where ``name`` is bound already)."""
+
+    name: str
+    statements: tuple[cst.BaseStatement, ...]
+
+
+@dataclass(frozen=True)
 class FixSpec:
     """A fix as rules describe it; the engine owns applying it.
 
@@ -47,6 +56,7 @@ class FixSpec:
     add_imports: tuple[ImportSpec, ...] = ()
     remove_imports: tuple[ImportSpec, ...] = ()
     shimmed: bool = False
+    helpers: tuple[Helper, ...] = ()
     # Higher goes first when fixes overlap: a rewrite spanning several statements (the idiomatic
     # PM101 fix) before the local fixes of the code it recognises, which would change that code.
     priority: int = 0

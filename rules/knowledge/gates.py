@@ -36,9 +36,9 @@ PM101 = Declared((), tables.PMAP, PMAP_CONTEXT)
 PM102 = Declared((), tables.PMAP)
 PM103 = Declared((), tables.PMAP, PMAP_CONTEXT)
 PM104 = Declared(("global_arg_shapes", "pmap_shmap_merge", "PMAP_SHMAP_MERGE"))
-PM201 = Declared((tables.REWRITTEN_PMAP,), tables.PMAP | tables.DEVICE_PUT_SHARDED | tables.DEVICE_PUT_REPLICATED | tables.FLAX_REPLICATE,
+PM201 = Declared(tables.REWRITTEN_PMAP, tables.PMAP | tables.DEVICE_PUT_SHARDED | tables.DEVICE_PUT_REPLICATED | tables.FLAX_REPLICATE,
                  PMAP_CONTEXT)
-PM202 = Declared((tables.REWRITTEN_PMAP,), tables.PMAP | tables.DEVICE_PUT_SHARDED | tables.DEVICE_PUT_REPLICATED
+PM202 = Declared(tables.REWRITTEN_PMAP, tables.PMAP | tables.DEVICE_PUT_SHARDED | tables.DEVICE_PUT_REPLICATED
                  | tables.FLAX_REPLICATE | tables.FLAX_UNREPLICATE, PMAP_CONTEXT)
 PM301 = Declared((), tables.DEVICE_PUT_REPLICATED)
 PM302 = Declared((), tables.DEVICE_PUT_SHARDED)

@@ -29,9 +29,10 @@ SHARD_MAP = frozenset({"jax.shard_map", "jax.experimental.shard_map.shard_map"})
 MESH = frozenset({"jax.sharding.Mesh"})
 PARTITION_SPEC = frozenset({"jax.sharding.PartitionSpec", "jax.P"})
 LOCAL_DEVICES = frozenset({"jax.local_devices"})
-# Text of the faithful rewrite of a pmap (its jitted shard_map of `per_device`, rules/fixes): a file
-# that holds it may read rows of its outputs (PM201, PM202) with no pmap name left in it.
-REWRITTEN_PMAP = "shard_map(per_device"
+# Text of the faithful rewrite of a pmap (rules/fixes: its jitted shard_map of `per_device`, or the
+# compact form's helper, by its docstring): a file that holds it may read rows of its outputs
+# (PM201, PM202) with no pmap name left in it. tests/test_tables.py checks the forms hold them.
+REWRITTEN_PMAP = ("shard_map(per_device", "as shard_map over the first local devices")
 # The experimental shard_map / maps / pjit tables (PM401-PM403) live with REMOVED_NAMES below.
 
 # Functions whose presence means the program runs several processes (PM501).
