@@ -3,7 +3,7 @@ from __future__ import annotations
 import libcst as cst
 
 from pmap_migrate.rules.analysis.imports import imported_names
-from pmap_migrate.rules.base import ImportRule, Invalid, Valid
+from pmap_migrate.rules.base import Fixable, ImportRule, Invalid, Valid
 from pmap_migrate.rules.fixes.api import (
     FixParts,
     Unfixable,
@@ -139,6 +139,7 @@ class RemovedJaxApi(ImportRule):
 
     CODE = "PM404"
     NAME = "removed-jax-api"
+    FIXABLE = Fixable.SOMETIMES
     MESSAGE = ("a jax API removed by current jax (e.g. `jax.tree_map` -> `jax.tree.map`, "
                "`ShardedDeviceArray` -> `jax.Array`); each finding names its replacement")
     TRIGGERS = gates.PM404.TRIGGERS
