@@ -249,6 +249,8 @@ def fix(paths, select, ignore, extend_exclude, force_exclude, config_file, no_ca
     stderr)."""
     if interactive and diff:
         _fail("--interactive and --diff cannot be combined")
+    if interactive and output_file:
+        _fail("--interactive and --output-file cannot be combined (the questions go to stdout)")
     from pmap_migrate.session import Session
 
     session = Session.create(paths, select=select, ignore=ignore, extend_exclude=extend_exclude,

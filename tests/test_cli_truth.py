@@ -359,6 +359,8 @@ def test_output_file_of_fix_and_its_errors(project):
     assert (project / "left.txt").read_text().startswith("Fixed 1 of 1 legacy pattern in 1 file.\n")
     refused = cli("check", "--no-cache", ".", "--output-file", "no/such/dir/out.txt")
     assert refused.exit_code == 2 and refused.output.startswith("pmap-migrate: error: cannot write no/such/dir/out.txt")
+    asking = cli("fix", "--interactive", "-o", "left.txt", ".")
+    assert asking.exit_code == 2 and "--interactive and --output-file cannot be combined" in asking.output
 
 
 def test_junit_report(project):
