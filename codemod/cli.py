@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import contextlib
 import functools
+import io
 import sys
 
 import click
@@ -10,7 +12,8 @@ import click
 from pmap_migrate import __version__
 
 EXIT_CLEAN, EXIT_FINDINGS, EXIT_ERROR = 0, 1, 2
-OUTPUT_FORMATS = ("text", "concise", "json", "github", "sarif")
+OUTPUT_FORMATS = ("text", "concise", "json", "github", "sarif", "junit", "gitlab")
+REPORT_FORMATS = ("markdown", "json")
 
 
 def _split_codes(ctx, param, values):
@@ -95,28 +98,38 @@ def _tolerant_output_streams() -> None:
             pass
 
 
-def selection_options(command):
-    options = [
-        click.argument("paths", nargs=-1, type=click.Path()),
-        click.option("--select", multiple=True, callback=_split_codes, metavar="CODES",
-                     help="Rule codes or prefixes to enable (e.g. PM1,PM301); replaces the configured set."),
-        click.option("--ignore", multiple=True, callback=_split_codes, metavar="CODES",
-                     help="Rule codes or prefixes to disable."),
-        click.option("--extend-exclude", multiple=True, metavar="PATTERN",
-                     help="More gitignore-style patterns to exclude."),
-        click.option("--force-exclude", is_flag=True,
-                     help="Apply excludes to paths named on the command line too (for pre-commit)."),
-        click.option("--config", "config_file", type=click.Path(dir_okay=False), default=None,
-                     help="Use this pyproject.toml (or a TOML file holding the settings table)."),
-        click.option("--no-cache", is_flag=True, help="Do not read or write the result cache."),
-        click.option("--jobs", "-j", type=click.IntRange(min=1), default=None,
-                     help="Processes to use (default: one per core; 1 under pre-commit)."),
-        click.option("--stdin-filename", default=None, help="The path to report for input read from `-`."),
-        click.option("--quiet", "-q", is_flag=True, help="Print the findings and nothing else."),
-    ]
-    for option in reversed(options):
-        command = option(command)
-    return command
+def selection_options(quiet_help: str = "Print the findings and nothing else: no progress, no summary."):
+    """The options `check`, `fix` and `report` share (``quiet_help``: what ``-q`` means for the command)."""
+
+    def decorate(command):
+        options = [
+            click.argument("paths", nargs=-1, type=click.Path()),
+            click.option("--select", multiple=True, callback=_split_codes, metavar="CODES",
+                         help="Rule codes or prefixes to enable (e.g. PM1,PM301); replaces the configured set."),
+            click.option("--ignore", multiple=True, callback=_split_codes, metavar="CODES",
+                         help="Rule codes or prefixes to disable."),
+            click.option("--extend-exclude", multiple=True, metavar="PATTERN",
+                         help="More gitignore-style patterns to exclude."),
+            click.option("--force-exclude", is_flag=True,
+                         help="Apply excludes to paths named on the command line (and to --stdin-filename) too "
+                              "(for pre-commit)."),
+            click.option("--config", "config_file", type=click.Path(dir_okay=False), default=None,
+                         help="Use this pyproject.toml (or a TOML file holding the settings table)."),
+            click.option("--no-cache", is_flag=True, help="Do not read or write the result cache."),
+            click.option("--jobs", "-j", type=click.IntRange(min=1), default=None,
+                         help="Processes to use (default: one per core; 1 under pre-commit)."),
+            click.option("--stdin-filename", default=None, metavar="PATH",
+                         help="The path of the source read from `-`: shown in findings, and what the "
+                              "configuration (per-file-ignores, --force-exclude) is applied to."),
+            click.option("--output-file", "-o", "output_file", type=click.Path(dir_okay=False), default=None,
+                         metavar="FILE", help="Write what would go to stdout to FILE instead."),
+            click.option("--quiet", "-q", is_flag=True, help=quiet_help),
+        ]
+        for option in reversed(options):
+            command = option(command)
+        return command
+
+    return decorate
 
 
 _IDIOMATIC_HELP = ("Offer the idiomatic rewrite of a whole data-parallel loop (one mesh, no stacked device axis; "
@@ -124,9 +137,16 @@ _IDIOMATIC_HELP = ("Offer the idiomatic rewrite of a whole data-parallel loop (o
                    "in the config.")
 
 
+_FORMAT_HELP = ("How findings are printed: text, concise (without source lines), json, github (annotations), "
+                "sarif, junit (XML test report) or gitlab (Code Quality).")
+_DOCS_URL_HELP = ("Where a rule's documentation page is, for SARIF's helpUri: a URL template in which {code} "
+                  "stands for the lower-case rule code; overrides `rule-docs-url` in the config.")
+
+
 @main.command()
-@selection_options
-@click.option("--output-format", type=click.Choice(OUTPUT_FORMATS), default="text", show_default=True)
+@selection_options()
+@click.option("--output-format", type=click.Choice(OUTPUT_FORMATS), default="text", show_default=True,
+              help=_FORMAT_HELP)
 @click.option("--statistics", is_flag=True, help="Print the number of findings per rule instead of each finding.")
 @click.option("--exit-zero", is_flag=True, help="Exit 0 even when legacy patterns are found.")
 @click.option("--baseline", "baseline_file", type=click.Path(dir_okay=False), default=None, metavar="FILE",
@@ -134,16 +154,45 @@ _IDIOMATIC_HELP = ("Offer the idiomatic rewrite of a whole data-parallel loop (o
 @click.option("--write-baseline", "write_baseline_file", type=click.Path(dir_okay=False), default=None,
               metavar="FILE", help="Record the current findings as the baseline in FILE and exit 0.")
 @click.option("--idiomatic/--no-idiomatic", default=None, help=_IDIOMATIC_HELP)
+@click.option("--fix", "apply_fixes", is_flag=True, help="Apply the fixes: `pmap-migrate fix` (ruff's spelling).")
+@click.option("--unsafe-fixes", is_flag=True, help="With --fix or --diff: also apply the unsafe fixes.")
+@click.option("--diff", is_flag=True, help="`pmap-migrate fix --diff`: print what --fix would change, write nothing.")
+@click.option("--show-fixes", is_flag=True, help="With --fix or --diff: list each fix applied, with its summary.")
+@click.option("--rule-docs-url", default=None, metavar="TEMPLATE", help=_DOCS_URL_HELP)
 @handle_errors
 def check(paths, select, ignore, extend_exclude, force_exclude, config_file, no_cache, jobs, stdin_filename,
-          quiet, output_format, statistics, exit_zero, baseline_file, write_baseline_file, idiomatic):
-    """Report legacy pmap patterns in PATHS (default: the current directory; `-` reads stdin)."""
+          output_file, quiet, output_format, statistics, exit_zero, baseline_file, write_baseline_file, idiomatic,
+          apply_fixes, unsafe_fixes, diff, show_fixes, rule_docs_url):
+    """Report legacy pmap patterns in PATHS (default: the current directory; `-` reads stdin).
+
+    With --fix or --diff it is `pmap-migrate fix` (with --unsafe-fixes, --show-fixes); --unsafe-fixes
+    alone writes nothing, as in ruff."""
     from pmap_migrate.session import Session
 
     if baseline_file and write_baseline_file:
         _fail("--baseline and --write-baseline cannot be combined")
+    if apply_fixes or diff:
+        given = [name for name, value in (("--statistics", statistics), ("--baseline", baseline_file),
+                                          ("--write-baseline", write_baseline_file)) if value]
+        if given:
+            _fail(f"{given[0]} cannot be combined with --fix or --diff")
     session = Session.create(paths, select=select, ignore=ignore, extend_exclude=extend_exclude,
-                             force_exclude=force_exclude, config_file=config_file, idiomatic=idiomatic)
+                             force_exclude=force_exclude, config_file=config_file, idiomatic=idiomatic,
+                             rule_docs_url=rule_docs_url)
+    with _stdout_to(output_file):
+        if apply_fixes or diff:
+            if idiomatic and not unsafe_fixes and not quiet:
+                _idiomatic_warning()
+            code = _fix(session, no_cache=no_cache, jobs=jobs, stdin_filename=stdin_filename, quiet=quiet,
+                        unsafe_fixes=unsafe_fixes, diff=diff, show_fixes=show_fixes, output_format=output_format)
+            sys.exit(EXIT_CLEAN if exit_zero and code == EXIT_FINDINGS else code)
+        _check(session, paths, no_cache=no_cache, jobs=jobs, stdin_filename=stdin_filename, quiet=quiet,
+               output_format=output_format, statistics=statistics, exit_zero=exit_zero, baseline_file=baseline_file,
+               write_baseline_file=write_baseline_file)
+
+
+def _check(session, paths, *, no_cache, jobs, stdin_filename, quiet, output_format, statistics, exit_zero,
+           baseline_file, write_baseline_file):
     outcome = session.check(use_cache=not no_cache, jobs=jobs, stdin_filename=stdin_filename,
                             progress=not quiet and output_format in ("text", "concise"))
     diagnostics = outcome.active_with_errors
@@ -168,7 +217,7 @@ def check(paths, select, ignore, extend_exclude, force_exclude, config_file, no_
     held = _held_in_review(session, outcome.run.results, paths).intersection(diagnostics) \
         if output_format in ("text", "concise") and not quiet else ()
     _emit(session, diagnostics, output_format=output_format, statistics=statistics, quiet=quiet,
-          files=outcome.run.files, errors=len(outcome.run.errors), held=held)
+          files=outcome.run.files, held=held)
     if verdict is not None and output_format in ("text", "concise") and not quiet:
         _baseline_summary(verdict, baseline_file)
     if outcome.internal_errors:
@@ -177,81 +226,125 @@ def check(paths, select, ignore, extend_exclude, force_exclude, config_file, no_
 
 
 @main.command()
-@selection_options
+@selection_options()
 @click.option("--unsafe-fixes", is_flag=True, help="Also apply fixes that rely on an assumption (stated in each fix).")
 @click.option("--diff", is_flag=True, help="Print a unified diff of what would change and write nothing "
               "(exit 1 if anything would change).")
-@click.option("--show-fixes", is_flag=True, help="List every fix applied.")
+@click.option("--show-fixes", is_flag=True, help="List each fix applied, with its summary (what it does, and why "
+              "a site goes to the shim).")
 @click.option("--interactive", "-i", is_flag=True, help="Show each fix as a diff and ask: apply, skip or quit.")
 @click.option("--output-format", type=click.Choice(OUTPUT_FORMATS), default="text", show_default=True,
-              help="Format of the findings left after fixing.")
+              help="Format of the findings left after fixing (" + _FORMAT_HELP.split(": ", 1)[1].rstrip(".") + ").")
 @click.option("--idiomatic/--no-idiomatic", default=None, help=_IDIOMATIC_HELP + " Needs --unsafe-fixes.")
 @click.option("--review-skipped", is_flag=True, help="Disregard the fixes skipped in an earlier review "
               "(.pmap-migrate-skips.json): with --interactive, ask about them again; without it, apply them.")
+@click.option("--rule-docs-url", default=None, metavar="TEMPLATE", help=_DOCS_URL_HELP)
 @handle_errors
 def fix(paths, select, ignore, extend_exclude, force_exclude, config_file, no_cache, jobs, stdin_filename,
-        quiet, unsafe_fixes, diff, show_fixes, output_format, interactive, idiomatic, review_skipped):
-    """Rewrite legacy pmap patterns in PATHS in place (safe fixes; --unsafe-fixes for the rest)."""
-    from pmap_migrate.files import write_atomic
-    from pmap_migrate.session import Session
+        output_file, quiet, unsafe_fixes, diff, show_fixes, output_format, interactive, idiomatic, review_skipped,
+        rule_docs_url):
+    """Rewrite legacy pmap patterns in PATHS in place (safe fixes; --unsafe-fixes for the rest).
 
+    `-` reads the source from stdin and writes the fixed source to stdout (the findings left go to
+    stderr)."""
     if interactive and diff:
         _fail("--interactive and --diff cannot be combined")
-    if idiomatic and not unsafe_fixes and not quiet:
-        click.echo("pmap-migrate: warning: --idiomatic rewrites are unsafe fixes and need --unsafe-fixes; "
-                   "applying the faithful rewrite", err=True)
+    if interactive and output_file:
+        _fail("--interactive and --output-file cannot be combined (the questions go to stdout)")
+    from pmap_migrate.session import Session
+
     session = Session.create(paths, select=select, ignore=ignore, extend_exclude=extend_exclude,
-                             force_exclude=force_exclude, config_file=config_file, idiomatic=idiomatic)
+                             force_exclude=force_exclude, config_file=config_file, idiomatic=idiomatic,
+                             rule_docs_url=rule_docs_url)
+    if interactive and session.reads_stdin:
+        _fail("--interactive cannot read stdin; name the files to review")
+    if idiomatic and not unsafe_fixes and not quiet:
+        _idiomatic_warning()
+    with _stdout_to(output_file):
+        sys.exit(_fix(session, no_cache=no_cache, jobs=jobs, stdin_filename=stdin_filename, quiet=quiet,
+                      unsafe_fixes=unsafe_fixes, diff=diff, show_fixes=show_fixes, output_format=output_format,
+                      interactive=interactive, review_skipped=review_skipped))
+
+
+def _idiomatic_warning() -> None:
+    click.echo("pmap-migrate: warning: --idiomatic rewrites are unsafe fixes and need --unsafe-fixes; "
+               "applying the faithful rewrite", err=True)
+
+
+def _fix(session, *, no_cache, jobs, stdin_filename, quiet, unsafe_fixes, diff, show_fixes, output_format,
+         interactive=False, review_skipped=False) -> int:
+    """`fix` (and `check --fix` / `--diff`): the exit code. Counts as codemod/counts.py defines them:
+    the patterns before are what `check` finds in the same files, those left are the findings on
+    the fixed code (on the unchanged code, for a file that could not be fixed or written)."""
+    if session.reads_stdin:
+        return _fix_stdin(session, stdin_filename=stdin_filename, quiet=quiet, unsafe_fixes=unsafe_fixes, diff=diff,
+                          show_fixes=show_fixes, output_format=output_format)
+    from pmap_migrate.counts import Counts, FixCounts
+    from pmap_migrate.files import write_atomic
     from pmap_migrate.skips import SkipStore
 
+    before = session.check(use_cache=not no_cache, jobs=jobs, progress=not quiet and not diff)
+    found_before: dict[str, list] = {}
+    for result in before.run.results:
+        found_before.setdefault(result.path, []).extend(result.active)
     skips = SkipStore.load(session.settings.root)  # fixes skipped in review: not asked again, not applied
     skipped, held = [], []
     if interactive:
         from pmap_migrate.interactive import review
 
-        reviewed = review(session.files(use_cache=not no_cache), session.settings, session.rules, unsafe=unsafe_fixes, decide=_ask_about_fix,
+        files = session.files(use_cache=not no_cache)
+        reviewed = review(files, session.settings, session.rules, unsafe=unsafe_fixes, decide=_ask_about_fix,
                           skips=skips, review_skipped=review_skipped)
-        outcomes, skipped, held = reviewed.outcomes, reviewed.skipped, reviewed.held
+        outcomes, skipped, held, looked_at = reviewed.outcomes, reviewed.skipped, reviewed.held, len(files)
     else:
-        outcomes = session.fix(unsafe=unsafe_fixes, jobs=jobs, progress=not quiet and not diff, use_cache=not no_cache)
+        fixing = session.fix(unsafe=unsafe_fixes, jobs=jobs, progress=not quiet and not diff, use_cache=not no_cache)
+        outcomes, looked_at = fixing.outcomes, fixing.files
         if len(skips) and not review_skipped:
             from pmap_migrate.interactive import honour_skips
 
             outcomes, held = honour_skips(outcomes, session.settings, session.rules, unsafe=unsafe_fixes, skips=skips)
     changed = [(path, o) for path, o in outcomes if o.changed and o.error is None]
-    if diff:
+    if not diff:
+        written = []
         for path, outcome in changed:
-            click.echo(unified_diff(outcome), nl=False)
-        if not quiet:
-            applied = sum(len(o.applied) for _, o in changed)
-            click.echo(f"Would fix {applied} finding{'s' if applied != 1 else ''} in {len(changed)} "
-                       f"file{'s' if len(changed) != 1 else ''}.", err=True)
-        sys.exit(EXIT_FINDINGS if changed else EXIT_CLEAN)
-    written = []
-    for path, outcome in changed:
-        try:
-            write_atomic(path, outcome.fixed, expected=outcome.original)
-        except OSError as error:
-            # Like an unreadable file: a PM001 finding, and the file keeps (and reports) its findings.
-            from pmap_migrate.diagnostics import FileError
+            try:
+                write_atomic(path, outcome.fixed, expected=outcome.original)
+            except OSError as error:
+                # Like an unreadable file: a PM001 line, and the file keeps its findings.
+                from pmap_migrate.diagnostics import FileError
 
-            outcome.error = FileError(outcome.path, "PM001",
-                                      f"cannot write file: {error.strerror or error}; left unchanged")
-            outcome.remaining, outcome.applied, outcome.fixed = [*outcome.applied, *outcome.remaining], [], None
+                outcome.error = FileError(outcome.path, "PM001",
+                                          f"cannot write file: {error.strerror or error}; left unchanged")
+                outcome.applied, outcome.fixed = [], None
+            else:
+                written.append((path, outcome))
+        changed = written
+    # What is left: the findings on the fixed code; a file that could not be fixed keeps those
+    # `check` found in it, with the line saying why.
+    left = [e for e in session.problems]
+    remaining = []
+    for _, outcome in outcomes:
+        if outcome.error is not None:
+            left.append(outcome.error)
+            remaining += found_before.get(outcome.path, [])
         else:
-            written.append((path, outcome))
-    changed = written
+            remaining += outcome.remaining
+    remaining = sorted(remaining + [e.as_diagnostic() for e in left], key=lambda d: d.sort_key())
+    counts = FixCounts(Counts.of(before.active_with_errors), Counts.of(remaining), len(changed))
+    applied = [d for _, o in changed for d in o.applied]
+    if diff:
+        for _, outcome in changed:
+            click.echo(unified_diff(outcome), nl=False)
+        if show_fixes and applied:
+            _show_fixes(applied, err=True)
+        if not quiet:
+            click.echo(counts.line(diff=True), err=True)
+        return EXIT_FINDINGS if changed else EXIT_CLEAN
     remembered = interactive and _save_skips(skips)
-    remaining = sorted([d for _, o in outcomes for d in o.remaining]
-                       + [o.error.as_diagnostic() for _, o in outcomes if o.error is not None],
-                       key=lambda d: d.sort_key())
-    applied = [d for path, o in changed for d in o.applied]
     if show_fixes and applied:
         _show_fixes(applied)
     if output_format in ("text", "concise") and not quiet:
-        fixed_files = len(changed)
-        click.echo(f"Fixed {len(applied)} finding{'s' if len(applied) != 1 else ''} in {fixed_files} "
-                   f"file{'s' if fixed_files != 1 else ''}.")
+        click.echo(counts.line(diff=False))
         if skipped:
             click.echo(f"Skipped {len(skipped)} fix{'es' if len(skipped) != 1 else ''} (still reported below):")
             for d in skipped:
@@ -264,12 +357,68 @@ def fix(paths, select, ignore, extend_exclude, force_exclude, config_file, no_ca
                        f"(--review-skipped {'asks again' if interactive else 'applies them'}):")
             for d in held:
                 click.echo(f"  {d.location}: {d.code} {d.fix.summary if d.fix else d.message}")
-    _emit(session, remaining, output_format=output_format, statistics=False, quiet=quiet,
-          files=len(outcomes), errors=sum(1 for _, o in outcomes if o.error is not None),
-          held=[*skipped, *held] if remembered or not interactive else ())
-    if any(o.error is not None and o.error.code == "PM002" for _, o in outcomes):
-        sys.exit(EXIT_ERROR)
-    sys.exit(EXIT_FINDINGS if remaining else EXIT_CLEAN)
+    _emit(session, remaining, output_format=output_format, statistics=False, quiet=quiet, files=looked_at,
+          held=[*skipped, *held] if remembered or not interactive else (), not_checked="could not be checked or fixed")
+    if any(e.code == "PM002" for e in left):
+        return EXIT_ERROR
+    return EXIT_FINDINGS if remaining else EXIT_CLEAN
+
+
+def _fix_stdin(session, *, stdin_filename, quiet, unsafe_fixes, diff, show_fixes, output_format) -> int:
+    """`fix -`: the fixed source on stdout (the source as it was when nothing changes or it cannot be
+    fixed), or with --diff the diff; what is left goes to stderr."""
+    from pmap_migrate.counts import Counts, FixCounts
+
+    before = session.check(stdin_filename=stdin_filename)
+    outcome = session.fix_stdin(stdin_filename, unsafe=unsafe_fixes)
+    changed = outcome.changed and outcome.error is None
+    if outcome.error is not None:
+        remaining = [*before.run.results[0].active, outcome.error.as_diagnostic()]
+    else:
+        remaining = list(outcome.remaining)
+    remaining.sort(key=lambda d: d.sort_key())
+    counts = FixCounts(Counts.of(before.active_with_errors), Counts.of(remaining), int(changed))
+    if diff:
+        if changed:
+            click.echo(unified_diff(outcome), nl=False)
+    else:
+        stdout = click.get_binary_stream("stdout")
+        stdout.write(outcome.fixed if changed else outcome.original)
+        stdout.flush()
+    applied = outcome.applied if changed else []
+    if show_fixes and applied:
+        _show_fixes(applied, err=True)
+    if not quiet:
+        click.echo(counts.line(diff=diff), err=True)
+    if not diff:
+        _emit(session, remaining, output_format=output_format, statistics=False, quiet=quiet,
+              files=before.run.files, err=True, show_source=False, not_checked="could not be checked or fixed")
+    if outcome.error is not None and outcome.error.code == "PM002":
+        return EXIT_ERROR
+    if diff:
+        return EXIT_FINDINGS if changed else EXIT_CLEAN
+    return EXIT_FINDINGS if remaining else EXIT_CLEAN
+
+
+@contextlib.contextmanager
+def _stdout_to(output_file: str | None):
+    """What the command prints to stdout goes to ``output_file`` instead (written when it ends,
+    however it ends: its exit code is what the run found)."""
+    if output_file is None:
+        yield
+        return
+    captured = io.BytesIO()
+    stream = io.TextIOWrapper(captured, encoding="utf-8", errors="surrogateescape", newline="", write_through=True)
+    try:
+        with contextlib.redirect_stdout(stream):
+            yield
+    finally:
+        stream.flush()
+        try:
+            with open(output_file, "wb") as handle:
+                handle.write(captured.getvalue())
+        except OSError as error:
+            _fail(f"cannot write {output_file}: {error.strerror or error}")
 
 
 def _save_skips(skips) -> str | None:
@@ -347,12 +496,12 @@ def unified_diff(outcome) -> str:
     return "".join(difflib.unified_diff(before, after, f"a/{outcome.path}", f"b/{outcome.path}"))
 
 
-def _show_fixes(applied) -> None:
-    from collections import Counter
-
-    click.echo("Fixed:")
-    for (path, code, name), count in sorted(Counter((d.path, d.code, d.name) for d in applied).items()):
-        click.echo(f"  {path}: {count} x {code} ({name})")
+def _show_fixes(applied, err: bool = False) -> None:
+    """Each fix applied, with its summary: what it does, and why a site goes to the shim."""
+    click.echo("Applied fixes:", err=err)
+    for d in sorted(applied, key=lambda d: d.sort_key()):
+        unsafe = " [unsafe fix]" if d.fix is not None and d.fix.applicability.value == "unsafe" else ""
+        click.echo(f"  {d.location}: {d.code} {d.fix.summary if d.fix is not None else d.message}{unsafe}", err=err)
 
 
 def _held_in_review(session, results, paths) -> set:
@@ -384,31 +533,35 @@ def _held_in_review(session, results, paths) -> set:
     return held
 
 
-def _emit(session, diagnostics, *, output_format, statistics, quiet, files, errors, held=()):
-    if output_format == "json":
-        from pmap_migrate.reporting.machine import to_json
+def _emit(session, diagnostics, *, output_format, statistics, quiet, files, held=(), err=False, show_source=None,
+          not_checked="could not be checked"):
+    """Print ``diagnostics`` (legacy patterns, and lines for files that could not be checked) in
+    ``output_format``, to stdout (``err``: stderr), with the summary `check` prints."""
+    if output_format not in ("text", "concise"):
+        from pmap_migrate.reporting import machine  # the rules' classes (for SARIF): libcst
 
-        click.echo(to_json(diagnostics), nl=False)
+        rendered = {
+            "json": lambda: machine.to_json(diagnostics),
+            "github": lambda: machine.to_github(diagnostics),
+            "sarif": lambda: machine.to_sarif(diagnostics, session.rules,
+                                              machine.rule_docs_template(session.settings.rule_docs_url)),
+            "junit": lambda: machine.to_junit(diagnostics, files=files),
+            "gitlab": lambda: machine.to_gitlab(diagnostics),
+        }[output_format]()
+        click.echo(rendered, nl=False, err=err)
         return
-    if output_format == "github":
-        from pmap_migrate.reporting.machine import to_github
-
-        click.echo(to_github(diagnostics), nl=False)
-        return
-    if output_format == "sarif":
-        from pmap_migrate.reporting.machine import to_sarif
-
-        click.echo(to_sarif(diagnostics, session.rules), nl=False)
-        return
+    from pmap_migrate.counts import Counts
     from pmap_migrate.reporting import text
 
-    console = text.plain_output(sys.stdout) or _console()
+    stream = sys.stderr if err else sys.stdout
+    console = text.plain_output(stream) or _console(stderr=err)
     if statistics:
         text.render_statistics(console, diagnostics)
     else:
-        text.render_diagnostics(console, diagnostics, session.source_line, show_source=output_format == "text")
+        text.render_diagnostics(console, diagnostics, session.source_line,
+                                show_source=output_format == "text" if show_source is None else show_source)
     if not quiet:
-        text.render_summary(console, diagnostics, errors=errors, files=files, held=held)
+        text.render_summary(console, Counts.of(diagnostics, held), files=files, not_checked=not_checked)
 
 
 def _console(stderr: bool = False):
@@ -418,18 +571,20 @@ def _console(stderr: bool = False):
 
 
 @main.command()
-@selection_options
-@click.option("--format", "report_format", type=click.Choice(("markdown", "json")), default="markdown",
-              show_default=True)
-@click.option("--output", "-o", "output_file", type=click.Path(dir_okay=False), default=None, metavar="FILE",
-              help="Write the report to FILE instead of stdout.")
+@selection_options(quiet_help="Show no progress, and no line saying where the report was written.")
+@click.option("--output-format", "report_format", type=click.Choice(REPORT_FORMATS), default="markdown",
+              show_default=True, help="markdown (a ledger for people) or json.")
+@click.option("--format", "format_alias", type=click.Choice(REPORT_FORMATS), default=None, hidden=True)
+@click.option("--output", "output_alias", type=click.Path(dir_okay=False), default=None, hidden=True)
 @handle_errors
 def report(paths, select, ignore, extend_exclude, force_exclude, config_file, no_cache, jobs, stdin_filename,
-           quiet, report_format, output_file):
+           output_file, quiet, report_format, format_alias, output_alias):
     """A ledger of every legacy site in PATHS and what will become of it (fixable, shimmed, manual, ...)."""
     from pmap_migrate import report as ledger
     from pmap_migrate.session import Session
 
+    report_format = format_alias or report_format
+    output_file = output_file or output_alias
     session = Session.create(paths, select=select, ignore=ignore, extend_exclude=extend_exclude,
                              force_exclude=force_exclude, config_file=config_file)
     outcome = session.check(use_cache=not no_cache, jobs=jobs, stdin_filename=stdin_filename, progress=not quiet)
@@ -445,7 +600,7 @@ def report(paths, select, ignore, extend_exclude, force_exclude, config_file, no
         except OSError as error:
             _fail(f"cannot write {output_file}: {error.strerror or error}")
         if not quiet:
-            click.echo(f"Wrote the migration report ({len(built.sites)} site{'s' if len(built.sites) != 1 else ''}) "
+            click.echo(f"Wrote the migration report ({built.counts.found() or 'no legacy patterns'}) "
                        f"to {output_file}.", err=True)
     else:
         click.echo(text, nl=False)
@@ -456,24 +611,36 @@ def report(paths, select, ignore, extend_exclude, force_exclude, config_file, no
 @click.option("--output-format", type=click.Choice(("text", "json")), default="text", show_default=True)
 @handle_errors
 def list_rules(output_format):
-    """List every rule with its code, name and summary."""
+    """List every rule: its code, name, whether its findings carry a fix (always, sometimes, never)
+    and summary."""
     from pmap_migrate.rules import all_rules
 
     if output_format == "json":
         import json
 
         click.echo(json.dumps([
-            {"code": r.CODE, "name": r.NAME, "summary": r.summary(), "message": r.MESSAGE} for r in all_rules()
+            {"code": r.CODE, "name": r.NAME, "fixable": r.FIXABLE.value, "summary": r.summary(), "message": r.MESSAGE}
+            for r in all_rules()
         ], indent=2))
+        return
+    rows = [(rule.CODE, rule.NAME, rule.FIXABLE.value, rule.summary()) for rule in all_rules()]
+    header = ("code", "name", "fix", "summary")
+    from pmap_migrate.reporting import text
+
+    if text.plain_output(sys.stdout) is not None:  # a pipe or a file: one line per rule, never wrapped
+        widths = [max(len(row[i]) for row in [header, *rows]) for i in range(3)]
+        for row in [header, *rows]:
+            click.echo("  ".join(cell.ljust(width) for cell, width in zip(row, widths)) + "  " + row[3])
         return
     from rich.table import Table
 
     table = Table(box=None, pad_edge=False)
-    table.add_column("code", style="bold red")
-    table.add_column("name", style="bold")
+    table.add_column("code", style="bold red", no_wrap=True)
+    table.add_column("name", style="bold", no_wrap=True)
+    table.add_column("fix", no_wrap=True)
     table.add_column("summary")
-    for rule in all_rules():
-        table.add_row(rule.CODE, rule.NAME, rule.summary())
+    for row in rows:
+        table.add_row(*row)
     _console().print(table)
 
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 import sys
 from dataclasses import dataclass, field, replace
 from pathlib import Path
@@ -26,8 +27,14 @@ DEFAULT_EXCLUDE = (
 
 KNOWN_KEYS = {
     "select", "ignore", "extend-select", "extend-ignore", "per-file-ignores", "exclude",
-    "extend-exclude", "respect-gitignore", "cache-dir", "idiomatic",
+    "extend-exclude", "respect-gitignore", "cache-dir", "idiomatic", "rule-docs-url",
 }
+# The keys whose values are rule codes or prefixes (checked against the rules).
+CODE_KEYS = ("select", "ignore", "extend-select", "extend-ignore")
+# Every selection starts from every rule: all codes start with it.
+ALL_RULES = "PM"
+# `rule-docs-url`: where a rule's documentation page is; `{code}` stands for the lower-case code.
+DOCS_URL_PLACEHOLDER = "{code}"
 
 
 class ConfigError(Exception):
@@ -46,6 +53,7 @@ class Settings:
     respect_gitignore: bool = True
     cache_dir: Path | None = None
     idiomatic: bool = False
+    rule_docs_url: str | None = None  # a URL template with `{code}`; None: derived from the installation
     extra: dict = field(default_factory=dict, compare=False)
 
     def fingerprint(self, version: str, codes: tuple[str, ...]) -> str:
@@ -56,19 +64,72 @@ class Settings:
         return blake2b(text.encode(), digest_size=12).hexdigest()
 
 
+# A table header or dotted key naming the settings table (`[tool.pmap-migrate]`,
+# `[tool.pmap-migrate.per-file-ignores]`, `tool.pmap-migrate.select = ...`), outside a comment: how a
+# file that is not valid TOML is known to hold the settings.
+_NAMES_SECTION = re.compile(r"""^[^#\n]*\btool\s*\.\s*["']?pmap-migrate\b""", re.M)
+
+
+def _shown(path: Path) -> str:
+    """A config file's path as the user would type it: relative to the working directory when below it."""
+    try:
+        return path.relative_to(Path.cwd().resolve()).as_posix()
+    except ValueError:
+        return str(path)
+
+
 def find_config(start: Path) -> Path | None:
-    """The nearest pyproject.toml at or above ``start`` that has a [tool.pmap-migrate] table."""
+    """The nearest pyproject.toml at or above ``start`` that has a [tool.pmap-migrate] table. One that
+    names the table but is not valid TOML is an error (its settings would be silently lost)."""
     start = start.resolve()
     for directory in [start, *start.parents] if start.is_dir() else list(start.parents):
         candidate = directory / "pyproject.toml"
         if candidate.is_file():
             try:
-                data = tomllib.loads(candidate.read_text(encoding="utf-8"))
-            except (OSError, tomllib.TOMLDecodeError, UnicodeDecodeError):
+                text = candidate.read_text(encoding="utf-8")
+            except (OSError, UnicodeDecodeError):
                 continue
-            if SECTION in data.get("tool", {}):
+            try:
+                data = tomllib.loads(text)
+            except tomllib.TOMLDecodeError as error:
+                if _NAMES_SECTION.search(text):
+                    raise ConfigError(f"{_shown(candidate)}: invalid TOML: {error}") from None
+                continue
+            if isinstance(data.get("tool"), dict) and SECTION in data["tool"]:
                 return candidate
     return None
+
+
+def _describe(value: object) -> str:
+    """A TOML value as the user wrote it, for an error message: ``the string "yes"``, ``the integer 3``."""
+    import json
+
+    if isinstance(value, bool):
+        return f"the boolean {'true' if value else 'false'}"
+    if isinstance(value, str):
+        return f"the string {json.dumps(value, ensure_ascii=False)}"
+    if isinstance(value, int):
+        return f"the integer {value}"
+    if isinstance(value, float):
+        return f"the number {value}"
+    if isinstance(value, list):
+        odd = next((v for v in value if not isinstance(v, str)), None)
+        return "a list" if odd is None else f"a list holding {_describe(odd)}"
+    if isinstance(value, dict):
+        return "a table"
+    return f"a {type(value).__name__}"
+
+
+def unknown_codes(codes) -> list[str]:
+    """The codes or prefixes among ``codes`` that name no rule."""
+    from pmap_migrate.rules import unknown_selectors
+
+    return unknown_selectors(list(codes))
+
+
+def _unknown_message(unknown: list[str]) -> str:
+    return (f"unknown rule code{'s' if len(unknown) != 1 else ''} or prefix{'es' if len(unknown) != 1 else ''} "
+            f"{', '.join(unknown)} (`pmap-migrate rules` lists the codes)")
 
 
 def load_settings(config_file: Path | None, cwd: Path) -> Settings:
@@ -77,61 +138,114 @@ def load_settings(config_file: Path | None, cwd: Path) -> Settings:
     if config_file is None:
         return Settings(root=cwd.resolve())
     config_file = config_file.resolve()
+    where = _shown(config_file)
     try:
         data = tomllib.loads(config_file.read_text(encoding="utf-8"))
     except FileNotFoundError:
-        raise ConfigError(f"config file not found: {config_file}") from None
+        raise ConfigError(f"{where}: config file not found") from None
+    except IsADirectoryError:
+        raise ConfigError(f"{where}: a directory, not a config file") from None
     except (OSError, UnicodeDecodeError) as error:
-        raise ConfigError(f"cannot read {config_file}: {error}") from None
+        raise ConfigError(f"{where}: cannot read: {getattr(error, 'strerror', None) or error}") from None
     except tomllib.TOMLDecodeError as error:
-        raise ConfigError(f"{config_file}: invalid TOML: {error}") from None
+        raise ConfigError(f"{where}: invalid TOML: {error}") from None
     # pyproject.toml-style files keep the settings under [tool.pmap-migrate]; a dedicated TOML file
     # may hold them at the top level.
     nested = data.get("tool", {}).get(SECTION) if isinstance(data.get("tool"), dict) else None
     table = nested if nested is not None else ({} if config_file.name == "pyproject.toml" else data)
+    prefix = f"[tool.{SECTION}]" if nested is not None else ""
     if not isinstance(table, dict):
-        raise ConfigError(f"{config_file}: [tool.{SECTION}] must be a table")
+        raise ConfigError(f"{where}: [tool.{SECTION}] must be a table, not {_describe(table)}")
     unknown = sorted(set(table) - KNOWN_KEYS)
     if unknown:
-        raise ConfigError(f"{config_file}: unknown key(s) in [tool.{SECTION}]: {', '.join(unknown)}")
+        raise ConfigError(f"{where}: unknown key{'s' if len(unknown) != 1 else ''} "
+                          f"{', '.join(f'`{k}`' for k in unknown)} in {prefix or 'the settings'}; "
+                          f"expected one of {', '.join(sorted(KNOWN_KEYS))}")
     root = config_file.parent
+
+    def fail(key: str, expected: str, value: object) -> ConfigError:
+        return ConfigError(f"{where}: `{key}` must be {expected}, not {_describe(value)}")
 
     def strings(key: str) -> tuple[str, ...]:
         value = table.get(key, [])
-        if isinstance(value, str):
-            value = [value]
         if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
-            raise ConfigError(f"{config_file}: `{key}` must be a list of strings")
+            raise fail(key, 'a list of strings (e.g. ["a", "b"])', value)
         return tuple(value)
+
+    def codes(key: str) -> tuple[str, ...]:
+        found = tuple(code.strip().upper() for code in strings(key))
+        unknown = unknown_codes(found)
+        if unknown:
+            raise ConfigError(f"{where}: `{key}`: {_unknown_message(unknown)}")
+        return found
+
+    def boolean(key: str, default: bool) -> bool:
+        value = table.get(key, default)
+        if not isinstance(value, bool):
+            raise fail(key, "true or false", value)
+        return value
+
+    def string(key: str) -> str | None:
+        value = table.get(key)
+        if value is not None and not isinstance(value, str):
+            raise fail(key, "a string", value)
+        return value
 
     pfi = table.get("per-file-ignores", {})
     if not isinstance(pfi, dict):
-        raise ConfigError(f"{config_file}: `per-file-ignores` must be a table of pattern = [codes]")
+        raise fail("per-file-ignores", 'a table of pattern = [codes] (e.g. "tests/*" = ["PM201"])', pfi)
     per_file: list[tuple[str, tuple[str, ...]]] = []
-    for pattern, codes in pfi.items():
-        if isinstance(codes, str):
-            codes = [codes]
-        if not isinstance(codes, list) or not all(isinstance(c, str) for c in codes):
-            raise ConfigError(f"{config_file}: per-file-ignores[{pattern!r}] must be a list of codes")
-        per_file.append((pattern, tuple(c.upper() for c in codes)))
-    cache_dir = table.get("cache-dir")
+    for pattern, listed in pfi.items():
+        key = f'per-file-ignores."{pattern}"'
+        if not isinstance(listed, list) or not all(isinstance(c, str) for c in listed):
+            raise fail(key, 'a list of rule codes (e.g. ["PM201"])', listed)
+        found = tuple(c.strip().upper() for c in listed)
+        unknown = unknown_codes(found)
+        if unknown:
+            raise ConfigError(f"{where}: `{key}`: {_unknown_message(unknown)}")
+        per_file.append((pattern, found))
+    selected = {key: codes(key) for key in CODE_KEYS}
+    cache_dir = string("cache-dir")
+    docs_url = string("rule-docs-url")
+    if docs_url is not None and DOCS_URL_PLACEHOLDER not in docs_url:
+        raise fail("rule-docs-url", f"a URL template holding {DOCS_URL_PLACEHOLDER} (the rule code, lower case)",
+                   docs_url)
+    # `extend-select` adds to `select`, whose default is every rule.
+    select = selected["select"] if "select" in table else ()
+    if selected["extend-select"]:
+        select = (select if "select" in table else (ALL_RULES,)) + selected["extend-select"]
     return Settings(
         root=root,
         config_file=config_file,
-        select=strings("select") + strings("extend-select") if "select" in table else strings("extend-select"),
-        ignore=strings("ignore") + strings("extend-ignore"),
+        select=select,
+        ignore=selected["ignore"] + selected["extend-ignore"],
         per_file_ignores=tuple(per_file),
         exclude=strings("exclude"),
         extend_exclude=strings("extend-exclude"),
-        respect_gitignore=bool(table.get("respect-gitignore", True)),
-        cache_dir=(root / cache_dir) if isinstance(cache_dir, str) else None,
-        idiomatic=bool(table.get("idiomatic", False)),
+        respect_gitignore=boolean("respect-gitignore", True),
+        cache_dir=(root / cache_dir) if cache_dir is not None else None,
+        idiomatic=boolean("idiomatic", False),
+        rule_docs_url=docs_url,
     )
 
 
-def with_overrides(settings: Settings, *, select=None, ignore=None, extend_exclude=None, idiomatic=None) -> Settings:
-    """Command-line flags replace (select, ignore, idiomatic) or extend (exclude) the configured values."""
+def check_flag_codes(option: str, codes) -> None:
+    """``--select`` / ``--ignore`` name known codes or prefixes (else a ConfigError naming the flag)."""
+    unknown = unknown_codes(codes)
+    if unknown:
+        raise ConfigError(f"{option}: {_unknown_message(unknown)}")
+
+
+def with_overrides(settings: Settings, *, select=None, ignore=None, extend_exclude=None, idiomatic=None,
+                   rule_docs_url=None) -> Settings:
+    """Command-line flags replace (select, ignore, idiomatic, rule_docs_url) or extend (exclude) the
+    configured values."""
     changes = {}
+    if rule_docs_url is not None:
+        if DOCS_URL_PLACEHOLDER not in rule_docs_url:
+            raise ConfigError(f"--rule-docs-url: must be a URL template holding {DOCS_URL_PLACEHOLDER} "
+                              f"(the rule code, lower case), not {rule_docs_url!r}")
+        changes["rule_docs_url"] = rule_docs_url
     if idiomatic is not None:
         changes["idiomatic"] = bool(idiomatic)
     if select:

@@ -82,6 +82,14 @@ class FileError:
     def unreadable(cls, path: str, error: OSError) -> FileError:
         return cls(path, "PM001", f"cannot read file: {error.strerror or error}")
 
+    @classmethod
+    def not_looked_into(cls, path: str, error: OSError, directory: bool = False) -> FileError:
+        """A path discovery could not look into: a named path that does not exist, a directory
+        that cannot be listed (PM001, as an unreadable file)."""
+        if isinstance(error, FileNotFoundError):
+            return cls(path, "PM001", "no such file or directory")
+        return cls(path, "PM001", f"cannot read {'directory' if directory else 'file'}: {error.strerror or error}")
+
     def as_diagnostic(self) -> Diagnostic:
         return Diagnostic(self.code, self.NAMES.get(self.code, "error"), self.message, self.path,
                           self.line, self.column, self.line, self.column)

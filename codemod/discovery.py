@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import os
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from operator import attrgetter
 from pathlib import Path
 
@@ -15,9 +15,24 @@ _NAME = attrgetter("name")
 
 
 @dataclass(frozen=True)
+class PathProblem:
+    """A path the run could not look into: a named path that does not exist, a directory that
+    cannot be listed, a Python file's link that leads nowhere."""
+
+    path: str  # as given, or as the walk spells it
+    error: OSError
+    directory: bool = False
+
+
+@dataclass(frozen=True)
 class Discovered:
     files: list[str]  # as `pathlib` spells them: relative to the working directory when given so
-    missing: list[str]  # paths given on the command line that do not exist
+    problems: list[PathProblem] = field(default_factory=list)
+
+    @property
+    def missing(self) -> list[str]:
+        """Named paths that do not exist."""
+        return [p.path for p in self.problems if isinstance(p.error, FileNotFoundError)]
 
 
 class _Matcher:
@@ -241,7 +256,7 @@ def discover(paths: list[str], settings: Settings, *, force_exclude: bool = Fals
     exclude = _Matcher(lines, translations)
     ignores = _Ignores(translator)
     files: list[str] = []
-    missing: list[str] = []
+    problems: list[PathProblem] = []
     seen: dict[str, int] = {}  # real path -> index in files
 
     def excluded(path: Path, is_dir: bool, base: Path = root) -> bool:
@@ -276,8 +291,10 @@ def discover(paths: list[str], settings: Settings, *, force_exclude: bool = Fals
     for given in paths:
         path = Path(given)
         absolute = path.absolute()
-        if not absolute.exists():
-            missing.append(given)
+        try:
+            os.stat(absolute)
+        except OSError as error:  # missing, a link that leads nowhere, a directory above it unreadable
+            problems.append(PathProblem(given, error))
             continue
         if absolute.is_file():
             if not (force_exclude and excluded(absolute, False)):
@@ -307,10 +324,26 @@ def discover(paths: list[str], settings: Settings, *, force_exclude: bool = Fals
         except ValueError:
             relative = None  # outside the base: entries are judged by their names
         _walk(str(path), str(absolute), str(absolute.resolve()), relative, chain, git_root is not None, ignores,
-              exclude, add)
+              exclude, add, problems.append)
     files.sort(key=_parts)
+    problems.sort(key=lambda problem: _parts(problem.path))
     translator.save()
-    return Discovered(files, missing)
+    return Discovered(files, problems)
+
+
+def excluded_path(path: str, settings: Settings) -> bool:
+    """Whether the excludes rule out ``path`` (which need not exist), as `--force-exclude` judges a
+    file named on the command line: the source read from stdin under its `--stdin-filename`."""
+    lines = [*DEFAULT_EXCLUDE, *settings.exclude, *settings.extend_exclude]
+    translations = _Translator(None).translate(lines)
+    exclude = _Matcher([line for line, t in zip(lines, translations) if t is not None],
+                       [t for t in translations if t is not None])
+    absolute = Path(path).absolute()
+    try:
+        relative = absolute.relative_to(settings.root).as_posix()
+    except ValueError:
+        relative = absolute.name
+    return exclude.match_file(relative)
 
 
 def _parts(path: str) -> list[str]:
@@ -322,14 +355,16 @@ def _parts(path: str) -> list[str]:
 
 
 def _walk(shown: str, absolute: str, real: str, relative: str | None, chain: _Chain, use_git: bool,
-          ignores: _Ignores, exclude: _Matcher, add) -> None:
+          ignores: _Ignores, exclude: _Matcher, add, problem) -> None:
     """Walk ``absolute`` (shown as ``shown``, a normal path as `pathlib` spells it): ``real`` is its
     real path (directory links are never entered, so the real path of what lies below follows
     without asking the file system), ``relative`` its path relative to the base of the exclude
-    patterns (None: outside it, entries judged by name)."""
+    patterns (None: outside it, entries judged by name). ``problem`` gets what cannot be looked
+    into: this directory when it cannot be listed, a Python file's link that leads nowhere."""
     try:
         entries = sorted(os.scandir(absolute), key=_NAME)
-    except OSError:
+    except OSError as error:
+        problem(PathProblem(shown, error, directory=True))
         return
     if use_git and any(entry.name == ".gitignore" for entry in entries):
         spec = ignores.spec_for(absolute)
@@ -343,9 +378,10 @@ def _walk(shown: str, absolute: str, real: str, relative: str | None, chain: _Ch
         try:
             is_dir = entry.is_dir()  # follows symlinks; loops are cut by the visited check in add
             is_file = entry.is_file()
-        except OSError:
-            continue
-        if not is_dir and not (is_file and name.endswith(PYTHON_SUFFIXES)):
+        except OSError:  # a link to itself, say
+            is_dir = is_file = False
+        dangling = not is_dir and not is_file and name.endswith(PYTHON_SUFFIXES) and entry.is_symlink()
+        if not is_dir and not (is_file and name.endswith(PYTHON_SUFFIXES)) and not dangling:
             continue  # nothing to check: no need to ask the patterns
         entry_relative = name if not relative else f"{relative}/{name}"
         judged = name + "/" if is_dir else name  # a directory's patterns see its trailing slash
@@ -353,11 +389,17 @@ def _walk(shown: str, absolute: str, real: str, relative: str | None, chain: _Ch
             continue
         if chain and _ignored(chain, judged, by_name):
             continue
+        if dangling:  # a Python file's link to nothing (or to itself): not checked, and said so
+            try:
+                os.stat(absolute_below + name)
+            except OSError as error:
+                problem(PathProblem(below + name, error))
+            continue
         if is_dir:
             if entry.is_symlink():
                 continue  # never leave the tree through a directory link
             _walk(below + name, absolute_below + name, real_below + name,
                   None if relative is None else entry_relative, _chain_below(chain, name), use_git, ignores,
-                  exclude, add)
+                  exclude, add, problem)
         else:  # a Python file or notebook (anything else was passed over above)
             add(below + name, real=None if entry.is_symlink() else real_below + name)

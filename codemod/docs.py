@@ -33,9 +33,10 @@ def rule_page(rule) -> str:
 
 def rule_table(link_prefix: str = "docs/") -> str:
     """A Markdown table of every rule, each code linking to its page under ``link_prefix``."""
-    rows = ["| code | name | what it finds |", "|---|---|---|"]
+    rows = ["| code | name | fix | what it finds |", "|---|---|---|---|"]
     for rule in all_rules():
-        rows.append(f"| [{rule.CODE}]({link_prefix}{rule_page(rule)}) | `{rule.NAME}` | {rule.summary()} |")
+        rows.append(f"| [{rule.CODE}]({link_prefix}{rule_page(rule)}) | `{rule.NAME}` | {rule.FIXABLE.value} | "
+                    f"{rule.summary()} |")
     return "\n".join(rows)
 
 
@@ -48,7 +49,9 @@ Every rule has a stable code (`PM101`) and a name (`pmap-call`): codes are what 
 `--select`, `--ignore`, `# noqa: PM101` and `per-file-ignores`, and either one works with
 `pmap-migrate explain`. A code prefix selects a family: `PM1` is the pmap call itself, `PM2` reads of
 its outputs, `PM3` placing data on devices, `PM4` other removed or deprecated APIs, `PM5`
-multi-process programs. Each page below is exactly what `pmap-migrate explain CODE` prints.
+multi-process programs. *fix* says whether a rule's findings carry a fix of their own (`always`,
+`sometimes`, `never`), as `pmap-migrate rules` shows it. Each page below is exactly what
+`pmap-migrate explain CODE` prints.
 
 {rule_table(link_prefix="../")}
 

@@ -1,9 +1,10 @@
 """The migration report: a ledger of every legacy site the tool saw, and what will become of it.
 
 Every finding of every selected rule is listed — suppressed and guarded ones included — and so is
-every file that could not be checked and every existing use of ``runtime_shim``. A site the tool
-cannot rewrite is listed as *manual* with the reason; nothing is dropped (tf_upgrade_v2 reported
-"0 issues" while missing constructs; this ledger must not).
+every existing use of ``runtime_shim``; every file that could not be checked is listed apart (it is
+no legacy site). A site the tool cannot rewrite is listed as *manual* with the reason; nothing is
+dropped (tf_upgrade_v2 reported "0 issues" while missing constructs; this ledger must not). The
+headline counts are those `check` prints (codemod/counts.py).
 
 A fix a reviewer skipped in `fix --interactive` (recorded in ``.pmap-migrate-skips.json``, see
 ``pmap_migrate.skips``) is listed as *skipped in review*, with the date and reason of the decision.
@@ -22,6 +23,7 @@ import libcst as cst
 from libcst.metadata import MetadataWrapper, PositionProvider, QualifiedNameProvider
 
 from pmap_migrate import __version__
+from pmap_migrate.counts import Counts, plural
 from pmap_migrate.diagnostics import Applicability, Diagnostic, FileError, State
 from pmap_migrate.rules.base import Rule
 from pmap_migrate.runner import RunResult
@@ -103,6 +105,8 @@ class Report:
     files_with_sites: int = field(init=False)
     stale_skips: int = 0  # recorded skips of the checked files that match no site any more
     skips_file: str | None = None  # the record of skips, when there is one
+    counts: Counts = field(default_factory=Counts)  # what `check` counts in the same run
+    unchecked: list[FileError] = field(default_factory=list)  # the files that could not be checked
 
     def __post_init__(self) -> None:
         self.sites.sort(key=Site.sort_key)
@@ -154,18 +158,14 @@ def skipped(site: Site, date: str, reason: str) -> Site:
                 f"{why}; the fix: {site.fixable_by}", site.message, site.cell, site.fixable_by, date, reason)
 
 
-def _error_site(error: FileError) -> Site:
-    return Site(error.path, error.line, error.column, error.code, FileError.NAMES.get(error.code, "error"),
-                SiteState.MANUAL, f"the file could not be checked: {error.message}", error.message)
-
-
 def build(run: RunResult, rules: Sequence[type[Rule]], *, read=lambda path: Path(path).read_bytes(),
           skips: SkipStore | None = None) -> Report:
     """The ledger of a run whose results keep every state (as ``Session.check`` returns them);
     ``skips``: the project's record of fixes skipped in review."""
-    sites = [_error_site(e) for e in run.errors]
+    sites: list[Site] = []
     codes = {rule.CODE: rule.NAME for rule in rules}
     stale = 0
+    held: list[Diagnostic] = []  # findings whose fix was skipped in review
     for result in run.results:
         found = [classify(d) for d in result.diagnostics]
         data = None
@@ -184,6 +184,7 @@ def build(run: RunResult, rules: Sequence[type[Rule]], *, read=lambda path: Path
                 # only a fix `fix` would apply is held back: a site suppressed since keeps that state
                 if d.state is State.ACTIVE and d.fix is not None:
                     found[index] = skipped(found[index], skip.date, skip.reason)
+                    held.append(d)
             stale += len(recorded.keys() - matched)
         sites += found
         if data is not None:
@@ -191,8 +192,10 @@ def build(run: RunResult, rules: Sequence[type[Rule]], *, read=lambda path: Path
     if skips is not None:
         stale += sum(1 for path, recorded in skips.files.items() if not (skips.root / path).exists()
                      for key in recorded if key.code in codes)
+    everything = [d for result in run.results for d in result.diagnostics] + [e.as_diagnostic() for e in run.errors]
     return Report(sites, run.files, stale_skips=stale,
-                  skips_file=_shown(skips.file) if skips is not None and skips.file.exists() else None)
+                  skips_file=_shown(skips.file) if skips is not None and skips.file.exists() else None,
+                  counts=Counts.of(everything, held), unchecked=sorted(run.errors, key=lambda e: e.path))
 
 
 def _shown(path: Path) -> str:
@@ -280,6 +283,8 @@ def to_json(report: Report) -> str:
         "tool": {"name": "pmap-migrate", "version": __version__},
         "files_checked": report.files_checked,
         "files_with_sites": report.files_with_sites,
+        "counts": report.counts.to_json(),
+        "not_checked": [{"path": e.path, "code": e.code, "message": e.message} for e in report.unchecked],
         "skips": {"file": report.skips_file, "stale": report.stale_skips},
         "summary": {
             "total": states(report.by_state()),
@@ -320,18 +325,43 @@ def _stale_note(report: Report) -> list[str]:
     return [note, ""]
 
 
+def headline(report: Report) -> str:
+    """The counts `check` prints for the same files: legacy patterns, fixable ones, files not checked."""
+    counts = report.counts
+    line = (f"**{plural(counts.patterns, 'legacy pattern')}** in {counts.files_with_patterns} of "
+            f"{plural(report.files_checked, 'file')} checked")
+    fixable = []
+    if counts.safe:
+        fixable.append(f"{counts.safe} fixable with `pmap-migrate fix`")
+    if counts.unsafe:
+        fixable.append(f"{counts.unsafe} more with `pmap-migrate fix --unsafe-fixes`")
+    if counts.held:
+        fixable.append(f"{counts.held} skipped in review")
+    line += f" ({', '.join(fixable)})" if fixable else ""
+    if counts.unchecked:
+        line += f"; **{plural(counts.unchecked, 'file')} could not be checked**"
+    return line + "."
+
+
+def _unchecked_section(report: Report) -> list[str]:
+    if not report.unchecked:
+        return []
+    lines = ["## Files that could not be checked", "", _row(["file", "code", "why"]), _row(["---", "---", "---"])]
+    lines += [_row([f"`{_cell(e.path)}`", e.code, _cell(e.message)]) for e in report.unchecked]
+    return [*lines, ""]
+
+
 def to_markdown(report: Report) -> str:
     counts = report.by_state()
-    out = ["# pmap-migrate: migration report", ""]
+    out = ["# pmap-migrate: migration report", "", headline(report), ""]
     total = len(report.sites)
     if total == 0:
-        out += [f"No legacy sites in {report.files_checked} file{'s' if report.files_checked != 1 else ''} checked.", "",
-                *_stale_note(report)]
+        out += [*_unchecked_section(report), *_stale_note(report)]
         return "\n".join(out)
     parts = [f"{counts[s]} {s.label}" for s in STATES if counts.get(s)]
     out += [
-        f"**{total}** legacy site{'s' if total != 1 else ''} in {report.files_with_sites} of "
-        f"{report.files_checked} file{'s' if report.files_checked != 1 else ''} checked: {', '.join(parts)}.",
+        f"The ledger lists {plural(total, 'site')} in {plural(report.files_with_sites, 'file')}: {', '.join(parts)}. "
+        "A site is a finding in any state (suppressed and guarded ones too) or an existing use of `runtime_shim`.",
         "",
         "States: *fixable (safe)* — `pmap-migrate fix` rewrites it to plain JAX; *fixable (unsafe)* — "
         "`fix --unsafe-fixes` does, under the assumption stated; *shimmed* — routed to `runtime_shim` "
@@ -359,4 +389,5 @@ def to_markdown(report: Report) -> str:
         out.append(_row([f"`{_cell(site.path)}`", site.position, f"{site.code} `{site.name}`", site.state.label,
                          _cell(site.reason)]))
     out.append("")
+    out += _unchecked_section(report)
     return "\n".join(out)

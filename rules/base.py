@@ -11,6 +11,7 @@ import inspect
 import textwrap
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
+from enum import Enum
 from typing import ClassVar
 
 import libcst as cst
@@ -21,6 +22,17 @@ from pmap_migrate.rules.fixes.choices import RuleOptions  # re-exported; apart s
 from pmap_migrate.rules.fixes.services import FileFixes
 from pmap_migrate.rules.fixes.spec import FixSpec
 from pmap_migrate.rules.knowledge import gates
+
+
+class Fixable(str, Enum):
+    """Whether a rule's findings carry a fix of their own (safe or unsafe), as `pmap-migrate rules`
+    shows it. Each rule declares it (``FIXABLE``); its VALID/INVALID examples bear it out (the tests
+    check: ALWAYS, every finding of the examples has a fix; NEVER, none has; SOMETIMES, some have
+    and some have not)."""
+
+    ALWAYS = "always"
+    SOMETIMES = "sometimes"
+    NEVER = "never"
 
 
 @dataclass(frozen=True)
@@ -70,13 +82,14 @@ _VISITOR_NAMES: dict[type, tuple[str, ...]] = {}
 
 
 class Rule(cst.BatchableCSTVisitor):
-    """Base class of every rule. Subclasses set CODE, NAME, MESSAGE, VALID, INVALID and a
+    """Base class of every rule. Subclasses set CODE, NAME, MESSAGE, FIXABLE, VALID, INVALID and a
     docstring with the sections What it does / Why is this bad? / Example / Use instead /
     Fix safety / References."""
 
     CODE: ClassVar[str]
     NAME: ClassVar[str]
     MESSAGE: ClassVar[str]
+    FIXABLE: ClassVar[Fixable]  # whether its findings carry a fix of their own
     # The prefilter's inputs; a registered rule takes them from rules/knowledge/gates.py (so that the
     # prefilter works without importing any rule). Substrings of which at least one must occur in
     # a file for the rule to possibly fire; the text prefilter skips parsing files that contain

@@ -3,7 +3,7 @@ from __future__ import annotations
 import libcst as cst
 
 from pmap_migrate.rules.analysis.sites import PMAP, TransformSite
-from pmap_migrate.rules.base import Invalid, Rule, Valid
+from pmap_migrate.rules.base import Fixable, Invalid, Rule, Valid
 from pmap_migrate.rules.fixes.api import delete_line
 from pmap_migrate.rules.fixes.choices import Applicability
 from pmap_migrate.rules.fixes.pmap_rewrite import Rewriter
@@ -74,6 +74,7 @@ class PmapCall(Rule):
 
     CODE = "PM101"
     NAME = "pmap-call"
+    FIXABLE = Fixable.SOMETIMES
     TRIGGERS = gates.PM101.TRIGGERS
     NAMES = gates.PM101.NAMES
     CONTEXT_NAMES = gates.PM101.CONTEXT_NAMES

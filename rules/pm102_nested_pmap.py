@@ -3,7 +3,7 @@ from __future__ import annotations
 import libcst as cst
 
 from pmap_migrate.rules.analysis.sites import TransformSite
-from pmap_migrate.rules.base import Invalid, Rule, Valid
+from pmap_migrate.rules.base import Fixable, Invalid, Rule, Valid
 from pmap_migrate.rules.knowledge import gates
 
 
@@ -56,6 +56,7 @@ class NestedPmap(Rule):
 
     CODE = "PM102"
     NAME = "nested-pmap"
+    FIXABLE = Fixable.NEVER
     MESSAGE = "pmap nested inside a pmapped function: the new `jax.pmap` (a shard_map) raises on nesting"
     TRIGGERS = gates.PM102.TRIGGERS
     NAMES = gates.PM102.NAMES

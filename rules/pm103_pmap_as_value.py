@@ -3,7 +3,7 @@ from __future__ import annotations
 import libcst as cst
 
 from pmap_migrate.rules.analysis.sites import PMAP
-from pmap_migrate.rules.base import Invalid, Rule, Valid
+from pmap_migrate.rules.base import Fixable, Invalid, Rule, Valid
 from pmap_migrate.rules.fixes.spec import FixSpec
 from pmap_migrate.rules.knowledge import gates
 
@@ -60,6 +60,7 @@ class PmapAsValue(Rule):
 
     CODE = "PM103"
     NAME = "pmap-as-value"
+    FIXABLE = Fixable.SOMETIMES
     MESSAGE = ("`jax.pmap` used as a value: where it is finally applied cannot be checked or rewritten; "
                "pass `runtime_shim.pmap` or a shard_map-based function instead")
     TRIGGERS = gates.PM103.TRIGGERS

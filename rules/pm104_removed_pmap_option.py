@@ -5,7 +5,7 @@ import re
 import libcst as cst
 
 from pmap_migrate.rules.analysis.sites import PMAP
-from pmap_migrate.rules.base import Invalid, Rule, Valid
+from pmap_migrate.rules.base import Fixable, Invalid, Rule, Valid
 from pmap_migrate.rules.fixes.choices import Applicability
 from pmap_migrate.rules.fixes.placement_fixes import remove_line
 from pmap_migrate.rules.fixes.spec import Edit, FixSpec
@@ -72,6 +72,7 @@ class RemovedPmapOption(Rule):
 
     CODE = "PM104"
     NAME = "removed-pmap-option"
+    FIXABLE = Fixable.SOMETIMES
     MESSAGE = "`jax_pmap_shmap_merge` was removed in jax 0.10.0: the legacy pmap cannot be selected any more"
     TRIGGERS = gates.PM104.TRIGGERS
 

@@ -2,7 +2,7 @@ from __future__ import annotations
 
 import libcst as cst
 
-from pmap_migrate.rules.base import Invalid, Rule, Valid
+from pmap_migrate.rules.base import Fixable, Invalid, Rule, Valid
 from pmap_migrate.rules.fixes.choices import Applicability
 from pmap_migrate.rules.fixes.placement_fixes import (
     ROW_COMMITTED,
@@ -80,6 +80,7 @@ class ShardedIntIndex(Rule):
 
     CODE = "PM201"
     NAME = "sharded-int-index"
+    FIXABLE = Fixable.SOMETIMES
     MESSAGE = ("integer index into the device axis of a pmap output: now a cross-device gather; "
                "read `x.addressable_shards[0].data` for one device's slice")
     TRIGGERS = gates.PM201.TRIGGERS

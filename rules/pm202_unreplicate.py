@@ -4,7 +4,7 @@ import libcst as cst
 
 from pmap_migrate.rules.analysis.sites import DEVICE_STACKED, FunctionLike
 from pmap_migrate.rules.analysis.syntax import IntegerIndexOf
-from pmap_migrate.rules.base import Invalid, Rule, Valid
+from pmap_migrate.rules.base import Fixable, Invalid, Rule, Valid
 from pmap_migrate.rules.fixes.api import Unfixable, removal_spec
 from pmap_migrate.rules.fixes.choices import Applicability
 from pmap_migrate.rules.fixes.code import code_of
@@ -88,6 +88,7 @@ class Unreplicate(Rule):
 
     CODE = "PM202"
     NAME = "unreplicate"
+    FIXABLE = Fixable.SOMETIMES
     MESSAGE = ("`tree_map(lambda x: x[0], ...)` on a pmap output gathers every leaf across devices; "
                "read `x.addressable_shards[0].data` instead")
     TRIGGERS = gates.PM202.TRIGGERS

@@ -2,7 +2,7 @@ from __future__ import annotations
 
 import libcst as cst
 
-from pmap_migrate.rules.base import Invalid, Rule, Valid
+from pmap_migrate.rules.base import Fixable, Invalid, Rule, Valid
 from pmap_migrate.rules.fixes.placement_fixes import removed_helper_fix
 from pmap_migrate.rules.knowledge import gates, tables
 
@@ -71,6 +71,7 @@ class DevicePutReplicated(Rule):
 
     CODE = "PM301"
     NAME = "device-put-replicated"
+    FIXABLE = Fixable.SOMETIMES
     MESSAGE = ("`jax.device_put_replicated` was removed in jax 0.10.0; use `jax.device_put` with a "
                "`NamedSharding` (or `runtime_shim.device_put_replicated`)")
     TRIGGERS = gates.PM301.TRIGGERS

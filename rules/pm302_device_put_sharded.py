@@ -2,7 +2,7 @@ from __future__ import annotations
 
 import libcst as cst
 
-from pmap_migrate.rules.base import Invalid, Rule, Valid
+from pmap_migrate.rules.base import Fixable, Invalid, Rule, Valid
 from pmap_migrate.rules.fixes.placement_fixes import removed_helper_fix
 from pmap_migrate.rules.knowledge import gates, tables
 
@@ -65,6 +65,7 @@ class DevicePutSharded(Rule):
 
     CODE = "PM302"
     NAME = "device-put-sharded"
+    FIXABLE = Fixable.SOMETIMES
     MESSAGE = ("`jax.device_put_sharded` was removed in jax 0.10.0; stack the shards and `jax.device_put` "
                "them with `NamedSharding(mesh, P('i'))` (or use `runtime_shim.device_put_sharded`)")
     TRIGGERS = gates.PM302.TRIGGERS

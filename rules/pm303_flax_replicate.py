@@ -5,7 +5,7 @@ from dataclasses import replace
 import libcst as cst
 from libcst.metadata import ImportAssignment
 
-from pmap_migrate.rules.base import Invalid, Rule, Valid
+from pmap_migrate.rules.base import Fixable, Invalid, Rule, Valid
 from pmap_migrate.rules.fixes.api import Unfixable, removal_spec
 from pmap_migrate.rules.fixes.choices import Applicability
 from pmap_migrate.rules.fixes.code import code_of
@@ -89,6 +89,7 @@ class FlaxReplicate(Rule):
 
     CODE = "PM303"
     NAME = "flax-replicate"
+    FIXABLE = Fixable.SOMETIMES
     MESSAGE = "flax pmap-era helper builds a per-device stack for a pmap; use `jax.device_put` with a `NamedSharding`"
     TRIGGERS = gates.PM303.TRIGGERS
     NAMES = gates.PM303.NAMES

@@ -12,7 +12,7 @@ from pmap_migrate.rules.analysis.sites import (
     SHARDED_STACK,
     TransformSite,
 )
-from pmap_migrate.rules.base import Invalid, Rule, Valid
+from pmap_migrate.rules.base import Fixable, Invalid, Rule, Valid
 from pmap_migrate.rules.fixes.api import Unfixable
 from pmap_migrate.rules.fixes.choices import Applicability
 from pmap_migrate.rules.fixes.placement import iter_leaves
@@ -85,6 +85,7 @@ class ImplicitReshard(Rule):
 
     CODE = "PM304"
     NAME = "implicit-reshard"
+    FIXABLE = Fixable.SOMETIMES
     MESSAGE = ("pmap input committed to a device by `jax.device_put(..., device)`: the new pmap raises instead "
                "of resharding it; put it with `NamedSharding(mesh, P('i'))` or leave it uncommitted")
     TRIGGERS = gates.PM304.TRIGGERS

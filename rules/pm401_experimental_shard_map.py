@@ -3,7 +3,7 @@ from __future__ import annotations
 import libcst as cst
 
 from pmap_migrate.rules.analysis.imports import imported_names
-from pmap_migrate.rules.base import ImportRule, Invalid, Valid
+from pmap_migrate.rules.base import Fixable, ImportRule, Invalid, Valid
 from pmap_migrate.rules.fixes.api import (
     FixParts,
     Unfixable,
@@ -92,6 +92,7 @@ class ExperimentalShardMap(ImportRule):
 
     CODE = "PM401"
     NAME = "experimental-shard-map"
+    FIXABLE = Fixable.SOMETIMES
     MESSAGE = (
         f"`{_EXPERIMENTAL}` is deprecated; use `{tables.SHARD_MAP_REPLACEMENT}` "
         "(mesh, in_specs and out_specs are keyword-only there; `check_rep=` became `check_vma=`)"

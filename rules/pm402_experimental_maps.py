@@ -3,7 +3,7 @@ from __future__ import annotations
 import libcst as cst
 
 from pmap_migrate.rules.analysis.imports import imported_names, is_within
-from pmap_migrate.rules.base import Invalid, Rule, Valid
+from pmap_migrate.rules.base import Fixable, Invalid, Rule, Valid
 from pmap_migrate.rules.fixes.api import (
     FixParts,
     Unfixable,
@@ -91,6 +91,7 @@ class ExperimentalMaps(Rule):
 
     CODE = "PM402"
     NAME = "experimental-maps"
+    FIXABLE = Fixable.SOMETIMES
     MESSAGE = f"`{_MODULE}` was removed from jax; {_GENERAL}"
     # Every spelling names the module, in the import or as an attribute.
     TRIGGERS = gates.PM402.TRIGGERS

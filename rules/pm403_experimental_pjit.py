@@ -4,7 +4,7 @@ import libcst as cst
 
 from pmap_migrate.rules.analysis.imports import imported_names
 from pmap_migrate.rules.analysis.sites import JIT
-from pmap_migrate.rules.base import ImportRule, Invalid, Valid
+from pmap_migrate.rules.base import Fixable, ImportRule, Invalid, Valid
 from pmap_migrate.rules.fixes.api import (
     FixParts,
     Unfixable,
@@ -104,6 +104,7 @@ class ExperimentalPjit(ImportRule):
 
     CODE = "PM403"
     NAME = "experimental-pjit"
+    FIXABLE = Fixable.SOMETIMES
     MESSAGE = pjit_message(_PJIT)
     TRIGGERS = gates.PM403.TRIGGERS
     NAMES = gates.PM403.NAMES

@@ -3,7 +3,7 @@ from __future__ import annotations
 import libcst as cst
 
 from pmap_migrate.rules.analysis.imports import imported_names
-from pmap_migrate.rules.base import ImportRule, Invalid, Valid
+from pmap_migrate.rules.base import Fixable, ImportRule, Invalid, Valid
 from pmap_migrate.rules.fixes.api import (
     FixParts,
     Unfixable,
@@ -61,9 +61,10 @@ class RemovedJaxApi(ImportRule):
     """Use of a jax API that pmap-era code relies on and that current jax no longer has.
 
     ## What it does
-    Finds every name of the removed-API table (`rules/knowledge/tables.py`, `REMOVED_NAMES`) however it is
-    spelled: attribute access (`jax.tree_map`, `jnp.DeviceArray`, `pxla.ShardedDeviceArray`,
-    `jax.lib.xla_bridge.get_backend()`), and imports (`from jax import tree_map`,
+    Finds every name of the removed-API table (`REMOVED_NAMES` in `runtime_shim/removed_api.py`, which
+    `runtime_shim.install()` reads too) however it is spelled: attribute access (`jax.tree_map`,
+    `jnp.DeviceArray`, `pxla.ShardedDeviceArray`, `jax.lib.xla_bridge.get_backend()`), and imports
+    (`from jax import tree_map`,
     `from jax.interpreters.pxla import ShardedDeviceArray`, `import jax.experimental.host_callback`).
     A name imported from a removed module (`from jax.lib.xla_bridge import get_compile_options`)
     is reported at the import. The table covers the tree aliases (`jax.tree_map`, `tree_leaves`,
@@ -108,7 +109,7 @@ class RemovedJaxApi(ImportRule):
 
     ## Fix safety
     Each table entry says whether its replacement may be substituted (`rename` in
-    `rules/knowledge/tables.py`). Safe: the same function under its new name (`jax.tree_map` ->
+    `runtime_shim/removed_api.py`). Safe: the same function under its new name (`jax.tree_map` ->
     `jax.tree.map` and the other tree aliases, `xla_bridge.get_backend` ->
     `jax.extend.backend.get_backend`, `xla_bridge.device_count` -> `jax.device_count`, the
     experimental `PartitionSpec`, `from jax.config import config` -> `from jax import config`, the
@@ -139,6 +140,7 @@ class RemovedJaxApi(ImportRule):
 
     CODE = "PM404"
     NAME = "removed-jax-api"
+    FIXABLE = Fixable.SOMETIMES
     MESSAGE = ("a jax API removed by current jax (e.g. `jax.tree_map` -> `jax.tree.map`, "
                "`ShardedDeviceArray` -> `jax.Array`); each finding names its replacement")
     TRIGGERS = gates.PM404.TRIGGERS

@@ -2,7 +2,7 @@ from __future__ import annotations
 
 import libcst as cst
 
-from pmap_migrate.rules.base import Invalid, Rule, Valid
+from pmap_migrate.rules.base import Fixable, Invalid, Rule, Valid
 from pmap_migrate.rules.knowledge import gates, tables
 
 
@@ -131,6 +131,7 @@ class HostLocalInput(Rule):
 
     CODE = "PM501"
     NAME = "host-local-input"
+    FIXABLE = Fixable.SOMETIMES
     MESSAGE = ("pmap in a multi-process program: its inputs and outputs are host-local arrays, converted to and "
                "from global arrays on every call by the new pmap; build global arrays with "
                "`jax.make_array_from_process_local_data`")
@@ -147,6 +148,9 @@ class HostLocalInput(Rule):
     ]
     INVALID = [
         Invalid("import jax\njax.distributed.initialize()\nstep = jax.pmap(f)\n", lines=(3,)),
+        # `devices=`: PM101's fix routes the site to the shim, and this finding has no fix of its own
+        Invalid("import jax\njax.distributed.initialize()\nstep = jax.pmap(f, devices=jax.local_devices()[:2])\n",
+                lines=(3,)),
         Invalid(
             "import jax\n@jax.pmap\ndef step(x):\n    return x\n"
             "if jax.process_index() == 0:\n    print('chief')\n"

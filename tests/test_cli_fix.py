@@ -40,7 +40,10 @@ def test_fix_rewrites_in_place_and_is_then_clean(project):
     path.write_text(LEGACY)
     result = fix("train.py", "--show-fixes")
     assert result.exit_code == 0, result.output
-    assert "Fixed 1 finding in 1 file." in result.output and "train.py: 1 x PM101" in result.output
+    assert "Fixed 1 of 1 legacy pattern in 1 file." in result.output
+    # --show-fixes: each fix applied, with its summary
+    assert "Applied fixes:\n  train.py:7:1: PM101 rewrite `total` as `jax.jit(jax.shard_map(...))` (same values as legacy pmap)\n" \
+        in result.output
     text = path.read_text()
     assert "@functools.partial(_shard_mapped, axis_name=\"i\")" in text and "jax.shard_map(" in text
     assert "jax.pmap" not in text

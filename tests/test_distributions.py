@@ -341,7 +341,7 @@ COMMANDS = {
     "explain PM101": (["{bin}/pmap-migrate", "explain", "PM101"], "read-only", 0, "# PM101 (pmap-call)"),
     "--version": (["{bin}/pmap-migrate", "--version"], "read-only", 0, f"version {LINTER_VERSION}"),
     "python -m runtime_shim": (["{python}", "-m", "runtime_shim", "legacy.py"], "read-only", 0, LEGACY_OUTPUT),
-    "fix": (["{bin}/pmap-migrate", "fix", "legacy.py"], "fix", 0, "Fixed 1 finding in 1 file"),
+    "fix": (["{bin}/pmap-migrate", "fix", "legacy.py"], "fix", 0, "Fixed 1 of 1 legacy pattern in 1 file"),
     "check after fix": (["{bin}/pmap-migrate", "check", "legacy.py"], "fix", 0, "All checks passed!"),
     "run the fixed program": (["{python}", "legacy.py"], "fix", 0, LEGACY_OUTPUT),
 }

@@ -89,7 +89,7 @@ def test_a_line_no_fix_touched_keeps_its_bytes_in_review_as_in_fix(project):
     fix("skipped.py", input="s\ns\n")  # both skipped, and recorded
     (project / "skipped.py").write_bytes(FORM_FEED.replace("other", "more").encode())  # a new site to fix
     plain = CliRunner().invoke(main, ["fix", "--no-cache", "skipped.py"], catch_exceptions=False)
-    assert "Fixed 1 finding" in plain.output
+    assert "Fixed 1 of 2 legacy patterns in 1 file." in plain.output
     fixed = (project / "skipped.py").read_bytes()
     assert fixed.count(b"\x0c    return") == 2 and b"step = jax.pmap(f)" in fixed and b"more = jax.pmap" not in fixed
 
@@ -102,7 +102,7 @@ def test_skip_apply_and_the_skips_are_reported(project):
     text = (project / "a.py").read_text()
     assert "step = jax.pmap(lambda x: x * 2)" in text  # skipped
     assert "other = jax.jit(_shard_mapped(" in text and "jax.pmap(lambda x: x + 1)" not in text  # applied
-    assert "Fixed 1 finding in 1 file." in result.output
+    assert "Fixed 1 of 2 legacy patterns in 1 file." in result.output
     assert "Skipped 1 fix (still reported below):\n  a.py:3:8: PM101 rewrite `step`" in result.output
     assert result.exit_code == 1  # the skipped site is still a finding
     assert "a.py:" in result.output.split("Skipped 1 fix")[1] and "PM101 `jax.pmap` is the legacy pmap" in result.output
@@ -207,7 +207,7 @@ def test_a_skip_is_remembered_reported_and_not_asked_again(project):
 
     # plain `fix` leaves it alone too; --review-skipped applies it
     plain = CliRunner().invoke(main, ["fix", "--no-cache", "a.py"], catch_exceptions=False)
-    assert (project / "a.py").read_text() == moved and "Fixed 0 findings" in plain.output
+    assert (project / "a.py").read_text() == moved and "Fixed 0 of 1 legacy pattern in 0 files." in plain.output
     assert "Left 1 fix skipped in an earlier review (--review-skipped applies them)" in plain.output
     diff = CliRunner().invoke(main, ["fix", "--no-cache", "--diff", "a.py"], catch_exceptions=False)
     assert diff.exit_code == 0 and diff.stdout == ""

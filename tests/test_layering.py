@@ -7,7 +7,8 @@ Read from the sources with ``ast`` (every import statement, at module level or i
   own names (``codemod``, ``rules``), which other distributions own on the package index;
 - one direction: knowledge <- analysis <- fixes <- rules (``base`` and the rule modules) <- the
   registry (``pmap_migrate.rules``) <- the engine (the rest of ``pmap_migrate``); rule modules do not
-  import each other; the shim imports nothing of the linter, and the linter nothing of the shim;
+  import each other; the shim imports nothing of the linter, and the linter nothing of the shim but
+  its table of removed jax names (``runtime_shim.removed_api``, PM404's), which imports nothing;
 - no import cycle among the project's modules;
 - no private name (``_x``) is imported from another module, and none defined in one subpackage is
   read (``obj._x``) in another.
@@ -26,6 +27,9 @@ ROOT = Path(__file__).resolve().parents[1]
 # folder -> the package it is installed as (pyproject.toml's package-dir)
 FOLDERS = {"codemod": "pmap_migrate", "rules": "pmap_migrate.rules", "runtime_shim": "runtime_shim"}
 RULES = "pmap_migrate.rules"
+# The one module of the shim the linter reads: the removed jax names PM404 reports and
+# runtime_shim.install() puts back. Plain data: it imports nothing of the project, nor jax.
+SHARED_TABLE = "runtime_shim.removed_api"
 # The rules' support subpackages, lowest first: each may import only those before it.
 SUPPORT = ("knowledge", "analysis", "fixes")
 
@@ -124,6 +128,8 @@ def test_imports_go_one_way():
     for imp, target in EDGES:
         (group, rank), (their_group, their_rank) = layer(imp.source), layer(target)
         if group != their_group:
+            if group == "linter" and target == SHARED_TABLE:
+                continue  # the shared table of removed names, below every layer of the linter
             wrong.append(f"{imp.source}:{imp.line} imports {target} (the shim and the linter are apart)")
         elif their_rank > rank:
             wrong.append(f"{imp.source}:{imp.line} imports {target}, a layer above it")
@@ -132,6 +138,29 @@ def test_imports_go_one_way():
         elif their_rank == rank and group == "linter" and rank < len(SUPPORT):
             pass  # within a support subpackage
     assert not wrong, "\n".join(wrong)
+
+
+def test_the_linter_reads_only_the_shims_table_and_the_table_imports_nothing():
+    readers = {imp.source for imp, target in EDGES if target.startswith("runtime_shim")
+               and layer(imp.source)[0] == "linter"}
+    assert {target for imp, target in EDGES if imp.source in readers and target.startswith("runtime_shim")} \
+        == {SHARED_TABLE}
+    assert readers == {f"{RULES}.knowledge.tables"}
+    own = {imp.target.split(".")[0] for imp in IMPORTS if imp.source == SHARED_TABLE}
+    assert own <= {"__future__", "dataclasses"}, own
+
+
+def test_reading_the_shared_table_imports_no_jax():
+    """The linter imports `runtime_shim.removed_api`, and so the shim's package: that loads its
+    names lazily, and jax only with the first of them."""
+    import subprocess
+    import sys
+
+    program = ("import sys\nimport pmap_migrate.rules.knowledge.tables\nimport runtime_shim\n"
+               "print(sorted(m for m in sys.modules if m.split('.')[0] in ('jax', 'libcst')))\n"
+               "from runtime_shim import pmap\nprint('jax' in sys.modules, callable(pmap))\n")
+    done = subprocess.run([sys.executable, "-c", program], capture_output=True, text=True, check=True, cwd=ROOT)
+    assert done.stdout.splitlines() == ["[]", "True True"], done.stdout + done.stderr
 
 
 def test_knowledge_needs_no_libcst():

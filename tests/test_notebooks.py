@@ -161,7 +161,7 @@ def test_masking_keeps_line_numbers_and_python():
 def test_fix_round_trip_keeps_everything_but_the_fixed_cells(project):
     before = (project / "training.ipynb").read_text()
     result = cli("fix", "--no-cache", "training.ipynb")
-    assert re.search(r"Fixed [1-9]\d* findings? in 1 file\.", result.output), result.output
+    assert re.search(r"Fixed ([1-9]\d*) of \1 legacy patterns? in 1 file\.", result.output), result.output
     after = (project / "training.ipynb").read_text()
     old, new = json.loads(before), json.loads(after)  # still valid JSON
     assert after.endswith("}\n") and after.count("\n ") > 50  # nbformat's layout kept
@@ -182,7 +182,7 @@ def test_fix_round_trip_keeps_everything_but_the_fixed_cells(project):
     assert before[before.rindex(old_blocks[-1]) + len(old_blocks[-1]):] == after[after.rindex(new_blocks[-1]) + len(new_blocks[-1]):]
     assert before[: before.index(old_blocks[0])] == after[: after.index(new_blocks[0])]
     # a second fix changes nothing
-    assert cli("fix", "--no-cache", "training.ipynb").output.startswith("Fixed 0 findings")
+    assert cli("fix", "--no-cache", "training.ipynb").output.startswith("Fixed 0 of 0 legacy patterns in 0 files.")
     assert (project / "training.ipynb").read_text() == after
 
 

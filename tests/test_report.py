@@ -45,7 +45,7 @@ def report(*args):
 
 
 def ledger(*args) -> dict:
-    result = report("--format", "json", *args)
+    result = report("--output-format", "json", *args)
     assert result.exit_code == 0, result.output
     return json.loads(result.output)
 
@@ -60,7 +60,7 @@ def test_every_state_is_recorded(project):
     assert found[("src/compat.py", 4, "PM301")] == "guarded"
     assert found[("src/compat.py", 5, "PM101")] == "suppressed"
     assert found[("tests/test_step.py", 2, "PM101")] == "suppressed"  # per-file-ignores
-    assert found[("broken.py", 2, "PM000")] == "manual"
+    assert not any(path == "broken.py" for path, _, _ in found)  # not a site: a file that could not be checked
     # code already on the shim: no finding for `check`, listed as shimmed here
     assert found[("src/shimmed.py", 4, "PM101")] == "shimmed"
     assert found[("src/shimmed.py", 5, "PM101")] == "shimmed"
@@ -77,32 +77,43 @@ def test_site_fields_and_summaries_add_up(project):
     assert total["total"] == len(document["sites"])
     assert sum(v["total"] for v in document["summary"]["by_rule"].values()) == total["total"]
     assert sum(v["total"] for v in document["summary"]["by_directory"].values()) == total["total"]
-    assert set(document["summary"]["by_directory"]) == {".", "src", "tests"}
+    assert set(document["summary"]["by_directory"]) == {"src", "tests"}
     assert document["files_checked"] == 6
-    assert document["files_with_sites"] == 5
+    assert document["files_with_sites"] == 4
+    assert document["not_checked"] == [{"path": "broken.py", "code": "PM000", "message": document["not_checked"][0]["message"]}]
+    # the counts `check` prints: the active findings (src/train.py's pmap), the file that does not parse
+    assert document["counts"] == {"legacy_patterns": 1, "files_with_patterns": 1, "files_not_checked": 1,
+                                  "fixable_safe": 1, "fixable_unsafe": 0, "skipped_in_review": 0}
 
 
 def test_markdown_to_stdout_and_to_a_file(project):
     out = report(".").output
+    assert report(".", "--format", "json").output == report(".", "--output-format", "json").output  # kept hidden
     assert out.startswith("# pmap-migrate: migration report\n")
     for heading in ("## Summary by rule", "## Summary by directory", "## Sites"):
         assert heading in out
     assert "| `src/train.py` | 5:1 | PM101 `pmap-call` | fixable (safe) |" in out
     assert "| **total** |" in out
-    result = report(".", "-o", "MIGRATION.md")
-    assert result.stdout == "" and "Wrote the migration report" in result.stderr
-    assert (project / "MIGRATION.md").read_text() == out
+    assert out.splitlines()[2] == ("**1 legacy pattern** in 1 of 6 files checked (1 fixable with `pmap-migrate fix`); "
+                                   "**1 file could not be checked**.")
+    assert "## Files that could not be checked" in out and "| `broken.py` | PM000 |" in out
+    for option in ("-o", "--output-file", "--output"):  # --output: the earlier spelling, kept hidden
+        (project / "MIGRATION.md").unlink(missing_ok=True)
+        result = report(".", option, "MIGRATION.md")
+        assert result.stdout == "" and "Wrote the migration report" in result.stderr
+        assert (project / "MIGRATION.md").read_text() == out
+        assert report(".", option, "MIGRATION.md", "-q").stderr == ""
 
 
 def test_the_report_drops_nothing_the_linter_saw(tmp_path, monkeypatch):
     """Over the lint fixtures, the example and the notebooks: every finding of every state, and
-    every file error, is a site in the ledger, in the state its fix and state say."""
+    is a site in the ledger, in the state its fix and state say; every file error is listed apart."""
     for directory in ("lint", "example", "notebooks"):
         shutil.copytree(ROOT / "fixtures" / directory, tmp_path / directory)
     monkeypatch.chdir(tmp_path)
     document = ledger("lint", "example", "notebooks")
     sites = {(s["path"], s.get("cell"), s["line"], s["column"], s["code"]): s for s in document["sites"]}
-    expected = 0
+    expected = unchecked = 0
     for path in sorted(p for p in tmp_path.rglob("*") if p.suffix in (".py", ".ipynb")):
         shown = path.relative_to(tmp_path).as_posix()
         result = lint_file(path.read_bytes(), shown, all_rules())
@@ -112,16 +123,18 @@ def test_the_report_drops_nothing_the_linter_saw(tmp_path, monkeypatch):
             assert sites[key]["state"] == classify(d).state.value
             expected += 1
         if result.error is not None:
-            assert (shown, None, result.error.line, result.error.column, result.error.code) in sites
-            expected += 1
+            assert {"path": shown, "code": result.error.code, "message": result.error.message} in \
+                document["not_checked"]
+            unchecked += 1
     shimmed_already = sum(1 for s in document["sites"] if s["reason"].startswith("uses `runtime_shim"))
     assert len(document["sites"]) == expected + shimmed_already
+    assert len(document["not_checked"]) == unchecked
     assert any(s.get("cell") for s in document["sites"])  # notebooks are in it, by cell
 
 
 def test_select_narrows_the_ledger(project):
     document = ledger(".", "--select", "PM3")
-    assert {s["code"] for s in document["sites"]} <= {"PM301", "PM302", "PM303", "PM304", "PM000"}
+    assert {s["code"] for s in document["sites"]} <= {"PM301", "PM302", "PM303", "PM304"}
     assert ("src/shimmed.py", 6, "PM301") in states(document)
 
 
@@ -193,7 +206,9 @@ def test_a_fix_skipped_in_review_is_listed_and_counted_in_every_table(project):
     assert document["skips"] == {"file": SKIPS, "stale": 0}
 
     out = report(".").output
-    assert "1 skipped in review." in out.split("\n\n")[1]
+    assert "1 skipped in review." in out.split("\n\n")[2]
+    assert "(1 skipped in review)" in out.split("\n\n")[1]  # the headline: not fixable by `fix`
+    assert document["counts"]["fixable_safe"] == 0 and document["counts"]["skipped_in_review"] == 1
     assert out.count("| fixable (safe) | fixable (unsafe) | shimmed | manual | suppressed | guarded | "
                      "skipped in review | total |") == 2
     assert "| PM101 `pmap-call` |  |  | 2 |  | 2 |  | 1 | 5 |" in out

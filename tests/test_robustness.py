@@ -262,7 +262,8 @@ def test_a_read_only_file_is_reported_and_left_alone(project):
         assert "frozen.py:3:8: PM101" in result.output  # its findings are still reported
         assert path.read_text() == LEGACY and stat.S_IMODE(path.stat().st_mode) == 0o444
         assert "jax.shard_map(" in other.read_text()
-        assert "Fixed 1 finding in 1 file." in result.output
+        assert "Fixed 1 of 2 legacy patterns in 1 file." in result.output
+        assert "Found 1 legacy pattern in 1 file; 1 file could not be checked or fixed." in result.output
     finally:
         os.chmod(path, 0o644)
 
@@ -361,9 +362,11 @@ def test_symlinks_are_followed_once_and_never_outside_the_given_paths(project):
     (root / "loop.py").symlink_to("loop.py")
     (root / "dangling.py").symlink_to("missing.py")
     result = cli("fix", "--show-fixes", "root")
-    assert result.exit_code == 0, result.output
-    assert "Fixed 1 finding in 1 file." in result.output and "Traceback" not in result.output
-    assert "root/real.py: 1 x PM101" in result.output  # shown under its own name, not a link's
+    assert result.exit_code == 1, result.output  # the links that lead nowhere are files that could not be checked
+    assert "root/dangling.py:1:1: PM001 no such file or directory" in result.output
+    assert "root/loop.py:1:1: PM001 cannot read file: Too many levels of symbolic links" in result.output
+    assert "Fixed 1 of 1 legacy pattern in 1 file." in result.output and "Traceback" not in result.output
+    assert "  root/real.py:3:8: PM101 rewrite `step`" in result.output  # shown under its own name, not a link's
     assert "jax.shard_map(" in real.read_text()
     assert (root / "link.py").is_symlink() and (root / "chain.py").is_symlink()
     assert outside.read_text() == LEGACY

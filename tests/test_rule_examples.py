@@ -77,3 +77,16 @@ def test_the_cached_visitor_table_is_what_libcst_would_compute():
         instance = rule.__new__(rule)
         assert set(rule.get_visitors(instance)) == set(cst.BatchableCSTVisitor.get_visitors(instance)), rule.CODE
         assert rule.get_visitors(instance), rule.CODE
+
+
+@pytest.mark.parametrize("rule", all_rules(), ids=lambda rule: rule.CODE)
+def test_the_declared_fixability_is_what_the_examples_show(rule):
+    """`FIXABLE` (what `pmap-migrate rules` shows) against the rule's INVALID examples: ALWAYS, every
+    finding carries a fix; NEVER, none does; SOMETIMES, some do and some do not."""
+    from pmap_migrate.rules.base import Fixable
+
+    found = [d for example in rule.INVALID for d in _active(rule, example.code)]
+    with_fix = sum(1 for d in found if d.fix is not None)
+    shown = {Fixable.ALWAYS: with_fix == len(found), Fixable.NEVER: with_fix == 0,
+             Fixable.SOMETIMES: 0 < with_fix < len(found)}
+    assert isinstance(rule.FIXABLE, Fixable) and shown[rule.FIXABLE], (rule.CODE, rule.FIXABLE, with_fix, len(found))

@@ -68,6 +68,78 @@ def test_install_accepts_the_removed_pmap_flag(restore_jax):
         jax.config.update("jax_pmap_shmap_merge", False)
 
 
+def test_install_puts_back_the_removed_names_with_an_exact_replacement(restore_jax):
+    """From the table PM404 reports (runtime_shim.removed_api): the names whose replacement is the
+    same object or function, where this jax lacks them; uninstall takes them away again."""
+    import importlib
+
+    from runtime_shim import removed_api
+
+    if hasattr(jax, "tree_map"):
+        pytest.skip(f"jax {jax.__version__} still has jax.tree_map")
+    runtime_shim.install()
+    assert (jax.tree_map, jax.tree_leaves, jax.tree_util.tree_multimap) == (jax.tree.map, jax.tree.leaves, jax.tree.map)
+    from jax.experimental.pjit import PartitionSpec  # an import of a restored name works too
+
+    assert PartitionSpec is jax.sharding.PartitionSpec
+    optimizers = importlib.import_module("jax.experimental.optimizers")  # a moved module, importable again
+    assert optimizers is importlib.import_module("jax.example_libraries.optimizers")
+    assert jax.tree_map(lambda x: x + 1, [1, 2]) == [2, 3]
+    restored = runtime_shim.restored()
+    assert {"jax.tree_map", "jax.tree_util.tree_multimap", "jax.experimental.optimizers"} <= set(restored)
+    exact = {entry.name for entry in removed_api.exact_replacements()}
+    assert set(restored) <= exact
+    # only exact replacements: `jnp.fix` -> `jnp.trunc` assumes no `out=` (an unsafe fix for PM404)
+    assert "jax.numpy.fix" not in exact and not hasattr(jax.numpy, "fix")
+    # every exact entry is put back, or this jax still has the name, or its module is gone
+    for entry in removed_api.exact_replacements():
+        parent, _, name = entry.name.rpartition(".")
+        try:
+            module = importlib.import_module(parent)
+        except ImportError:
+            assert entry.name not in restored
+            continue
+        if entry.name in restored:
+            assert getattr(module, name) is _resolve(entry.replacement), entry.name
+    assert "jax.lib.xla_bridge" not in sys.modules or jax.__version__.startswith("0.7")  # no module rebuilt
+
+    runtime_shim.uninstall()
+    assert not hasattr(jax, "tree_map") and not hasattr(jax.tree_util, "tree_multimap")
+    assert "jax.experimental.optimizers" not in sys.modules and runtime_shim.restored() == []
+    with pytest.raises(ImportError):
+        importlib.import_module("jax.experimental.optimizers")
+
+
+def _resolve(dotted: str):
+    import importlib
+
+    parts = dotted.split(".")
+    for end in range(len(parts), 0, -1):
+        try:
+            value = importlib.import_module(".".join(parts[:end]))
+        except ImportError:
+            continue
+        for part in parts[end:]:
+            value = getattr(value, part)
+        return value
+    raise LookupError(dotted)
+
+
+def test_install_never_shadows_a_name_jax_still_has(restore_jax, monkeypatch):
+    from runtime_shim import _install, removed_api
+
+    if "jax.experimental.jax2tf" in sys.modules:
+        pytest.skip("jax.experimental.jax2tf is imported already")
+    original = jax.tree_util.tree_map
+    entries = (removed_api.RemovedName("jax.tree_util.tree_map", "0.7.2", "jax.tree.leaves", rename="same"),
+               # a module this jax has, not imported yet (so no attribute of its package)
+               removed_api.RemovedName("jax.experimental.jax2tf", "0.7.2", "jax.example_libraries.stax", rename="same"))
+    monkeypatch.setattr(_install, "exact_replacements", lambda: entries)
+    runtime_shim.install()
+    assert jax.tree_util.tree_map is original
+    assert "jax.experimental.jax2tf" not in sys.modules and runtime_shim.restored() == []
+
+
 def test_global_arg_shapes_is_accepted_with_a_warning():
     with pytest.warns(UserWarning, match="global_arg_shapes"):
         f = runtime_shim.pmap(lambda x: x, global_arg_shapes=((8, 2),))
@@ -167,3 +239,22 @@ def test_python_dash_m_runtime_shim_usage():
     assert proc.returncode == 2 and proc.stderr.startswith("usage: python -m runtime_shim")
     proc = jaxenv.run_program(sys.executable, "-m", "runtime_shim", "--help")
     assert proc.returncode == 0 and "python -m runtime_shim -m MODULE" in proc.stdout
+
+
+@pytest.mark.jax_envs
+def test_the_legacy_example_runs_unmodified_under_the_shim():
+    """`python -m runtime_shim fixtures/example/train.py` on each jax: its pmap, its
+    `device_put_replicated` and its `jax.tree_map` (gone from all of these releases) work, and the
+    five steps print the same losses everywhere."""
+    example = jaxenv.REPO / "fixtures" / "example" / "train.py"
+    runs = {}
+    for env, spec in ENVS.items():
+        proc = jaxenv.run_program(_python(spec), "-m", "runtime_shim", example, devices=2)
+        assert proc.returncode == 0, (env, proc.stderr[-3000:])
+        lines = proc.stdout.splitlines()
+        assert [line.split()[0] for line in lines[:5]] == ["0", "1", "2", "3", "4"] and len(lines) == 6, proc.stdout
+        runs[env] = [float(line.split()[1]) for line in lines[:5]]
+    first = next(iter(runs.values()))
+    assert first == sorted(first, reverse=True)
+    for env, losses in runs.items():
+        assert losses == pytest.approx(first, rel=1e-5), env

@@ -75,6 +75,8 @@ def test_odd_lines_tabs_wide_characters_cells_and_markup_like_text():
 
 def test_plain_writer_prints_what_rich_prints():
     """A `Plain` writer (no rich import) against rich's own output: findings, summaries, statistics."""
+    from pmap_migrate.counts import Counts
+    from pmap_migrate.diagnostics import FileError
     from pmap_migrate.reporting.text import Plain, render_statistics, render_summary
 
     cache: dict = {}
@@ -82,6 +84,7 @@ def test_plain_writer_prints_what_rich_prints():
     for path in sorted((ROOT / "fixtures" / "lint").glob("*.py"))[:20]:
         diagnostics += lint_bytes(path.read_bytes(), str(path), all_rules()).diagnostics
     odd = Diagnostic("PM101", "pmap-call", "a\ttab", "t.py", 1, 1, 1, 2)  # through rich, inside the plain writer
+    errors = [FileError("x.py", "PM000", "invalid syntax").as_diagnostic(), FileError("y.py", "PM001", "gone").as_diagnostic()]
     assert len(diagnostics) > 10
 
     def source_line(path, line, cell=None):
@@ -95,10 +98,10 @@ def test_plain_writer_prints_what_rich_prints():
 
     cases = [
         lambda out: render_diagnostics(out, [*diagnostics, odd], source_line),
-        lambda out: render_summary(out, diagnostics, errors=2, files=9),
-        lambda out: render_summary(out, diagnostics[:1], errors=0, files=1, fix_hint=False),
-        lambda out: render_summary(out, [], errors=1, files=3),
-        lambda out: render_summary(out, [], errors=0, files=1),
+        lambda out: render_summary(out, Counts.of(diagnostics + errors), files=9),
+        lambda out: render_summary(out, Counts.of(diagnostics[:1]), files=1, fix_hint=False),
+        lambda out: render_summary(out, Counts.of(errors[:1]), files=3),
+        lambda out: render_summary(out, Counts(), files=1),
         lambda out: render_statistics(out, diagnostics),
     ]
     for render in cases:

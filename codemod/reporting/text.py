@@ -6,10 +6,11 @@ import builtins
 import os
 import re
 from collections import Counter
-from collections.abc import Callable, Collection, Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, TextIO
 
+from pmap_migrate.counts import Counts, plural
 from pmap_migrate.diagnostics import Applicability, Diagnostic
 
 if TYPE_CHECKING:  # rich loads only when something is printed through it
@@ -146,39 +147,28 @@ def _plain(layout: _Layout) -> str | None:
     return f"{header}\n{gutter}{text}\n{prefix}{marks}\n\n"
 
 
-def render_summary(out: Console | Plain, diagnostics: Sequence[Diagnostic], *, errors: int, files: int,
-                   fix_hint: bool = True, held: Collection[Diagnostic] = ()) -> None:
-    """The closing lines; ``held``: those of ``diagnostics`` whose fix was skipped in review (plain
-    `fix` leaves them alone), not counted as fixable."""
-    findings = len(diagnostics)
-    lines: list[tuple[str, str | None]] = []  # (text, style)
-    if findings == 0 and errors == 0:
-        lines.append((f"All checks passed! ({files} file{'s' if files != 1 else ''} checked)", "green"))
-    else:
-        parts = []
-        if findings:
-            n_files = len({d.path for d in diagnostics})
-            parts.append(f"Found {findings} legacy pattern{'s' if findings != 1 else ''} in "
-                         f"{n_files} file{'s' if n_files != 1 else ''}")
-        if errors:
-            parts.append(f"{errors} file{'s' if errors != 1 else ''} could not be checked")
-        lines.append(("; ".join(parts) + ".", "bold"))
-        def fixable(among: Collection[Diagnostic], applicability: Applicability) -> int:
-            return sum(1 for d in among if d.fix is not None and d.fix.applicability is applicability)
+def summary_lines(counts: Counts, *, files: int, fix_hint: bool = True,
+                  not_checked: str = "could not be checked") -> list[tuple[str, str | None]]:
+    """The closing lines of `check` (and of what `fix` leaves) as (text, style), from the counts
+    every summary shares (codemod/counts.py); ``files``: how many files the run looked at."""
+    if counts.patterns == 0 and counts.unchecked == 0:
+        return [(f"All checks passed! ({plural(files, 'file')} checked)", "green")]
+    lines: list[tuple[str, str | None]] = [(counts.found(not_checked), "bold")]
+    if fix_hint and counts.safe:
+        lines.append((f"[*] {counts.safe} fixable with `pmap-migrate fix`.", None))
+    if fix_hint and counts.unsafe:
+        lines.append((f"{counts.unsafe} more fixable with `pmap-migrate fix --unsafe-fixes`.", None))
+    if fix_hint and counts.held:
+        them = "them" if counts.held != 1 else "it"
+        lines.append((f"{plural(counts.held, 'fix', 'fixes')} skipped in review: `pmap-migrate fix` leaves {them} "
+                      f"alone (`fix --review-skipped` applies {them}).", None))
+    return lines
 
-        safe = fixable(diagnostics, Applicability.SAFE) - fixable(held, Applicability.SAFE)
-        unsafe = fixable(diagnostics, Applicability.UNSAFE) - fixable(held, Applicability.UNSAFE)
-        skipped = len(held)
-        if fix_hint and safe:
-            lines.append((f"[*] {safe} fixable with `pmap-migrate fix`.", None))
-        if fix_hint and unsafe:
-            lines.append((f"{unsafe} more fixable with `pmap-migrate fix --unsafe-fixes`.", None))
-        if fix_hint and skipped:
-            lines.append((f"{skipped} fix{'es' if skipped != 1 else ''} skipped in review: `pmap-migrate fix` "
-                          f"leaves {'them' if skipped != 1 else 'it'} alone (`fix --review-skipped` applies "
-                          f"{'them' if skipped != 1 else 'it'}).", None))
+
+def render_lines(out: Console | Plain, lines: Sequence[tuple[str, str | None]]) -> None:
+    """Lines of text without control characters, each in its style."""
     plain = _plain_writer(out)
-    if plain is not None:  # no control characters in these lines
+    if plain is not None:
         plain.file.write("".join(f"{line}\n" for line, _ in lines))
         plain.file.flush()
         return
@@ -186,6 +176,11 @@ def render_summary(out: Console | Plain, diagnostics: Sequence[Diagnostic], *, e
 
     for line, style in lines:
         out.print(Text(line, style=style or ""))
+
+
+def render_summary(out: Console | Plain, counts: Counts, *, files: int, fix_hint: bool = True,
+                   not_checked: str = "could not be checked") -> None:
+    render_lines(out, summary_lines(counts, files=files, fix_hint=fix_hint, not_checked=not_checked))
 
 
 def render_statistics(out: Console | Plain, diagnostics: Sequence[Diagnostic]) -> None:
