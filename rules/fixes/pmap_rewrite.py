@@ -45,6 +45,7 @@ from pmap_migrate.rules.fixes.pmap_render import (
     render,
     shard_mapped_helper,
     squeeze_line,
+    tuple_text,
 )
 from pmap_migrate.rules.fixes.spec import Edit, FixSpec, Helper, ImportSpec
 from pmap_migrate.rules.knowledge import tables
@@ -154,13 +155,15 @@ class Rewriter:
             return None
         if opts["static"] or opts["unsafe"]:
             return None
-        axis, donate = site.option("axis_name"), site.keyword_arg("donate_argnums")
+        axis = site.option("axis_name")
         if axis is not None and is_none(axis):
             axis = None
         name, helper = self._helper()
         jit = cst.Attribute(cst.Name("jax"), cst.Name("jit"))
         partial = cst.Attribute(cst.Name("functools"), cst.Name("partial"))
-        donated = [_keyword("donate_argnums", donate.value)] if donate is not None else []
+        # the argnums as the literal they fold to (legacy took any iterable; jit takes a sequence)
+        donated = [_keyword("donate_argnums", cst.parse_expression(tuple_text(opts["donate"])))] if opts["donate"] \
+            else []
         if site.is_decorator:
             mapped = cst.Name(name) if axis is None else cst.Call(partial, [
                 cst.Arg(cst.Name(name)), _keyword("axis_name", axis)])
