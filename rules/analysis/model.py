@@ -122,7 +122,7 @@ class SemanticModel(Bindings, ValueFlow, Nesting):
                 inner = self.callee(first.value)
                 if inner is not None:
                     return Callee(inner.transform, inner.bound_args + tuple(expr.args[1:]), inner.via,
-                                  inner.ambiguous)
+                                  inner.ambiguous, inner.origin)
         if isinstance(expr, cst.Name):
             return self._alias_callee(expr)
         return None
@@ -177,7 +177,8 @@ class SemanticModel(Bindings, ValueFlow, Nesting):
             return None
         first = found[0]
         ambiguous = other or any(c.transform != first.transform for c in found)
-        return Callee(first.transform, first.bound_args, (name.value,) + first.via, ambiguous or first.ambiguous)
+        return Callee(first.transform, first.bound_args, (name.value,) + first.via, ambiguous or first.ambiguous,
+                      first.origin)
 
     # ------------------------------------------------------------------ sites
     def _find_sites(self) -> None:

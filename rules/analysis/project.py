@@ -278,9 +278,10 @@ class ProjectIndex:
             self._by_path[path] = facts
         return facts
 
-    def module_path(self, base: str, name: str) -> tuple[str, str] | None:
-        """``(base directory, file)`` of module ``name`` below ``base`` (or a root), if the project has one."""
-        for directory in (base, *self.roots):
+    def module_path(self, base: str | tuple[str, ...], name: str) -> tuple[str, str] | None:
+        """``(base directory, file)`` of module ``name`` below ``base`` (one directory, or several
+        in order), or else below a root, if the project has one."""
+        for directory in (*((base,) if isinstance(base, str) else base), *self.roots):
             key = (directory, name)
             if key not in self._paths:
                 stem = os.path.join(directory, *name.split("."))
@@ -298,7 +299,7 @@ class ProjectIndex:
         """The facts last read from ``path`` (None: not read, or unreadable)."""
         return self._by_path.get(path)
 
-    def exports(self, dotted: str, base: str, used: set[str] | None = None) -> bool:
+    def exports(self, dotted: str, base: str | tuple[str, ...], used: set[str] | None = None) -> bool:
         """Whether ``dotted`` names something that the index knows, or a module of the project
         that defines or re-exports an alias of pmap or a pmapped function."""
         if self.lookup(dotted, base, used) is not None:
@@ -314,7 +315,7 @@ class ProjectIndex:
         return facts.exports_pmap or (facts.package and any(
             self.lookup(target, where[0], used) is not None for target in facts.imports.values()))
 
-    def lookup(self, dotted: str, base: str, used: set[str] | None = None) -> Facts | None:
+    def lookup(self, dotted: str, base: str | tuple[str, ...], used: set[str] | None = None) -> Facts | None:
         """What the absolute ``dotted`` name (``pkg.constants.pmap``) is, seen from a module whose
         base is ``base``: an alias of pmap, a pmapped function, or nothing the index knows.
         ``used`` receives the paths of the modules the answer was read from."""
@@ -363,7 +364,9 @@ def _read_file(path: str) -> bytes | None:
 @dataclass
 class ModuleView:
     """The index as one module sees it: its own name resolves relative imports, its base finds
-    absolute ones; ``used`` collects the files its answers came from (its result depends on them)."""
+    absolute ones (then the directories between the module and its base, nearest first: a
+    repository whose root holds an ``__init__.py`` is still run from its root or a script's
+    directory); ``used`` collects the files its answers came from (its result depends on them)."""
 
     index: ProjectIndex
     base: str
@@ -371,6 +374,17 @@ class ModuleView:
     package: bool = False
     used: set[str] = field(default_factory=set)
     _refers: bool | None = field(default=None, repr=False)
+    bases: tuple[str, ...] = field(init=False, repr=False)
+
+    def __post_init__(self) -> None:
+        levels = self.name.count(".") + (1 if self.package else 0)
+        directories = [self.base]
+        if levels:
+            directory = os.path.join(self.base, *self.name.split(".")[:levels])
+            while len(directories) <= levels and directory != self.base:
+                directories.insert(1, directory)
+                directory = os.path.dirname(directory)
+        self.bases = (directories[0], *reversed(directories[1:]))
 
     def lookup(self, qualified: str) -> Facts | None:
         """``qualified``: a name as libcst's QualifiedNameProvider spells it (``.constants.pmap``,
@@ -378,7 +392,7 @@ class ModuleView:
         dotted = absolute_name(qualified, self.name, self.package)
         if dotted is None or "." not in dotted:
             return None
-        return self.index.lookup(dotted, self.base, self.used)
+        return self.index.lookup(dotted, self.bases, self.used)
 
     def refers_to_exports(self, tree: ast.Module) -> bool:
         """Whether the module's imports (module level, and in its top-level ``if``/``try``
@@ -405,6 +419,6 @@ class ModuleView:
                 names = [f"{module}.{alias.name}" for alias in statement.names if alias.name != "*"]
             else:
                 continue
-            if any(self.index.exports(name, self.base, self.used) for name in names):
+            if any(self.index.exports(name, self.bases, self.used) for name in names):
                 return True
         return False
