@@ -131,7 +131,8 @@ class Repo:
                     target, value = statement.targets[0].id, statement.value
                     if is_pmap(value) or is_partial_pmap(value):
                         aliases.add(target)
-                    elif isinstance(value, ast.Call) and value.args and (is_pmap(value.func) or is_partial_pmap(value.func)):
+                    elif isinstance(value, ast.Call) and value.args \
+                            and (is_pmap(value.func) or is_partial_pmap(value.func)):
                         pmapped.add(target)
                 elif isinstance(statement, (ast.FunctionDef, ast.AsyncFunctionDef)) \
                         and any(is_pmap(d) or is_partial_pmap(d) for d in statement.decorator_list):
@@ -229,13 +230,12 @@ class Repo:
                 return None
             return self.kind(module, attribute, path)
 
+        shown = str(path.relative_to(self.root))
         for node in ast.walk(tree):
             if isinstance(node, ast.Call):
                 kind = classify(node.func)
-                if kind == "alias" and node.args:
-                    found.append(("alias", str(path.relative_to(self.root)), node.lineno + offset, ast.unparse(node.func)))
-                elif kind == "pmapped":
-                    found.append(("pmapped", str(path.relative_to(self.root)), node.lineno + offset, ast.unparse(node.func)))
+                if (kind == "alias" and node.args) or kind == "pmapped":
+                    found.append((kind, shown, node.lineno + offset, ast.unparse(node.func)))
             elif isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
                 for decorator in node.decorator_list:
                     target = decorator.args[0] if isinstance(decorator, ast.Call) and decorator.args \
@@ -251,7 +251,8 @@ def top_imports(tree: ast.Module) -> dict[str, str]:
     for statement in tree.body:
         if isinstance(statement, ast.Import):
             for alias in statement.names:
-                imports[alias.asname or alias.name.split(".")[0]] = alias.name if alias.asname else alias.name.split(".")[0]
+                top = alias.name.split(".")[0]
+                imports[alias.asname or top] = alias.name if alias.asname else top
         elif isinstance(statement, ast.ImportFrom) and statement.module and not statement.level:
             for alias in statement.names:
                 imports[alias.asname or alias.name] = f"{statement.module}.{alias.name}"

@@ -153,7 +153,8 @@ class PmapCall(Rule):
         else:
             fix = self.context.fixes.idiomatic.fix_for(site) if self.context.options.idiomatic else None
             note = "; idiomatic fix: the whole data-parallel loop, without the stacked device axis" if fix else ""
-        if fix is None and patched is None and site.callee.origin is None:  # not asked for, or the module's loop does not fit the pattern exactly
+        # not asked for, or the module's loop does not fit the pattern exactly
+        if fix is None and patched is None and site.callee.origin is None:
             fix = self.context.fixes.pmap_fix(site)
         if via:
             message = f"`{via[0]}` applies the legacy `jax.pmap` (alias); migrate to `jax.jit(jax.shard_map(...))`"
