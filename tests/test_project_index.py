@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import os
 import shutil
+from collections import Counter
 from pathlib import Path
 
 import pytest
@@ -226,3 +227,47 @@ def test_a_notebook_importer_follows_the_alias_module(tmp_path: Path):
         'pmap = functools.partial(jax.pmap, axis_name="batch")', "pmap = jax.vmap"))
     after = _check(root, use_cache=True)
     assert [d for d in after.diagnostics if d.path == "notebooks/demo.ipynb"] == []
+
+
+# ------------------------------------------------------------------ fix's counts
+def _cli(root: Path, *args: str):
+    from click.testing import CliRunner
+
+    from pmap_migrate.cli import main
+
+    previous = os.getcwd()
+    os.chdir(root)
+    try:
+        return CliRunner().invoke(main, [*args], catch_exceptions=False)
+    finally:
+        os.chdir(previous)
+
+
+def test_fix_of_an_importer_alone_counts_its_imported_uses_as_left(tmp_path: Path):
+    """`fix` on one importer (pre-commit passes only the changed files) leaves the uses of an alias
+    another module defines: they are counted as left, not as fixed, and listed."""
+    root = _copy(tmp_path)
+    before = [d for d in _check(root, ["pkg/train.py"]).results[0].active]
+    imported = [d for d in before if d.fix is None and d.code == "PM101"]  # uses of `constants.pmap`, `p`
+    assert imported, "the fixture's importer uses an imported alias"
+    result = _cli(root, "fix", "--no-cache", "pkg/train.py")
+    left = [d for d in _check(root, ["pkg/train.py"]).results[0].active]
+    still = Counter((d.code, d.message) for d in left)  # (lines move: the fix adds code above them)
+    assert not Counter((d.code, d.message) for d in imported) - still
+    assert 0 < len(left) < len(before)
+    assert f"Fixed {len(before) - len(left)} of {len(before)} legacy patterns" in result.output
+    assert f"Found {len(left)} legacy patterns in 1 file." in result.output
+    for d in left:
+        assert f"pkg/train.py:{d.line}:{d.column}: {d.code}" in result.output
+
+
+def test_fix_of_the_whole_project_counts_what_check_finds_after_it(tmp_path: Path):
+    root = _copy(tmp_path)
+    result = _cli(root, "fix", "--no-cache", ".")
+    after = _cli(root, "check", "--no-cache", ".")
+    left = sum(len(r.active) for r in _check(root).results)
+    if left:
+        assert f"Found {left} legacy pattern" in after.output
+        assert f"Found {left} legacy pattern" in result.output
+    else:
+        assert "All checks passed!" in after.output and "All checks passed!" in result.output
