@@ -31,6 +31,55 @@ class SharedHelper:
 
 
 SHARD_MAPPED = "_shard_mapped"  # the compact form of the faithful pmap rewrite (pmap_render)
+REPLICATE = "_replicate"  # jax.device_put_replicated / flax replicate (placement_fixes.stack_fix)
+PUT_SHARDED = "_put_sharded"  # jax.device_put_sharded (placement_fixes.stack_fix)
+_SHARDING_IMPORTS = (ImportSpec("jax"), ImportSpec("jax.numpy", None, "jnp"), ImportSpec("numpy", None, "np"),
+                     ImportSpec("jax.sharding", "Mesh"),
+                     ImportSpec("jax.sharding", "NamedSharding"), ImportSpec("jax.sharding", "PartitionSpec", "P"))
+
+
+def replicate_helper(name: str, indent: str) -> str:
+    """`jax.device_put_replicated(tree, devices)` as it was: one row per device, each put on its own
+    device and assembled without device compute (typed PRNG keys go through); a weakly typed
+    leaf is broadcast on one device and put in place, so that it stays weakly typed."""
+    i1, i2 = indent, indent * 2
+    return "\n".join([
+        f"def {name}(tree, devices):",
+        f'{i1}"""jax.device_put_replicated(tree, devices): a row per device."""',
+        "",
+        f"{i1}def stack(leaf):",
+        f'{i2}sharding = NamedSharding(Mesh(devices, ("i",)), P("i"))',
+        f"{i2}shape = (len(devices), *np.shape(leaf))",
+        f"{i2}if jax.typeof(leaf).weak_type:  # stays weakly typed",
+        f"{i2}{i1}return jax.device_put(jnp.broadcast_to(leaf, shape), sharding)",
+        f"{i2}rows = [jax.device_put(leaf, device)[None] for device in devices]",
+        f"{i2}return jax.make_array_from_single_device_arrays(shape, sharding, rows)",
+        "",
+        f"{i1}return jax.tree.map(stack, tree)",
+    ]) + "\n"
+
+
+def put_sharded_helper(name: str, indent: str) -> str:
+    """`jax.device_put_sharded(shards, devices)` as it was: row k of each leaf from ``shards[k]``,
+    put on ``devices[k]``; weakly typed leaves as in ``replicate_helper``."""
+    i1, i2, i3 = indent, indent * 2, indent * 3
+    return "\n".join([
+        f"def {name}(shards, devices):",
+        f'{i1}"""jax.device_put_sharded(shards, devices): shard k on device k."""',
+        "",
+        f"{i1}def stack(*leaves):",
+        f'{i2}sharding = NamedSharding(Mesh(devices, ("i",)), P("i"))',
+        f"{i2}if jax.typeof(leaves[0]).weak_type:  # stays weakly typed",
+        f"{i2}{i1}return jax.device_put(jnp.stack(leaves), sharding)",
+        f"{i2}rows = [",
+        f"{i3}jax.device_put(leaf, device)[None]",
+        f"{i3}for leaf, device in zip(leaves, devices, strict=True)",
+        f"{i2}]",
+        f"{i2}shape = (len(devices), *np.shape(leaves[0]))",
+        f"{i2}return jax.make_array_from_single_device_arrays(shape, sharding, rows)",
+        "",
+        f"{i1}return jax.tree.map(stack, *shards)",
+    ]) + "\n"
 
 SHARED_HELPERS: dict[str, SharedHelper] = {
     helper.name: helper for helper in (
@@ -40,6 +89,10 @@ SHARED_HELPERS: dict[str, SharedHelper] = {
             shard_mapped_helper(SHARD_MAPPED, INDENT),
             (ImportSpec("functools"), ImportSpec("jax"), ImportSpec("jax.numpy", None, "jnp"),
              ImportSpec("jax.sharding", "Mesh"), ImportSpec("jax.sharding", "PartitionSpec", "P"))),
+        SharedHelper(REPLICATE, "jax.device_put_replicated (removed in jax 0.10).",
+                     replicate_helper(REPLICATE, INDENT), _SHARDING_IMPORTS),
+        SharedHelper(PUT_SHARDED, "jax.device_put_sharded (removed in jax 0.10).",
+                     put_sharded_helper(PUT_SHARDED, INDENT), _SHARDING_IMPORTS),
     )
 }
 
@@ -52,6 +105,7 @@ def _import_line(spec: ImportSpec) -> str:
 
 
 _STDLIB = frozenset({"functools"})
+_THIRD_PARTY_ORDER = ("jax", "numpy")  # isort: by module name
 
 
 def module_text(names: frozenset[str] | set[str]) -> str:
@@ -65,10 +119,15 @@ def module_text(names: frozenset[str] | set[str]) -> str:
     lines += ['"""', ""]
     for group in ([s for s in specs if s.module.split(".")[0] in _STDLIB],
                   [s for s in specs if s.module.split(".")[0] not in _STDLIB]):
-        plain = sorted((s for s in group if s.name is None), key=lambda s: s.module)
-        froms = sorted((s for s in group if s.name is not None), key=lambda s: (s.module, s.name.lower()))
+        plain = [_import_line(s) for s in sorted((s for s in group if s.name is None), key=lambda s: s.module)]
+        froms = []  # ruff's isort: one line per module for the names without `as`, one per aliased name
+        for module in sorted({s.module for s in group if s.name is not None}):
+            names = sorted((s for s in group if s.module == module and s.name is not None), key=lambda s: s.name)
+            bare = [s.name for s in names if s.asname is None]
+            froms += [f"from {module} import {', '.join(bare)}"] if bare else []
+            froms += [_import_line(s) for s in names if s.asname is not None]
         if plain or froms:
-            lines += [_import_line(s) for s in (*plain, *froms)] + [""]
+            lines += [*plain, *froms, ""]
     text = "\n".join(lines)
     for helper in helpers:
         text += "\n\n" + helper.source
