@@ -395,6 +395,17 @@ def _shared_import(location: SharedLocation, name: str, local: str) -> ImportSpe
     return ImportSpec(location.module, name, None if local == name else local, location.relative)
 
 
+def imported_helpers(module: cst.Module, chosen: Sequence[Finding], shared: SharedLocation | None) -> dict:
+    """The helpers of ``chosen`` that the module imports from its package's shared module, by
+    their name in the module: those with a shared form, where there is a shared module, which the
+    module does not define itself (a copy an earlier run wrote stays the one used)."""
+    if shared is None:
+        return {}
+    defined = {name for statement in module.body for name in _top_level_names(statement)}
+    return {helper.name: helper for finding in chosen for helper in finding.fix.helpers
+            if helper.shared and helper.name not in defined}
+
+
 def apply(module: cst.Module, chosen: Sequence[Finding],
           parents: Mapping[cst.CSTNode, cst.CSTNode] | None = None,
           shared: SharedLocation | None = None) -> cst.Module:
@@ -403,7 +414,7 @@ def apply(module: cst.Module, chosen: Sequence[Finding],
     helpers that have a shared form are imported from that module instead of written here."""
     edits = [edit for finding in chosen for edit in finding.fix.all_edits(finding.node)]
     helpers = {helper.name: helper for finding in chosen for helper in finding.fix.helpers}
-    imported = {name: helper for name, helper in helpers.items() if shared is not None and helper.shared}
+    imported = imported_helpers(module, chosen, shared)
     helper_imports = [spec for helper in helpers.values() if helper.name not in imported for spec in helper.imports]
     helper_imports += [_shared_import(shared, helper.shared, name) for name, helper in imported.items()]
     helpers = {name: helper for name, helper in helpers.items() if name not in imported}
@@ -590,8 +601,7 @@ def fix_bytes(data: bytes, path: str, rules: Sequence[type[Rule]], *, unsafe: bo
                                        if (why := broken.get(_site_key(analysis.module, f))) is not None)
                 analysis = analyse(analysis.module, path, rules, options, all_positions=False, refused=refused)
                 continue
-            if location is not None:
-                used.update(h.shared for f in chosen for h in f.fix.helpers if h.shared)
+            used.update(h.shared for h in imported_helpers(analysis.module, chosen, location).values())
             if last is not None:  # nothing more to fix: the findings on the new code are those left
                 outcome.applied.extend(f.diagnostic for f in chosen)
                 outcome.rounds += 1

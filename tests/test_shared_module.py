@@ -99,8 +99,8 @@ def test_the_shared_module_is_created_once_per_package_and_imported(project):
     created = sorted(set(files) - set(FILES))
     # the package's top (not pkg/sub), and beside the test of a directory without __init__.py
     assert created == ["pkg/_pmap_compat.py", "tests/_pmap_compat.py"]
-    for rel in created:
-        assert helpers_in(files[rel]) == {"_shard_mapped"}
+    assert helpers_in(files["pkg/_pmap_compat.py"]) == {"_shard_mapped"}  # what the package uses
+    assert helpers_in(files["tests/_pmap_compat.py"]) == set(SHARED_HELPERS)  # beside scripts: every helper
     assert "from pkg._pmap_compat import _shard_mapped\n" in files["pkg/ops.py"]  # absolute, as ops imports
     assert "from .._pmap_compat import _shard_mapped\n" in files["pkg/sub/steps.py"]  # relative, as steps does
     assert "from _pmap_compat import _shard_mapped\n" in files["tests/test_pkg.py"]
@@ -124,6 +124,33 @@ def test_file_by_file_or_all_at_once_gives_the_same_tree(tmp_path):
         if rel == "pkg/sub/steps.py":
             assert (by_file / "pkg" / "_pmap_compat.py").is_file()
     assert tree(by_file) == tree(at_once)
+
+
+def test_a_later_run_extends_the_shared_module(project):
+    assert run(project, "fix", "--no-cache", "pkg/ops.py").exit_code == 0
+    shared = project / "pkg" / "_pmap_compat.py"
+    assert helpers_in(shared.read_text()) == {"_shard_mapped"}
+    (project / "pkg" / "stack.py").write_text(
+        "import jax\nimport numpy as np\n\n\ndef put(x):\n    return jax.device_put_replicated(x, jax.local_devices())\n")
+    assert run(project, "fix", "--no-cache", "pkg/stack.py").exit_code == 0
+    assert shared.read_text() == module_text({"_shard_mapped", "_replicate"})  # one module, both helpers
+    fixed = (project / "pkg" / "stack.py").read_text()
+    assert "from pkg._pmap_compat import _replicate\n" in fixed
+    assert "return _replicate(x, jax.local_devices())" in fixed and "def _replicate" not in fixed
+
+
+def test_a_module_keeps_using_the_copy_an_earlier_run_wrote_in_it(project):
+    from pmap_migrate.fixer import fix_bytes
+    from pmap_migrate.rules import all_rules
+
+    ops = project / "pkg" / "ops.py"
+    ops.write_bytes(fix_bytes(OPS.encode(), str(ops), all_rules(), unsafe=True).fixed)  # no shared module
+    assert "def _shard_mapped(" in ops.read_text()
+    ops.write_text(ops.read_text() + '\n\nsquare = jax.pmap(lambda x: x * x, "i")\n')
+    assert run(project, "fix", "--no-cache", "pkg/ops.py").exit_code == 0
+    text = ops.read_text()
+    assert "square = jax.jit(_shard_mapped(lambda x: x * x, \"i\"))" in text and "_pmap_compat" not in text
+    assert not (project / "pkg" / "_pmap_compat.py").exists()
 
 
 def test_diff_shows_the_new_module_and_writes_nothing(project):
