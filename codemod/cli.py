@@ -294,7 +294,7 @@ def _fix(session, *, no_cache, jobs, stdin_filename, quiet, unsafe_fixes, diff, 
         from pmap_migrate.interactive import review
 
         files = session.files(use_cache=not no_cache)
-        reviewed = review(files, session.settings, session.rules, unsafe=unsafe_fixes, decide=_ask_about_fix,
+        reviewed = review(files, session.settings, session.rules, unsafe=unsafe_fixes, decide=_ask_about_fix, shared=True,
                           skips=skips, review_skipped=review_skipped)
         outcomes, skipped, held, looked_at = reviewed.outcomes, reviewed.skipped, reviewed.held, len(files)
     else:
@@ -303,7 +303,8 @@ def _fix(session, *, no_cache, jobs, stdin_filename, quiet, unsafe_fixes, diff, 
         if len(skips) and not review_skipped:
             from pmap_migrate.interactive import honour_skips
 
-            outcomes, held = honour_skips(outcomes, session.settings, session.rules, unsafe=unsafe_fixes, skips=skips)
+            outcomes, held = honour_skips(outcomes, session.settings, session.rules, unsafe=unsafe_fixes, skips=skips,
+                                          shared=True)
     from pmap_migrate.runner import shared_module_outcomes
 
     shared = shared_module_outcomes(outcomes)  # the packages' shared modules: written first
