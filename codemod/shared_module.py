@@ -7,6 +7,8 @@ The rule, for a module at ``path``:
   highest directory of the unbroken chain of ``__init__.py`` above it). A module that imports
   relatively imports it relatively (``from .._pmap_compat import ...``), any other by the top
   package's name (``from pkg._pmap_compat import ...``), as it would any module of its package;
+  but a script (``if __name__ == "__main__":``) that imports nothing of its package may be run as
+  ``python pkg/script.py``, where the package is not importable: no shared module;
 - in a directory without ``__init__.py``, a script or a test (``if __name__ == "__main__":``, or
   named as pytest collects tests: ``test_*.py``, ``*_test.py``, ``conftest.py``): a sibling module,
   imported by its plain name, which works when the script runs (its directory is first on
@@ -48,7 +50,9 @@ def _is_identifier(name: str) -> bool:
 
 
 def _is_script(module: cst.Module, name: str) -> bool:
-    if name.startswith(_TEST_NAME[0]) or name.endswith(_TEST_NAME[1]) or name == _TEST_NAME[2]:
+    """A script or a test: named as pytest collects tests (``name``; "" to ask about the
+    ``__main__`` guard only), or with ``if __name__ == "__main__":``."""
+    if name and (name.startswith(_TEST_NAME[0]) or name.endswith(_TEST_NAME[1]) or name == _TEST_NAME[2]):
         return True
     for statement in module.body:
         if isinstance(statement, cst.If) and isinstance(statement.test, cst.Comparison):
@@ -61,10 +65,30 @@ def _is_script(module: cst.Module, name: str) -> bool:
     return False
 
 
+def _imports(module: cst.Module):
+    for statement in module.body:
+        for small in statement.body if isinstance(statement, cst.SimpleStatementLine) else ():
+            if isinstance(small, (cst.Import, cst.ImportFrom)):
+                yield small
+
+
 def _imports_relatively(module: cst.Module) -> bool:
-    return any(isinstance(small, cst.ImportFrom) and small.relative
-               for statement in module.body if isinstance(statement, cst.SimpleStatementLine)
-               for small in statement.body)
+    return any(isinstance(small, cst.ImportFrom) and small.relative for small in _imports(module))
+
+
+def _imports_package(module: cst.Module, package: str) -> bool:
+    """Whether the module imports its top package by name (``import pkg.x``, ``from pkg import x``)."""
+    for small in _imports(module):
+        if isinstance(small, cst.ImportFrom):
+            names = [small.module] if small.module is not None and not small.relative else []
+        else:
+            names = [alias.name for alias in small.names]
+        for name in names:
+            while isinstance(name, cst.Attribute):
+                name = name.value
+            if isinstance(name, cst.Name) and name.value == package:
+                return True
+    return False
 
 
 def usable(file: Path) -> bool:
@@ -101,6 +125,8 @@ def location_for(path: str, module: cst.Module) -> SharedLocation | None:
         shown = os.path.normpath(file)
         if _imports_relatively(module):
             return SharedLocation(shown, MODULE_NAME, relative=depth + 1)
+        if _is_script(module, "") and not _imports_package(module, top.name):
+            return None
         return SharedLocation(shown, f"{top.name}.{MODULE_NAME}")
     if not _is_script(module, given.name) or not usable(directory / FILE_NAME):
         return None

@@ -173,6 +173,17 @@ def test_a_module_of_that_name_not_written_by_the_tool_is_left_alone(project):
     assert helpers_in(edited) is None and helpers_in(module_text(set(SHARED_HELPERS))) == set(SHARED_HELPERS)
 
 
+def test_a_script_of_a_package_that_imports_nothing_of_it_keeps_its_own_helper(project):
+    """`python pkg/run.py` puts pkg/ on the path, not its parent: `pkg` may not be importable."""
+    script = project / "pkg" / "run.py"
+    script.write_text(OPS + '\n\nif __name__ == "__main__":\n    print(normalize)\n')
+    user = project / "pkg" / "use.py"  # a script that imports its package: the package is importable there
+    user.write_text("from pkg import ops\n" + OPS.replace("normalize", "scaled") + 'if __name__ == "__main__":\n    pass\n')
+    assert run(project, "fix", "--no-cache", "pkg/run.py", "pkg/use.py").exit_code == 0
+    assert "def _shard_mapped(" in script.read_text() and "_pmap_compat" not in script.read_text()
+    assert "from pkg._pmap_compat import _shard_mapped\n" in user.read_text()
+
+
 def test_a_module_of_a_namespace_directory_keeps_its_own_helper(tmp_path):
     """A directory without __init__.py whose module is neither a script nor a test may be imported
     as a namespace package: no plain-name import would be safe there."""
