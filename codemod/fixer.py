@@ -327,7 +327,8 @@ _NO_IMPORTS_INSIDE = (cst.BaseExpression, cst.Decorator, cst.Parameters, cst.Ann
 def _helper_edits(module: cst.Module, helpers: list, edits: list[Edit],
                   parents: Mapping[cst.CSTNode, cst.CSTNode] | None) -> list[Edit]:
     """The insertion of the helpers the module does not define yet: after the last top-level import
-    before the first statement the fixes edit (or that code runs), two blank lines around them."""
+    before the first statement the fixes edit (just before that statement when no jax import
+    precedes it), two blank lines around them."""
     bound = {name for statement in module.body for name in _top_level_names(statement)}
     missing = [helper for helper in helpers if helper.name not in bound]
     if not missing:
@@ -341,6 +342,10 @@ def _helper_edits(module: cst.Module, helpers: list, edits: list[Edit],
         first = min(first, tops.get(id(node), first))
     imports = [k for k in range(first) if _is_import_line(module.body[k])]
     at = imports[-1] + 1 if imports else (1 if module.body and _is_docstring(module.body[0]) else 0)
+    if not any(_imports_jax(module.body[k]) for k in imports):
+        # the helpers' imports go just before them (`_import_window`): not before code that runs
+        # ahead of the module's own jax import (an `os.environ` setting jax reads when imported)
+        at = max(at, min(first, len(module.body)))
     statements = []
     for helper in missing:
         for k, statement in enumerate(helper.statements):

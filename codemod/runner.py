@@ -454,11 +454,13 @@ def shared_module_outcomes(outcomes: Sequence[tuple[Path | None, object]]) -> li
     """``(path, FixOutcome)`` of each shared module that the fixed modules among ``outcomes``
     import helpers from and that does not hold them yet (created: ``original`` empty and
     ``created`` set). They must be written before the modules that import them."""
+    needs = [(o.shared, o.shared_helpers) for _, o in outcomes
+             if getattr(o, "shared", None) is not None and o.changed and o.error is None]
+    if not needs:
+        return []  # nothing loaded (a run the prefilter ruled everything out of loads no libcst)
     from pmap_migrate.fixer import FixOutcome
     from pmap_migrate.shared_module import shared_modules
 
-    needs = [(o.shared, o.shared_helpers) for _, o in outcomes
-             if o.shared is not None and o.changed and o.error is None]
     return [(Path(m.file), FixOutcome(m.file, m.original or b"", m.text(), created=m.original is None))
             for m in shared_modules(needs)]
 
