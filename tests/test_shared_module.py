@@ -17,12 +17,17 @@ from pmap_migrate.rules.fixes.shared import SHARED_HELPERS, helpers_in, module_t
 OPS = '''import functools
 
 import jax
+import numpy as np
 from jax import lax
 
 
 @functools.partial(jax.pmap, axis_name="i")
 def normalize(x):
     return x / lax.psum(x, "i")
+
+
+def weights():
+    return jax.device_put_replicated(np.float32(2.0), jax.local_devices())
 '''
 
 STEPS = '''import jax
@@ -44,15 +49,19 @@ def run(x):
 TEST = '''import jax
 import numpy as np
 
+from pkg import ops
 from pkg.sub import steps
 
 square = jax.pmap(lambda x: x * x)
+scale = jax.pmap(lambda x, w: x * w)
 
 
 def test_run():
     x = np.arange(1.0, 17.0).reshape(8, 2)
     out = square(steps.run(x))
     print(np.round(np.asarray(out), 6).tolist(), out.shape)
+    weighted = scale(out, ops.weights())
+    print(np.round(np.asarray(weighted), 6).tolist(), weighted.dtype)
 
 
 if __name__ == "__main__":
@@ -99,9 +108,9 @@ def test_the_shared_module_is_created_once_per_package_and_imported(project):
     created = sorted(set(files) - set(FILES))
     # the package's top (not pkg/sub), and beside the test of a directory without __init__.py
     assert created == ["pkg/_pmap_compat.py", "tests/_pmap_compat.py"]
-    assert helpers_in(files["pkg/_pmap_compat.py"]) == {"_shard_mapped"}  # what the package uses
+    assert helpers_in(files["pkg/_pmap_compat.py"]) == {"_shard_mapped", "_replicate"}  # what the package uses
     assert helpers_in(files["tests/_pmap_compat.py"]) == set(SHARED_HELPERS)  # beside scripts: every helper
-    assert "from pkg._pmap_compat import _shard_mapped\n" in files["pkg/ops.py"]  # absolute, as ops imports
+    assert "from pkg._pmap_compat import _replicate, _shard_mapped\n" in files["pkg/ops.py"]  # absolute
     assert "from .._pmap_compat import _shard_mapped\n" in files["pkg/sub/steps.py"]  # relative, as steps does
     assert "from _pmap_compat import _shard_mapped\n" in files["tests/test_pkg.py"]
     for rel in FILES:
@@ -129,14 +138,14 @@ def test_file_by_file_or_all_at_once_gives_the_same_tree(tmp_path):
 def test_a_later_run_extends_the_shared_module(project):
     assert run(project, "fix", "--no-cache", "pkg/ops.py").exit_code == 0
     shared = project / "pkg" / "_pmap_compat.py"
-    assert helpers_in(shared.read_text()) == {"_shard_mapped"}
+    assert helpers_in(shared.read_text()) == {"_shard_mapped", "_replicate"}
     (project / "pkg" / "stack.py").write_text(
-        "import jax\nimport numpy as np\n\n\ndef put(x):\n    return jax.device_put_replicated(x, jax.local_devices())\n")
+        "import jax\n\n\ndef put(xs):\n    return jax.device_put_sharded(xs, jax.local_devices())\n")
     assert run(project, "fix", "--no-cache", "pkg/stack.py").exit_code == 0
-    assert shared.read_text() == module_text({"_shard_mapped", "_replicate"})  # one module, both helpers
+    assert shared.read_text() == module_text({"_shard_mapped", "_replicate", "_put_sharded"})  # one module
     fixed = (project / "pkg" / "stack.py").read_text()
-    assert "from pkg._pmap_compat import _replicate\n" in fixed
-    assert "return _replicate(x, jax.local_devices())" in fixed and "def _replicate" not in fixed
+    assert "from pkg._pmap_compat import _put_sharded\n" in fixed
+    assert "return _put_sharded(xs, jax.local_devices())" in fixed and "def _put_sharded" not in fixed
 
 
 def test_a_module_keeps_using_the_copy_an_earlier_run_wrote_in_it(project):
@@ -158,7 +167,7 @@ def test_diff_shows_the_new_module_and_writes_nothing(project):
     assert result.exit_code == 1
     assert "--- /dev/null\n+++ b/pkg/_pmap_compat.py\n" in result.output
     assert "+def _shard_mapped(f, axis_name=None):" in result.output
-    assert "+from pkg._pmap_compat import _shard_mapped" in result.output
+    assert "+from pkg._pmap_compat import _replicate, _shard_mapped" in result.output
     assert tree(project) == FILES
 
 
@@ -181,7 +190,7 @@ def test_a_script_of_a_package_that_imports_nothing_of_it_keeps_its_own_helper(p
     user.write_text("from pkg import ops\n" + OPS.replace("normalize", "scaled") + 'if __name__ == "__main__":\n    pass\n')
     assert run(project, "fix", "--no-cache", "pkg/run.py", "pkg/use.py").exit_code == 0
     assert "def _shard_mapped(" in script.read_text() and "_pmap_compat" not in script.read_text()
-    assert "from pkg._pmap_compat import _shard_mapped\n" in user.read_text()
+    assert "from pkg._pmap_compat import _replicate, _shard_mapped\n" in user.read_text()
 
 
 def test_a_module_of_a_namespace_directory_keeps_its_own_helper(tmp_path):
@@ -239,6 +248,6 @@ def test_the_fixed_package_prints_what_the_legacy_package_printed(tmp_path):
     assert run(fixed, "fix", "--no-cache", "--unsafe-fixes", ".").exit_code == 0
     assert (fixed / "pkg" / "_pmap_compat.py").is_file()
     reference = _stdout(jaxenv.LEGACY, legacy)
-    assert reference.strip().endswith("(8, 2)"), reference
+    assert reference.strip().endswith("float32"), reference
     for env in (jaxenv.LEGACY, jaxenv.NEW_311, jaxenv.NEWEST):
         assert _stdout(env, fixed) == reference, env.name
