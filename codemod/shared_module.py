@@ -10,7 +10,9 @@ The rule, for a module at ``path``:
   but a script (``if __name__ == "__main__":``) that imports nothing of its package may be run as
   ``python pkg/script.py``, where the package is not importable: no shared module;
 - in a directory without ``__init__.py``, a script or a test (``if __name__ == "__main__":``, or
-  named as pytest collects tests: ``test_*.py``, ``*_test.py``, ``conftest.py``): a sibling module,
+  named as pytest collects tests: ``test_*.py``, ``*_test.py``, ``conftest.py``), unless the
+  directory is a namespace package (its parent is a package, or the module imports its own
+  directory by name: ``python -m pkg.tool`` does not put the directory on the path): a sibling module,
   imported by its plain name, which works when the script runs (its directory is first on
   ``sys.path``) and under pytest's default import mode (it puts the test's directory there). Two
   such directories may meet in one pytest session, where the first ``_pmap_compat`` imported serves
@@ -76,6 +78,25 @@ def _imports_relatively(module: cst.Module) -> bool:
     return any(isinstance(small, cst.ImportFrom) and small.relative for small in _imports(module))
 
 
+def _names_directory(module: cst.Module, name: str) -> bool:
+    """Whether an absolute import of the module names ``name`` (its directory) as a package
+    (``from examples import utils``, ``import scenic.projects.unloc.model``): it is then run or
+    imported as a module of a namespace package, where its directory is not on ``sys.path``."""
+    for small in _imports(module):
+        if isinstance(small, cst.ImportFrom):
+            names = [small.module] if small.module is not None and not small.relative else []
+        else:
+            names = [alias.name for alias in small.names]
+        for node in names:
+            parts = []
+            while isinstance(node, cst.Attribute):
+                parts.append(node.attr.value)
+                node = node.value
+            if isinstance(node, cst.Name) and name in [node.value, *parts[1:]]:
+                return True
+    return False
+
+
 def _imports_package(module: cst.Module, package: str) -> bool:
     """Whether the module imports its top package by name (``import pkg.x``, ``from pkg import x``)."""
     for small in _imports(module):
@@ -128,7 +149,8 @@ def location_for(path: str, module: cst.Module) -> SharedLocation | None:
         if _is_script(module, "") and not _imports_package(module, top.name):
             return None
         return SharedLocation(shown, f"{top.name}.{MODULE_NAME}")
-    if not _is_script(module, given.name) or not usable(directory / FILE_NAME):
+    if (not _is_script(module, given.name) or (directory.parent / "__init__.py").is_file()
+            or _names_directory(module, directory.name) or not usable(directory / FILE_NAME)):
         return None
     return SharedLocation(os.path.normpath(given.parent / FILE_NAME), MODULE_NAME, every_helper=True)
 

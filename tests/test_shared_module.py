@@ -195,13 +195,18 @@ def test_a_script_of_a_package_that_imports_nothing_of_it_keeps_its_own_helper(p
 
 def test_a_module_of_a_namespace_directory_keeps_its_own_helper(tmp_path):
     """A directory without __init__.py whose module is neither a script nor a test may be imported
-    as a namespace package: no plain-name import would be safe there."""
+    as a namespace package; so is one inside a package, and one whose script imports its own
+    directory by name (`python -m tools.run`): no plain-name import would be safe there."""
     root = make_project(tmp_path / "ns")
-    (root / "lib").mkdir()
-    (root / "lib" / "ops.py").write_text(OPS)
-    assert run(root, "fix", "--no-cache", "lib").exit_code == 0
-    assert not (root / "lib" / "_pmap_compat.py").exists()
-    assert "def _shard_mapped(" in (root / "lib" / "ops.py").read_text()
+    main = '\n\nif __name__ == "__main__":\n    pass\n'
+    cases = {"lib/ops.py": OPS, "pkg/tools/test_ops.py": OPS, "tools/run.py": "from tools import util\n" + OPS + main}
+    for rel, text in cases.items():
+        (root / rel).parent.mkdir(parents=True, exist_ok=True)
+        (root / rel).write_text(text)
+    assert run(root, "fix", "--no-cache", *cases).exit_code == 0
+    for rel in cases:
+        assert not (root / rel).with_name("_pmap_compat.py").exists(), rel
+        assert "def _shard_mapped(" in (root / rel).read_text(), rel
 
 
 def test_an_unwritable_shared_module_leaves_its_importers_unchanged(project, monkeypatch):
