@@ -11,7 +11,9 @@ its DIR's parent: ``before/`` stays as it is, ``safe/`` gets ``pmap-migrate fix`
 ``PATH``, or ``--pmap-migrate EXE``; ruff likewise, or ``--ruff EXE``; ``--config`` names an empty
 settings file so no repository's ``[tool.pmap-migrate]`` applies). The project
 configuration files above each file (up to its DIR) are copied along, so the fix sees the same
-settings files as in the original tree. Then:
+settings files as in the original tree; so are the ``__init__.py`` files above each file (up to its
+DIR), which say what is a package: where `fix` puts the package's shared module, and how the fixed
+modules import it (those it creates are counted, their lines among the lines added). Then:
 
 - **each file's lint settings**: its line length comes from the nearest directory above it (up to
   its DIR) whose configuration sets one: ``ruff.toml`` / ``.ruff.toml`` / ``[tool.ruff]`` of
@@ -430,6 +432,9 @@ def _run(args, roots: list[Path], scratch: Path) -> int:
         rel = path.relative_to(root.parent).as_posix()
         original[rel], settings[rel] = data, finder.settings(path, root)
         configs.update((root, c) for c in finder.config_files(path, root))
+        configs.update((root, d / "__init__.py") for d in path.parents
+                       if d.is_relative_to(root) and (d / "__init__.py").is_file())
+    context = {path.relative_to(root.parent).as_posix() for root, path in configs} - set(original)
     for tree in trees.values():
         for rel, data in original.items():
             (tree / rel).parent.mkdir(parents=True, exist_ok=True)
@@ -440,7 +445,8 @@ def _run(args, roots: list[Path], scratch: Path) -> int:
     runs = {"safe": run_cli(args.exe, trees["safe"], config, args.jobs, unsafe=False),
             "unsafe": run_cli(args.exe, trees["unsafe"], config, args.jobs, unsafe=True)}
     crashes = cli_crashes("safe fix", runs["safe"]) + cli_crashes("unsafe fix", runs["unsafe"])
-    after = {name: python_files(trees[name]) for name in ("safe", "unsafe")}
+    after = {name: {rel: data for rel, data in python_files(trees[name]).items() if rel not in context}
+             for name in ("safe", "unsafe")}
     by_name = {root.name: root for root in roots}
     for name in ("safe", "unsafe"):
         for rel in after[name]:

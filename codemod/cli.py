@@ -5,6 +5,7 @@ from __future__ import annotations
 import contextlib
 import functools
 import io
+import os
 import sys
 
 import click
@@ -293,7 +294,7 @@ def _fix(session, *, no_cache, jobs, stdin_filename, quiet, unsafe_fixes, diff, 
         from pmap_migrate.interactive import review
 
         files = session.files(use_cache=not no_cache)
-        reviewed = review(files, session.settings, session.rules, unsafe=unsafe_fixes, decide=_ask_about_fix,
+        reviewed = review(files, session.settings, session.rules, unsafe=unsafe_fixes, decide=_ask_about_fix, shared=True,
                           skips=skips, review_skipped=review_skipped)
         outcomes, skipped, held, looked_at = reviewed.outcomes, reviewed.skipped, reviewed.held, len(files)
     else:
@@ -302,23 +303,34 @@ def _fix(session, *, no_cache, jobs, stdin_filename, quiet, unsafe_fixes, diff, 
         if len(skips) and not review_skipped:
             from pmap_migrate.interactive import honour_skips
 
-            outcomes, held = honour_skips(outcomes, session.settings, session.rules, unsafe=unsafe_fixes, skips=skips)
-    changed = [(path, o) for path, o in outcomes if o.changed and o.error is None]
+            outcomes, held = honour_skips(outcomes, session.settings, session.rules, unsafe=unsafe_fixes, skips=skips,
+                                          shared=True)
+    from pmap_migrate.runner import shared_module_outcomes
+
+    shared = shared_module_outcomes(outcomes)  # the packages' shared modules: written first
+    changed = shared + [(path, o) for path, o in outcomes if o.changed and o.error is None]
     if not diff:
-        written = []
+        from pmap_migrate.diagnostics import FileError
+
+        written, unwritten = [], set()
         for path, outcome in changed:
+            if outcome.shared is not None and os.path.realpath(outcome.shared.file) in unwritten:
+                outcome.error = FileError(outcome.path, "PM001", f"cannot write {outcome.shared.file}, the shared "
+                                          "module its fixes import; left unchanged")
+                outcome.applied, outcome.fixed = [], None
+                continue
             try:
-                write_atomic(path, outcome.fixed, expected=outcome.original)
+                write_atomic(path, outcome.fixed, expected=outcome.original, create=outcome.created)
             except OSError as error:
                 # Like an unreadable file: a PM001 line, and the file keeps its findings.
-                from pmap_migrate.diagnostics import FileError
-
                 outcome.error = FileError(outcome.path, "PM001",
                                           f"cannot write file: {error.strerror or error}; left unchanged")
                 outcome.applied, outcome.fixed = [], None
+                unwritten.add(os.path.realpath(outcome.path))
             else:
                 written.append((path, outcome))
         changed = written
+        outcomes = [*outcomes, *((path, o) for path, o in shared if o.error is not None)]
     # What is left: the findings on the fixed code; a file that could not be fixed keeps those
     # `check` found in it, with the line saying why.
     left = [e for e in session.problems]
@@ -505,7 +517,8 @@ def unified_diff(outcome) -> str:
 
     before = decode(outcome.original).splitlines(keepends=True)
     after = decode(outcome.fixed).splitlines(keepends=True)
-    return "".join(difflib.unified_diff(before, after, f"a/{outcome.path}", f"b/{outcome.path}"))
+    source = "/dev/null" if outcome.created else f"a/{outcome.path}"
+    return "".join(difflib.unified_diff(before, after, source, f"b/{outcome.path}"))
 
 
 def _show_fixes(applied, err: bool = False) -> None:

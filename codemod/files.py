@@ -33,7 +33,7 @@ def _signals_deferred():
         signal.pthread_sigmask(signal.SIG_SETMASK, previous)  # a pending Ctrl-C is raised here
 
 
-def write_atomic(path: Path, data: bytes, *, expected: bytes | None = None) -> None:
+def write_atomic(path: Path, data: bytes, *, expected: bytes | None = None, create: bool = False) -> None:
     """Write ``data`` to ``path`` through a temporary file in the same directory (fsync, rename),
     keeping the file's permission bits (and owner, where allowed). Ctrl-C and termination signals
     are held back until the replacement is complete, so an interruption at any moment leaves
@@ -41,15 +41,25 @@ def write_atomic(path: Path, data: bytes, *, expected: bytes | None = None) -> N
 
     A file without any write permission bit is read-only by its owner's decision and is refused
     (even for root, and although a rename could replace it). With ``expected``, the file must
-    still hold those bytes (it was not edited since it was read), or ``FileChanged`` is raised."""
+    still hold those bytes (it was not edited since it was read), or ``FileChanged`` is raised.
+
+    With ``create``, the file must not exist yet (else ``FileChanged``): it gets the mode a new file
+    of this process gets (0o666 less the umask), and is linked in place only if nothing appeared
+    there meanwhile."""
     target = Path(os.path.realpath(path))  # write through a symlink, never replace the link itself
     with _signals_deferred():
-        info = target.stat()
-        mode = stat_module.S_IMODE(info.st_mode)
-        if not mode & 0o222 or not os.access(target, os.W_OK):
-            raise PermissionError(errno.EACCES, "file is read-only", str(path))
-        if expected is not None and target.read_bytes() != expected:
-            raise FileChanged(errno.EAGAIN, "file changed while it was being fixed", str(path))
+        if create:
+            info = None
+            umask = os.umask(0)
+            os.umask(umask)
+            mode = 0o666 & ~umask
+        else:
+            info = target.stat()
+            mode = stat_module.S_IMODE(info.st_mode)
+            if not mode & 0o222 or not os.access(target, os.W_OK):
+                raise PermissionError(errno.EACCES, "file is read-only", str(path))
+            if expected is not None and target.read_bytes() != expected:
+                raise FileChanged(errno.EAGAIN, "file changed while it was being fixed", str(path))
         fd, temporary = tempfile.mkstemp(dir=target.parent, prefix=f".{target.name}.", suffix=TEMPORARY_SUFFIX)
         try:
             with os.fdopen(fd, "wb") as handle:
@@ -57,10 +67,17 @@ def write_atomic(path: Path, data: bytes, *, expected: bytes | None = None) -> N
                 handle.flush()
                 os.fsync(handle.fileno())
             os.chmod(temporary, mode)
-            if hasattr(os, "chown") and (info.st_uid, info.st_gid) != _owner(temporary):
-                with contextlib.suppress(OSError):  # only root may give a file away
-                    os.chown(temporary, info.st_uid, info.st_gid)
-            os.replace(temporary, target)
+            if info is None:
+                try:
+                    os.link(temporary, target)  # fails if the file appeared meanwhile: never replaced
+                except FileExistsError:
+                    raise FileChanged(errno.EEXIST, "file created meanwhile", str(path)) from None
+                os.unlink(temporary)
+            else:
+                if hasattr(os, "chown") and (info.st_uid, info.st_gid) != _owner(temporary):
+                    with contextlib.suppress(OSError):  # only root may give a file away
+                        os.chown(temporary, info.st_uid, info.st_gid)
+                os.replace(temporary, target)
         except BaseException:
             with contextlib.suppress(FileNotFoundError):
                 os.unlink(temporary)

@@ -29,7 +29,8 @@ from pmap_migrate.rules.analysis.index import indent_unit
 from pmap_migrate.rules.base import Rule
 from pmap_migrate.rules.fixes.choices import RuleOptions
 from pmap_migrate.rules.fixes.edits import EditApplier, shim_comments
-from pmap_migrate.rules.fixes.spec import Edit
+from pmap_migrate.rules.fixes.spec import Edit, ImportSpec
+from pmap_migrate.shared_module import SharedLocation, location_for
 from pmap_migrate.stack import on_deep_stack
 
 MAX_ROUNDS = 8
@@ -48,6 +49,11 @@ class FixOutcome:
     # import over another binding, a builtin shadowed), with the reason; their sites got their
     # next-best fix or none.
     refused: list[tuple[Diagnostic, str]] = field(default_factory=list)
+    # The package's shared module the fixed code imports helpers from, and those helpers (by their
+    # name there); None: the module defines every helper it uses.
+    shared: SharedLocation | None = None
+    shared_helpers: frozenset[str] = frozenset()
+    created: bool = False  # a file this run creates (a package's shared module)
 
     @property
     def changed(self) -> bool:
@@ -162,8 +168,8 @@ def _present(module: cst.Module) -> set[tuple[str, str | None, str | None]]:
             if isinstance(small, cst.Import):
                 for alias in small.names:
                     found.add((get_full_name_for_node(alias.name), None, _asname(alias)))
-            elif not small.relative and small.module is not None and not isinstance(small.names, cst.ImportStar):
-                source = get_full_name_for_node(small.module)
+            elif small.module is not None and not isinstance(small.names, cst.ImportStar):
+                source = "." * len(small.relative) + get_full_name_for_node(small.module)
                 for alias in small.names:
                     found.add((source, get_full_name_for_node(alias.name), _asname(alias)))
     return found
@@ -173,7 +179,8 @@ def _binding(spec) -> tuple[str, str]:
     """(the name an import binds, what it binds it to): `import jax.numpy as jnp` and `from jax import
     numpy as jnp` both bind `jnp` to `jax.numpy`. `import jax.numpy` binds `jax`, and loads
     `jax.numpy` too, which `import jax` does not: it stands for `jax.numpy`."""
-    module, name, asname = (spec.module, spec.name, spec.asname) if not isinstance(spec, tuple) else spec
+    module, name, asname = (("." * spec.relative + spec.module, spec.name, spec.asname)
+                            if not isinstance(spec, tuple) else spec)
     if name is None:
         return (asname, module) if asname else (module.split(".")[0], module)
     return asname or name, f"{module}.{name}"
@@ -320,7 +327,8 @@ _NO_IMPORTS_INSIDE = (cst.BaseExpression, cst.Decorator, cst.Parameters, cst.Ann
 def _helper_edits(module: cst.Module, helpers: list, edits: list[Edit],
                   parents: Mapping[cst.CSTNode, cst.CSTNode] | None) -> list[Edit]:
     """The insertion of the helpers the module does not define yet: after the last top-level import
-    before the first statement the fixes edit (or that code runs), two blank lines around them."""
+    before the first statement the fixes edit (just before that statement when no jax import
+    precedes it), two blank lines around them."""
     bound = {name for statement in module.body for name in _top_level_names(statement)}
     missing = [helper for helper in helpers if helper.name not in bound]
     if not missing:
@@ -334,6 +342,10 @@ def _helper_edits(module: cst.Module, helpers: list, edits: list[Edit],
         first = min(first, tops.get(id(node), first))
     imports = [k for k in range(first) if _is_import_line(module.body[k])]
     at = imports[-1] + 1 if imports else (1 if module.body and _is_docstring(module.body[0]) else 0)
+    if not any(_imports_jax(module.body[k]) for k in imports):
+        # the helpers' imports go just before them (`_import_window`): not before code that runs
+        # ahead of the module's own jax import (an `os.environ` setting jax reads when imported)
+        at = max(at, min(first, len(module.body)))
     statements = []
     for helper in missing:
         for k, statement in enumerate(helper.statements):
@@ -384,12 +396,33 @@ def _toward(module: cst.Module, targets: Iterable[cst.CSTNode],
     return toward
 
 
+def _shared_import(location: SharedLocation, name: str, local: str) -> ImportSpec:
+    return ImportSpec(location.module, name, None if local == name else local, location.relative)
+
+
+def imported_helpers(module: cst.Module, chosen: Sequence[Finding], shared: SharedLocation | None) -> dict:
+    """The helpers of ``chosen`` that the module imports from its package's shared module, by
+    their name in the module: those with a shared form, where there is a shared module, which the
+    module does not define itself (a copy an earlier run wrote stays the one used)."""
+    if shared is None:
+        return {}
+    defined = {name for statement in module.body for name in _top_level_names(statement)}
+    return {helper.name: helper for finding in chosen for helper in finding.fix.helpers
+            if helper.shared and helper.name not in defined}
+
+
 def apply(module: cst.Module, chosen: Sequence[Finding],
-          parents: Mapping[cst.CSTNode, cst.CSTNode] | None = None) -> cst.Module:
+          parents: Mapping[cst.CSTNode, cst.CSTNode] | None = None,
+          shared: SharedLocation | None = None) -> cst.Module:
     """The module with the fixes of ``chosen`` applied (with ``parents``, the analysis' map of
-    ``module``'s nodes, only the paths to the edits' targets are rebuilt)."""
+    ``module``'s nodes, only the paths to the edits' targets are rebuilt). With ``shared``, the
+    helpers that have a shared form are imported from that module instead of written here."""
     edits = [edit for finding in chosen for edit in finding.fix.all_edits(finding.node)]
     helpers = {helper.name: helper for finding in chosen for helper in finding.fix.helpers}
+    imported = imported_helpers(module, chosen, shared)
+    helper_imports = [spec for helper in helpers.values() if helper.name not in imported for spec in helper.imports]
+    helper_imports += [_shared_import(shared, helper.shared, name) for name, helper in imported.items()]
+    helpers = {name: helper for name, helper in helpers.items() if name not in imported}
     if helpers:  # first: code that runs at import may call them
         edits = _helper_edits(module, list(helpers.values()), edits, parents) + edits
     comments = None
@@ -406,17 +439,18 @@ def apply(module: cst.Module, chosen: Sequence[Finding],
     # form feed on every line. Render with the unit cleaned: `restore_lost_lines` puts the form
     # feeds of untouched lines back.
     module = clean_indent(module)
-    adds = [spec for f in chosen for spec in f.fix.add_imports]
+    adds = [spec for f in chosen for spec in f.fix.add_imports] + helper_imports
     removes = [spec for f in chosen for spec in f.fix.remove_imports]
     if adds:
         # An import the module has already, anywhere among its top-level lines, is not added
         # again (libcst looks only at the lines where it puts new ones).
         present = _present(module)
         bound = _bindings(present)
-        adds = [spec for spec in dict.fromkeys(adds) if (spec.module, spec.name, spec.asname) not in present
+        adds = [spec for spec in dict.fromkeys(adds)
+                if ("." * spec.relative + spec.module, spec.name, spec.asname) not in present
                 and bound.get(_binding(spec)[0]) != _binding(spec)[1]]
         for spec in adds:
-            AddImportsVisitor.add_needed_import(context, spec.module, spec.name, spec.asname)
+            AddImportsVisitor.add_needed_import(context, spec.module, spec.name, spec.asname, spec.relative)
         if adds:
             module = _add_imports(module, context, _bound_names(adds))
     if removes:
@@ -499,7 +533,7 @@ def _site_key(module: cst.Module, finding: Finding) -> tuple[str, str]:
 
 
 def _refusals(analysis: Analysis, chosen: Sequence[Finding], candidate: cst.Module,
-              following: Analysis | None = None) -> dict[tuple[str, str], str]:
+              following: Analysis | None = None, shared: SharedLocation | None = None) -> dict[tuple[str, str], str]:
     """The fixes among ``chosen`` that break the module's names (``name_problems``), by site, with
     why; {} when ``candidate`` (all of them applied; ``following``: its analysis, when made) has no
     problem. Each fix is tried on top of those found harmless before it."""
@@ -510,7 +544,7 @@ def _refusals(analysis: Analysis, chosen: Sequence[Finding], candidate: cst.Modu
     kept: list[Finding] = []
     refused: dict[tuple[str, str], str] = {}
     for finding in chosen:
-        problems = name_problems(before, name_facts(apply(analysis.module, [*kept, finding], analysis.parents)))
+        problems = name_problems(before, name_facts(apply(analysis.module, [*kept, finding], analysis.parents, shared)))
         if problems:
             refused[_site_key(analysis.module, finding)] = "the rewrite would leave " + "; ".join(problems)
         else:
@@ -520,8 +554,11 @@ def _refusals(analysis: Analysis, chosen: Sequence[Finding], candidate: cst.Modu
 
 @on_deep_stack
 def fix_bytes(data: bytes, path: str, rules: Sequence[type[Rule]], *, unsafe: bool = False,
-              max_rounds: int = MAX_ROUNDS, options: RuleOptions | None = None) -> FixOutcome:
+              max_rounds: int = MAX_ROUNDS, options: RuleOptions | None = None, shared: bool = False) -> FixOutcome:
     """Fix one file's contents. Never raises; never returns output that does not parse.
+
+    With ``shared``, helpers are imported from the package's shared module where ``path`` has one
+    (pmap_migrate/shared_module.py; the outcome says which, the caller writes that module).
 
     The idiomatic option only takes effect with ``unsafe`` (its fixes are unsafe); without it the
     faithful rewrite applies."""
@@ -544,12 +581,14 @@ def fix_bytes(data: bytes, path: str, rules: Sequence[type[Rule]], *, unsafe: bo
             outcome.error = module
             return outcome
         refused: dict[tuple[str, str], str] = {}
+        location = location_for(path, module) if shared else None
+        used: set[str] = set()
         analysis = analyse(module, path, rules, options, all_positions=False)
         for _ in range(max_rounds):
             chosen = choose(analysis, [f for f in analysis.findings if applicable(f, unsafe)])
             if not chosen:
                 break
-            candidate = apply(analysis.module, chosen, analysis.parents)
+            candidate = apply(analysis.module, chosen, analysis.parents, location)
             new_bytes = candidate.bytes
             if new_bytes == rendered(analysis.module):
                 break
@@ -563,7 +602,7 @@ def fix_bytes(data: bytes, path: str, rules: Sequence[type[Rule]], *, unsafe: bo
                                               f"code that does not parse ({reparsed.message}); file left unchanged"))
                     return outcome
                 following = analyse(reparsed, path, rules, options, all_positions=False, refused=refused)
-            broken = _refusals(analysis, chosen, candidate, following)
+            broken = _refusals(analysis, chosen, candidate, following, location)
             if broken:
                 # Fixes that would leave the module broken are not written: their sites get their
                 # next-best fix (a shim) or none, and the round starts again from the same code.
@@ -572,6 +611,7 @@ def fix_bytes(data: bytes, path: str, rules: Sequence[type[Rule]], *, unsafe: bo
                                        if (why := broken.get(_site_key(analysis.module, f))) is not None)
                 analysis = analyse(analysis.module, path, rules, options, all_positions=False, refused=refused)
                 continue
+            used.update(h.shared for h in imported_helpers(analysis.module, chosen, location).values())
             if last is not None:  # nothing more to fix: the findings on the new code are those left
                 outcome.applied.extend(f.diagnostic for f in chosen)
                 outcome.rounds += 1
@@ -599,6 +639,8 @@ def fix_bytes(data: bytes, path: str, rules: Sequence[type[Rule]], *, unsafe: bo
                     f"{sys.version_info.major}.{sys.version_info.minor} ({refusal}); file left unchanged"))
                 return outcome
             outcome.fixed = final
+            if used:
+                outcome.shared, outcome.shared_helpers = location, frozenset(used)
         outcome.remaining = [d for d in remaining if d.state is State.ACTIVE]
     except RecursionError:
         outcome.error = recursion_error(path, module)

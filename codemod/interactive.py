@@ -32,6 +32,7 @@ from pmap_migrate.fixer import (
     apply,
     choose,
     clean_indent,
+    imported_helpers,
     python_rejects,
     restore_lost_lines,
 )
@@ -40,6 +41,7 @@ from pmap_migrate.prefilter import gate_of
 from pmap_migrate.rules.base import Rule
 from pmap_migrate.rules.fixes.choices import RuleOptions
 from pmap_migrate.runner import apply_per_file_ignores, display_path, rule_options
+from pmap_migrate.shared_module import location_for
 from pmap_migrate.skips import SiteKey, Skip, SkipStore, site_keys, today
 from pmap_migrate.sourcetext import decode
 
@@ -177,10 +179,12 @@ class _Answers:
 
 def review_file(data: bytes, shown: str, rules: Sequence[type[Rule]], settings: Settings, *, unsafe: bool,
                 decide: Callable[[Proposal], Decision | Answer], options: RuleOptions | None = None,
-                remembered: Mapping[SiteKey, Skip] | None = None, review_skipped: bool = False) -> FileReview:
+                remembered: Mapping[SiteKey, Skip] | None = None, review_skipped: bool = False,
+                shared: bool = False) -> FileReview:
     """Review one file. ``remembered``: the file's recorded skips, not asked about again unless
     ``review_skipped``. The result's ``skips`` are the sites of the final code that stay skipped
-    (recorded ones still there, and new ones), keyed on the final code."""
+    (recorded ones still there, and new ones), keyed on the final code. ``shared``: helpers are
+    imported from the package's shared module, as `fix` does (the caller writes that module)."""
     outcome = FixOutcome(shown, data)
     result = FileReview(outcome)
     if options is not None and options.idiomatic and not unsafe:  # as `fix`: idiomatic fixes are unsafe
@@ -202,6 +206,8 @@ def review_file(data: bytes, shown: str, rules: Sequence[type[Rule]], settings: 
         return applicable(finding, unsafe) and not ignored(finding.diagnostic)
 
     current = unit.python
+    location = None
+    used: set[str] = set()
     answers = _Answers()
     refused, kept = answers.refused, answers.kept
     quit_ = False
@@ -212,6 +218,8 @@ def review_file(data: bytes, shown: str, rules: Sequence[type[Rule]], settings: 
             outcome.error = module
             return result
         analysis = analyse(module, shown, rules, options)
+        if shared and number == 0 and unit.notebook is None:
+            location = location_for(shown, module)
         # What `fix` does too: lines libcst renders differently although no fix touched them (a
         # form feed before an indented statement) get their bytes back, in every proposal.
         roundtrip = clean_indent(module).bytes
@@ -221,7 +229,7 @@ def review_file(data: bytes, shown: str, rules: Sequence[type[Rule]], settings: 
             return result
 
         def rendered(findings: Sequence[Finding], analysis=analysis, current=current, roundtrip=roundtrip) -> bytes:
-            fixed = apply(analysis.module, findings, analysis.parents).bytes
+            fixed = apply(analysis.module, findings, analysis.parents, location).bytes
             return fixed if roundtrip == current else restore_lost_lines(current, roundtrip, fixed)
 
         keys = _keys(analysis, analysis.findings)
@@ -283,6 +291,8 @@ def review_file(data: bytes, shown: str, rules: Sequence[type[Rule]], settings: 
                 return result
             answers.carry(current, combined)
             current = combined
+            used.update(h.shared for h in imported_helpers(
+                analysis.module, [f for f in chosen if id(f) in taken], location).values())
             outcome.applied.extend(d for _, d in accepted)
             analysis = None
         if quit_:
@@ -300,6 +310,8 @@ def review_file(data: bytes, shown: str, rules: Sequence[type[Rule]], settings: 
     final = unit.to_file(current)
     if final != data:
         outcome.fixed = final
+        if used:
+            outcome.shared, outcome.shared_helpers = location, frozenset(used)
     placed = [unit.place(f.diagnostic, current) for f in analysis.findings]
     remaining = [d for f, d in zip(analysis.findings, placed) if f.diagnostic.state is State.ACTIVE]
     outcome.remaining = sorted(remaining + problems, key=Diagnostic.sort_key)
@@ -322,7 +334,7 @@ def _still_skipped(kept: Mapping[tuple, tuple[str, str]], final_keys: Sequence[t
 
 def review(files: Sequence[str | Path], settings: Settings, rules: Sequence[type[Rule]], *, unsafe: bool,
            decide: Callable[[Proposal], Decision | Answer], skips: SkipStore | None = None,
-           review_skipped: bool = False) -> Review:
+           review_skipped: bool = False, shared: bool = False) -> Review:
     """Review every file in turn; after a quit the remaining files are left as they are. ``skips``
     (updated here, saved by the caller): the project's recorded skips; the entries of each reviewed
     file become the sites that stay skipped in it (stale ones are dropped)."""
@@ -349,7 +361,7 @@ def review(files: Sequence[str | Path], settings: Settings, rules: Sequence[type
             continue
         reviewed = _review_safely(data, shown, rules, settings, unsafe=unsafe, decide=decide, options=options,
                                   remembered=skips.of_file(shown) if skips is not None else None,
-                                  review_skipped=review_skipped)
+                                  review_skipped=review_skipped, shared=shared)
         result.outcomes.append((path, reviewed.outcome))
         result.skipped.extend(reviewed.skipped)
         result.held.extend(reviewed.held)
@@ -372,7 +384,8 @@ def _review_safely(data: bytes, shown: str, rules: Sequence[type[Rule]], setting
 
 
 def honour_skips(outcomes: Sequence[tuple[Path | None, FixOutcome]], settings: Settings, rules: Sequence[type[Rule]],
-                 *, unsafe: bool, skips: SkipStore) -> tuple[list[tuple[Path | None, FixOutcome]], list[Diagnostic]]:
+                 *, unsafe: bool, skips: SkipStore,
+                 shared: bool = False) -> tuple[list[tuple[Path | None, FixOutcome]], list[Diagnostic]]:
     """Plain `fix` leaves the recorded skips alone: a file it changed that has recorded skips is fixed
     again as a review answering "apply" to every fix but those (the same rounds, so the same code
     otherwise). Returns the outcomes and the fixes held back."""
@@ -385,7 +398,8 @@ def honour_skips(outcomes: Sequence[tuple[Path | None, FixOutcome]], settings: S
             result.append((path, outcome))
             continue
         reviewed = _review_safely(outcome.original, outcome.path, rules, settings, unsafe=unsafe,
-                                  decide=lambda _: Decision.APPLY, options=options, remembered=remembered)
+                                  decide=lambda _: Decision.APPLY, options=options, remembered=remembered,
+                                  shared=shared)
         result.append((path, reviewed.outcome))
         held.extend(reviewed.held)
     return result, held

@@ -205,14 +205,14 @@ def _dependencies(view: ModuleView | None) -> tuple[Dependency, ...]:
 
 @on_deep_stack
 def fix_file(data: bytes, shown: str, rules: Sequence[type[Rule]], *, unsafe: bool,
-             options: RuleOptions | None = None):
+             options: RuleOptions | None = None, shared: bool = False):
     _install_libcst_patches()
     from pmap_migrate.fixer import fix_bytes
     from pmap_migrate.notebooks import fix_notebook, is_notebook
 
     if is_notebook(shown):
         return fix_notebook(data, shown, rules, unsafe=unsafe, options=options)
-    return fix_bytes(data, shown, rules, unsafe=unsafe, options=options)
+    return fix_bytes(data, shown, rules, unsafe=unsafe, options=options, shared=shared)
 
 
 def _gate_for(codes: tuple[str, ...]) -> Gate:
@@ -458,10 +458,10 @@ def _with_progress(results, progress):
         yield result
 
 
-def _fix_job(job: tuple[str, str, tuple[str, ...], bool, RuleOptions]):
+def _fix_job(job: tuple[str, str, tuple[str, ...], bool, RuleOptions, bool]):
     """One file of `run_fix`, read here (in the worker): ``(outcome, read)``; the outcome is None
     when the prefilter rules the file out, ``read`` false when the file could not be read."""
-    path, shown, codes, unsafe, options = job
+    path, shown, codes, unsafe, options, shared = job
     try:
         with open(path, "rb") as handle:
             data = handle.read()
@@ -472,15 +472,17 @@ def _fix_job(job: tuple[str, str, tuple[str, ...], bool, RuleOptions]):
     gate = _gate_for(codes)
     if not gate.text_match(data) and not gate.refers_to_names(data, _is_notebook(shown)):
         return None, True  # the text half of the prefilter, then its `ast` half: nothing to fix
-    return fix_file(data, shown, rules_for(codes), unsafe=unsafe, options=options), True
+    return fix_file(data, shown, rules_for(codes), unsafe=unsafe, options=options, shared=shared), True
 
 
 def run_fix(files: Sequence[str | Path], settings: Settings, rules: Sequence[type[Rule]] | Sequence[str], *,
             unsafe: bool, jobs: int | None = None, progress: Callable[[int], None] | None = None,
-            on_total: Callable[[int], None] | None = None) -> list:
+            on_total: Callable[[int], None] | None = None, shared: bool = False) -> list:
     """``(path, FixOutcome)`` for every file that could need a fix or could not be read (path None);
     nothing is written here. The workers read the files (no file's bytes through a pipe). ``rules``:
-    classes, or codes (a run whose files the prefilter all rules out loads no rule, nor libcst)."""
+    classes, or codes (a run whose files the prefilter all rules out loads no rule, nor libcst).
+    ``shared``: fixed modules import shared helpers from their package's shared module
+    (``shared_module_outcomes`` adds the outcomes that create or extend those modules)."""
     codes = tuple(rule if isinstance(rule, str) else rule.CODE for rule in rules)
     outcomes: list = []
     options = rule_options(settings)
@@ -491,7 +493,7 @@ def run_fix(files: Sequence[str | Path], settings: Settings, rules: Sequence[typ
         # Rules a per-file ignore switches off do not fix that file either.
         ignored = ignored_codes(shown, settings)
         file_codes = tuple(c for c in codes if not any(c.startswith(i) for i in ignored)) if ignored else codes
-        work.append((os.fspath(path), shown, file_codes, unsafe, options))
+        work.append((os.fspath(path), shown, file_codes, unsafe, options, shared))
     if on_total is not None:
         on_total(len(work))
     for (outcome, read), path in zip(execute(_fix_job, work, jobs, progress), files):  # results first: as in `run`
@@ -502,6 +504,21 @@ def run_fix(files: Sequence[str | Path], settings: Settings, rules: Sequence[typ
             outcome.remaining = [d for d in remaining.diagnostics if d.state is State.ACTIVE]
             outcomes.append((path, outcome))
     return outcomes
+
+
+def shared_module_outcomes(outcomes: Sequence[tuple[Path | None, object]]) -> list[tuple[Path, object]]:
+    """``(path, FixOutcome)`` of each shared module that the fixed modules among ``outcomes``
+    import helpers from and that does not hold them yet (created: ``original`` empty and
+    ``created`` set). They must be written before the modules that import them."""
+    needs = [(o.shared, o.shared_helpers) for _, o in outcomes
+             if getattr(o, "shared", None) is not None and o.changed and o.error is None]
+    if not needs:
+        return []  # nothing loaded (a run the prefilter ruled everything out of loads no libcst)
+    from pmap_migrate.fixer import FixOutcome
+    from pmap_migrate.shared_module import shared_modules
+
+    return [(Path(m.file), FixOutcome(m.file, m.original or b"", m.text(), created=m.original is None))
+            for m in shared_modules(needs)]
 
 
 @lru_cache(maxsize=64)

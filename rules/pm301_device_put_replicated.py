@@ -29,22 +29,29 @@ class DevicePutReplicated(Rule):
 
     ## Use instead
     The same stack, placed explicitly (one row put on each device, then assembled without any
-    device compute, so no device holds more than its own copy):
+    device compute, so no device holds more than its own copy), by a helper written once:
     ```python
     import jax
+    import jax.numpy as jnp
     import numpy as np
     from jax.sharding import Mesh, NamedSharding, PartitionSpec as P
 
-    devices = jax.local_devices()
-    params = jax.tree.map(
-        lambda leaf: jax.make_array_from_single_device_arrays(
-            (len(devices), *np.shape(leaf)), NamedSharding(Mesh(devices, ("i",)), P("i")),
-            [jax.device_put(leaf, device)[None] for device in devices])
-        if not jax.typeof(leaf).weak_type
-        else jax.device_put(
-            jax.numpy.broadcast_to(leaf, (len(devices), *np.shape(leaf))),
-            NamedSharding(Mesh(devices, ("i",)), P("i"))),
-        params)
+
+    def _replicate(tree, devices):
+        '''jax.device_put_replicated(tree, devices): a row per device.'''
+
+        def stack(leaf):
+            sharding = NamedSharding(Mesh(devices, ("i",)), P("i"))
+            shape = (len(devices), *np.shape(leaf))
+            if jax.typeof(leaf).weak_type:  # stays weakly typed
+                return jax.device_put(jnp.broadcast_to(leaf, shape), sharding)
+            rows = [jax.device_put(leaf, device)[None] for device in devices]
+            return jax.make_array_from_single_device_arrays(shape, sharding, rows)
+
+        return jax.tree.map(stack, tree)
+
+
+    params = _replicate(params, jax.local_devices())
     ```
     Each row lives on the device of the same index in `devices`, as before, so the result feeds a
     migrated pmap (whose mesh is `jax.local_devices()[:n]`) without a reshard; the mesh's axis
@@ -52,15 +59,16 @@ class DevicePutReplicated(Rule):
     `jax.device_put(params, NamedSharding(mesh, P()))`.
 
     ## Fix safety
-    Calls are rewritten to the form above: safe, the same values, shapes, dtypes and devices.
-    A `devices` expression other than a name is bound once before the statement. A weakly typed
+    Calls are rewritten to the form above: safe, the same values, shapes, dtypes and devices; the
+    arguments are evaluated as the call evaluated them. The helper is written once per module, or
+    once per package in the `_pmap_compat.py` that `fix` creates beside it. A weakly typed
     leaf (a Python number such as `{"lr": 0.1}`, or an array computed from one) stays weakly
     typed, as in legacy (its product with a bfloat16 array stays bfloat16): it is broadcast on
     one device and put in place, since the assembly makes every array strongly typed. Typed PRNG
     key arrays (`jax.random.key`) are replicated as they were (each row is the key itself, put on
     its device).
-    Where that form does not apply (the function used as a value, multi-process programs, calls
-    in a class body, `*args`) the reference becomes `runtime_shim.device_put_replicated`, the
+    Where that form does not apply (the function used as a value, multi-process programs,
+    `*args`) the reference becomes `runtime_shim.device_put_replicated`, the
     drop-in with the legacy result. A local alias (`dpr = jax.device_put_replicated`) is removed
     once its uses are rewritten.
 
@@ -88,33 +96,50 @@ class DevicePutReplicated(Rule):
         Invalid(
             "import jax\nparams = jax.device_put_replicated(params, jax.local_devices())\n", lines=(2,),
             expected=(
-                "import jax\nimport numpy as np\nfrom jax.sharding import Mesh, NamedSharding, PartitionSpec as P\n\n"
-                "devices = jax.local_devices()\n"
-                "params = jax.tree.map(\n"
-                "    lambda leaf: jax.make_array_from_single_device_arrays(\n"
-                "        (len(devices), *np.shape(leaf)), NamedSharding(Mesh(devices, (\"i\",)), P(\"i\")),\n"
-                "        [jax.device_put(leaf, device)[None] for device in devices])\n"
-                "    if not jax.typeof(leaf).weak_type\n"
-                "    else jax.device_put(\n"
-                "        jax.numpy.broadcast_to(leaf, (len(devices), *np.shape(leaf))),\n"
-                "        NamedSharding(Mesh(devices, (\"i\",)), P(\"i\"))),\n"
-                "    params)\n"
+                "import jax\n"
+                "import jax.numpy as jnp\n"
+                "import numpy as np\n"
+                "from jax.sharding import Mesh, NamedSharding, PartitionSpec as P\n"
+                "\n"
+                "\n"
+                "def _replicate(tree, devices):\n"
+                '    """jax.device_put_replicated(tree, devices): a row per device."""\n'
+                "\n"
+                "    def stack(leaf):\n"
+                '        sharding = NamedSharding(Mesh(devices, ("i",)), P("i"))\n'
+                "        shape = (len(devices), *np.shape(leaf))\n"
+                "        if jax.typeof(leaf).weak_type:  # stays weakly typed\n"
+                "            return jax.device_put(jnp.broadcast_to(leaf, shape), sharding)\n"
+                "        rows = [jax.device_put(leaf, device)[None] for device in devices]\n"
+                "        return jax.make_array_from_single_device_arrays(shape, sharding, rows)\n"
+                "\n"
+                "    return jax.tree.map(stack, tree)\n"
+                "params = _replicate(params, jax.local_devices())\n"
             ),
         ),
         # A name needs no binding; the import goes once unused.
         Invalid(
             "from jax import device_put_replicated as dpr\nimport numpy as np\nparams = dpr(p, devs)\n", lines=(3,),
             expected=(
-                "import numpy as np\nimport jax\nfrom jax.sharding import Mesh, NamedSharding, PartitionSpec as P\n\n"
-                "params = jax.tree.map(\n"
-                "    lambda leaf: jax.make_array_from_single_device_arrays(\n"
-                "        (len(devs), *np.shape(leaf)), NamedSharding(Mesh(devs, (\"i\",)), P(\"i\")),\n"
-                "        [jax.device_put(leaf, device)[None] for device in devs])\n"
-                "    if not jax.typeof(leaf).weak_type\n"
-                "    else jax.device_put(\n"
-                "        jax.numpy.broadcast_to(leaf, (len(devs), *np.shape(leaf))),\n"
-                "        NamedSharding(Mesh(devs, (\"i\",)), P(\"i\"))),\n"
-                "    p)\n"
+                "import numpy as np\n"
+                "import jax\n"
+                "import jax.numpy as jnp\n"
+                "from jax.sharding import Mesh, NamedSharding, PartitionSpec as P\n"
+                "\n"
+                "\n"
+                "def _replicate(tree, devices):\n"
+                '    """jax.device_put_replicated(tree, devices): a row per device."""\n'
+                "\n"
+                "    def stack(leaf):\n"
+                '        sharding = NamedSharding(Mesh(devices, ("i",)), P("i"))\n'
+                "        shape = (len(devices), *np.shape(leaf))\n"
+                "        if jax.typeof(leaf).weak_type:  # stays weakly typed\n"
+                "            return jax.device_put(jnp.broadcast_to(leaf, shape), sharding)\n"
+                "        rows = [jax.device_put(leaf, device)[None] for device in devices]\n"
+                "        return jax.make_array_from_single_device_arrays(shape, sharding, rows)\n"
+                "\n"
+                "    return jax.tree.map(stack, tree)\n"
+                "params = _replicate(p, devs)\n"
             ),
         ),
         # A Python number stays weakly typed: the branch on `jax.typeof(leaf).weak_type`.
@@ -123,17 +148,26 @@ class DevicePutReplicated(Rule):
             "def main(devs):\n    return jax.device_put_replicated({'lr': 0.1}, devs)\n",
             lines=(5,),
             expected=(
-                "import jax\nimport numpy as np\nfrom jax.sharding import Mesh, NamedSharding, PartitionSpec as P\n"
+                "import jax\n"
+                "import numpy as np\n"
+                "from jax.sharding import Mesh, NamedSharding, PartitionSpec as P\n"
+                "import jax.numpy as jnp\n"
+                "\n"
+                "\n"
+                "def _replicate(tree, devices):\n"
+                '    """jax.device_put_replicated(tree, devices): a row per device."""\n'
+                "\n"
+                "    def stack(leaf):\n"
+                '        sharding = NamedSharding(Mesh(devices, ("i",)), P("i"))\n'
+                "        shape = (len(devices), *np.shape(leaf))\n"
+                "        if jax.typeof(leaf).weak_type:  # stays weakly typed\n"
+                "            return jax.device_put(jnp.broadcast_to(leaf, shape), sharding)\n"
+                "        rows = [jax.device_put(leaf, device)[None] for device in devices]\n"
+                "        return jax.make_array_from_single_device_arrays(shape, sharding, rows)\n"
+                "\n"
+                "    return jax.tree.map(stack, tree)\n"
                 "def main(devs):\n"
-                "    return jax.tree.map(\n"
-                "        lambda leaf: jax.make_array_from_single_device_arrays(\n"
-                "            (len(devs), *np.shape(leaf)), NamedSharding(Mesh(devs, (\"i\",)), P(\"i\")),\n"
-                "            [jax.device_put(leaf, device)[None] for device in devs])\n"
-                "        if not jax.typeof(leaf).weak_type\n"
-                "        else jax.device_put(\n"
-                "            jax.numpy.broadcast_to(leaf, (len(devs), *np.shape(leaf))),\n"
-                "            NamedSharding(Mesh(devs, (\"i\",)), P(\"i\"))),\n"
-                "        {'lr': 0.1})\n"
+                "    return _replicate({'lr': 0.1}, devs)\n"
             ),
         ),
         # Used as a value, or in a multi-process program: the shim's drop-in.
@@ -153,17 +187,26 @@ class DevicePutReplicated(Rule):
             "    return dpr(p, devs)\n",
             lines=(4, 5),
             expected=(
-                "import jax\nimport numpy as np\nfrom jax.sharding import Mesh, NamedSharding, PartitionSpec as P\n\n"
+                "import jax\n"
+                "import numpy as np\n"
+                "import jax.numpy as jnp\n"
+                "from jax.sharding import Mesh, NamedSharding, PartitionSpec as P\n"
+                "\n"
+                "\n"
+                "def _replicate(tree, devices):\n"
+                '    """jax.device_put_replicated(tree, devices): a row per device."""\n'
+                "\n"
+                "    def stack(leaf):\n"
+                '        sharding = NamedSharding(Mesh(devices, ("i",)), P("i"))\n'
+                "        shape = (len(devices), *np.shape(leaf))\n"
+                "        if jax.typeof(leaf).weak_type:  # stays weakly typed\n"
+                "            return jax.device_put(jnp.broadcast_to(leaf, shape), sharding)\n"
+                "        rows = [jax.device_put(leaf, device)[None] for device in devices]\n"
+                "        return jax.make_array_from_single_device_arrays(shape, sharding, rows)\n"
+                "\n"
+                "    return jax.tree.map(stack, tree)\n"
                 "def main(p, devs):\n"
-                "    return jax.tree.map(\n"
-                "        lambda leaf: jax.make_array_from_single_device_arrays(\n"
-                "            (len(devs), *np.shape(leaf)), NamedSharding(Mesh(devs, (\"i\",)), P(\"i\")),\n"
-                "            [jax.device_put(leaf, device)[None] for device in devs])\n"
-                "        if not jax.typeof(leaf).weak_type\n"
-                "        else jax.device_put(\n"
-                "            jax.numpy.broadcast_to(leaf, (len(devs), *np.shape(leaf))),\n"
-                "            NamedSharding(Mesh(devs, (\"i\",)), P(\"i\"))),\n"
-                "        p)\n"
+                "    return _replicate(p, devs)\n"
             ),
         ),
         Invalid("from jax import device_put_replicated\nparams = device_put_replicated(p, devs)\n", lines=(2,)),

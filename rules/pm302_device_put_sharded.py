@@ -28,34 +28,45 @@ class DevicePutSharded(Rule):
 
     ## Use instead
     The same stack, placed explicitly (shard `k` put on `devices[k]` as a row, then assembled
-    without any device compute):
+    without any device compute), by a helper written once:
     ```python
     import jax
+    import jax.numpy as jnp
     import numpy as np
     from jax.sharding import Mesh, NamedSharding, PartitionSpec as P
 
-    devices = jax.local_devices()
-    batch = jax.tree.map(
-        lambda *leaves: jax.make_array_from_single_device_arrays(
-            (len(devices), *np.shape(leaves[0])), NamedSharding(Mesh(devices, ("i",)), P("i")),
-            [jax.device_put(leaf, device)[None] for leaf, device in zip(leaves, devices, strict=True)])
-        if not jax.typeof(leaves[0]).weak_type
-        else jax.device_put(
-            jax.numpy.stack(leaves),
-            NamedSharding(Mesh(devices, ("i",)), P("i"))),
-        *per_device_batches)
+
+    def _put_sharded(shards, devices):
+        '''jax.device_put_sharded(shards, devices): shard k on device k.'''
+
+        def stack(*leaves):
+            sharding = NamedSharding(Mesh(devices, ("i",)), P("i"))
+            if jax.typeof(leaves[0]).weak_type:  # stays weakly typed
+                return jax.device_put(jnp.stack(leaves), sharding)
+            rows = [
+                jax.device_put(leaf, device)[None]
+                for leaf, device in zip(leaves, devices, strict=True)
+            ]
+            shape = (len(devices), *np.shape(leaves[0]))
+            return jax.make_array_from_single_device_arrays(shape, sharding, rows)
+
+        return jax.tree.map(stack, *shards)
+
+
+    batch = _put_sharded(per_device_batches, jax.local_devices())
     ```
     Row `k` lives on `devices[k]`, as before, so the result feeds a migrated pmap without a
     reshard.
 
     ## Fix safety
     Calls are rewritten to the form above: safe, the same values, shapes, dtypes and devices for
-    every input legacy accepted (it required as many shards as devices, of one shape and dtype). A
-    `devices` expression other than a name is bound once before the statement. Weakly typed shards
+    every input legacy accepted (it required as many shards as devices, of one shape and dtype). The
+    helper is written once per module, or once per package in the `_pmap_compat.py` that `fix`
+    creates beside it. Weakly typed shards
     (Python numbers: `[0.0, 1.0]`) stay weakly typed, as in legacy: they are stacked on one device
     and put in place. Typed PRNG key shards (`jax.random.key`) are stacked as they were. As many
     shards as devices, of one shape and dtype, or a `ValueError`, as in legacy. Where the form does
-    not apply (the function used as a value, multi-process programs, a class body, `*args`) the
+    not apply (the function used as a value, multi-process programs, `*args`) the
     reference becomes `runtime_shim.device_put_sharded`, the drop-in with the legacy result.
 
     ## References
@@ -81,28 +92,55 @@ class DevicePutSharded(Rule):
         Invalid(
             "import jax\nbatch = jax.device_put_sharded(shards, jax.local_devices())\n", lines=(2,),
             expected=(
-                "import jax\nimport numpy as np\nfrom jax.sharding import Mesh, NamedSharding, PartitionSpec as P\n\n"
-                "devices = jax.local_devices()\n"
-                "batch = jax.tree.map(\n"
-                "    lambda *leaves: jax.make_array_from_single_device_arrays(\n"
-                "        (len(devices), *np.shape(leaves[0])), NamedSharding(Mesh(devices, (\"i\",)), P(\"i\")),\n"
-                "        [jax.device_put(leaf, device)[None] for leaf, device in zip(leaves, devices, strict=True)])\n"
-                "    if not jax.typeof(leaves[0]).weak_type\n"
-                "    else jax.device_put(jax.numpy.stack(leaves), NamedSharding(Mesh(devices, (\"i\",)), P(\"i\"))),\n"
-                "    *shards)\n"
+                "import jax\n"
+                "import jax.numpy as jnp\n"
+                "import numpy as np\n"
+                "from jax.sharding import Mesh, NamedSharding, PartitionSpec as P\n"
+                "\n"
+                "\n"
+                "def _put_sharded(shards, devices):\n"
+                '    """jax.device_put_sharded(shards, devices): shard k on device k."""\n'
+                "\n"
+                "    def stack(*leaves):\n"
+                '        sharding = NamedSharding(Mesh(devices, ("i",)), P("i"))\n'
+                "        if jax.typeof(leaves[0]).weak_type:  # stays weakly typed\n"
+                "            return jax.device_put(jnp.stack(leaves), sharding)\n"
+                "        rows = [\n"
+                "            jax.device_put(leaf, device)[None]\n"
+                "            for leaf, device in zip(leaves, devices, strict=True)\n"
+                "        ]\n"
+                "        shape = (len(devices), *np.shape(leaves[0]))\n"
+                "        return jax.make_array_from_single_device_arrays(shape, sharding, rows)\n"
+                "\n"
+                "    return jax.tree.map(stack, *shards)\n"
+                "batch = _put_sharded(shards, jax.local_devices())\n"
             ),
         ),
         Invalid(
             "from jax import device_put_sharded as dps\nbatch = dps([a, b], devs)\n", lines=(2,),
             expected=(
-                "import jax\nimport numpy as np\nfrom jax.sharding import Mesh, NamedSharding, PartitionSpec as P\n\n"
-                "batch = jax.tree.map(\n"
-                "    lambda *leaves: jax.make_array_from_single_device_arrays(\n"
-                "        (len(devs), *np.shape(leaves[0])), NamedSharding(Mesh(devs, (\"i\",)), P(\"i\")),\n"
-                "        [jax.device_put(leaf, device)[None] for leaf, device in zip(leaves, devs, strict=True)])\n"
-                "    if not jax.typeof(leaves[0]).weak_type\n"
-                "    else jax.device_put(jax.numpy.stack(leaves), NamedSharding(Mesh(devs, (\"i\",)), P(\"i\"))),\n"
-                "    *[a, b])\n"
+                "import jax\n"
+                "import jax.numpy as jnp\n"
+                "import numpy as np\n"
+                "from jax.sharding import Mesh, NamedSharding, PartitionSpec as P\n"
+                "\n"
+                "\n"
+                "def _put_sharded(shards, devices):\n"
+                '    """jax.device_put_sharded(shards, devices): shard k on device k."""\n'
+                "\n"
+                "    def stack(*leaves):\n"
+                '        sharding = NamedSharding(Mesh(devices, ("i",)), P("i"))\n'
+                "        if jax.typeof(leaves[0]).weak_type:  # stays weakly typed\n"
+                "            return jax.device_put(jnp.stack(leaves), sharding)\n"
+                "        rows = [\n"
+                "            jax.device_put(leaf, device)[None]\n"
+                "            for leaf, device in zip(leaves, devices, strict=True)\n"
+                "        ]\n"
+                "        shape = (len(devices), *np.shape(leaves[0]))\n"
+                "        return jax.make_array_from_single_device_arrays(shape, sharding, rows)\n"
+                "\n"
+                "    return jax.tree.map(stack, *shards)\n"
+                "batch = _put_sharded([a, b], devs)\n"
             ),
         ),
         Invalid("from jax import device_put_sharded\nbatch = device_put_sharded(shards, devs)\n", lines=(2,)),
@@ -115,17 +153,29 @@ class DevicePutSharded(Rule):
             "    return jax.device_put_sharded(\n        list(batch), jax.local_devices())\n",
             lines=(3,),
             expected=(
-                "import jax\nimport numpy as np\nfrom jax.sharding import Mesh, NamedSharding, PartitionSpec as P\n\n"
+                "import jax\n"
+                "import jax.numpy as jnp\n"
+                "import numpy as np\n"
+                "from jax.sharding import Mesh, NamedSharding, PartitionSpec as P\n"
+                "\n"
+                "\n"
+                "def _put_sharded(shards, devices):\n"
+                '    """jax.device_put_sharded(shards, devices): shard k on device k."""\n'
+                "\n"
+                "    def stack(*leaves):\n"
+                '        sharding = NamedSharding(Mesh(devices, ("i",)), P("i"))\n'
+                "        if jax.typeof(leaves[0]).weak_type:  # stays weakly typed\n"
+                "            return jax.device_put(jnp.stack(leaves), sharding)\n"
+                "        rows = [\n"
+                "            jax.device_put(leaf, device)[None]\n"
+                "            for leaf, device in zip(leaves, devices, strict=True)\n"
+                "        ]\n"
+                "        shape = (len(devices), *np.shape(leaves[0]))\n"
+                "        return jax.make_array_from_single_device_arrays(shape, sharding, rows)\n"
+                "\n"
+                "    return jax.tree.map(stack, *shards)\n"
                 "def to_devices(batch):\n"
-                "    devices = jax.local_devices()\n"
-                "    return jax.tree.map(\n"
-                "        lambda *leaves: jax.make_array_from_single_device_arrays(\n"
-                "            (len(devices), *np.shape(leaves[0])), NamedSharding(Mesh(devices, (\"i\",)), P(\"i\")),\n"
-                "            [jax.device_put(leaf, device)[None]\n"
-                "             for leaf, device in zip(leaves, devices, strict=True)])\n"
-                "        if not jax.typeof(leaves[0]).weak_type\n"
-                "        else jax.device_put(jax.numpy.stack(leaves), NamedSharding(Mesh(devices, (\"i\",)), P(\"i\"))),\n"
-                "        *list(batch))\n"
+                "    return _put_sharded(list(batch), jax.local_devices())\n"
             ),
         ),
         Invalid(

@@ -106,17 +106,25 @@ class FlaxReplicate(Rule):
         Invalid(
             "from flax import jax_utils\nstate = jax_utils.replicate(state)\n", lines=(2,),
             expected=(
-                "import jax\nimport numpy as np\nfrom jax.sharding import Mesh, NamedSharding, PartitionSpec as P\n\n"
-                "devices = jax.local_devices()\n"
-                "state = jax.tree.map(\n"
-                "    lambda leaf: jax.make_array_from_single_device_arrays(\n"
-                "        (len(devices), *np.shape(leaf)), NamedSharding(Mesh(devices, (\"i\",)), P(\"i\")),\n"
-                "        [jax.device_put(leaf, device)[None] for device in devices])\n"
-                "    if not jax.typeof(leaf).weak_type\n"
-                "    else jax.device_put(\n"
-                "        jax.numpy.broadcast_to(leaf, (len(devices), *np.shape(leaf))),\n"
-                "        NamedSharding(Mesh(devices, (\"i\",)), P(\"i\"))),\n"
-                "    state)\n"
+                "import jax\n"
+                "import jax.numpy as jnp\n"
+                "import numpy as np\n"
+                "from jax.sharding import Mesh, NamedSharding, PartitionSpec as P\n"
+                "\n"
+                "\n"
+                "def _replicate(tree, devices):\n"
+                '    """jax.device_put_replicated(tree, devices): a row per device."""\n'
+                "\n"
+                "    def stack(leaf):\n"
+                '        sharding = NamedSharding(Mesh(devices, ("i",)), P("i"))\n'
+                "        shape = (len(devices), *np.shape(leaf))\n"
+                "        if jax.typeof(leaf).weak_type:  # stays weakly typed\n"
+                "            return jax.device_put(jnp.broadcast_to(leaf, shape), sharding)\n"
+                "        rows = [jax.device_put(leaf, device)[None] for device in devices]\n"
+                "        return jax.make_array_from_single_device_arrays(shape, sharding, rows)\n"
+                "\n"
+                "    return jax.tree.map(stack, tree)\n"
+                "state = _replicate(state, jax.local_devices())\n"
             ),
         ),
         Invalid("from flax.jax_utils import replicate\nstate = replicate(state)\n", lines=(2,)),

@@ -34,8 +34,9 @@ def test_added_imports_come_after_an_environment_setting_before_import_jax():
     text = fixed('import os\nos.environ["JAX_ENABLE_X64"] = "1"\nimport jax\n' + REPLICATED)
     before = lines_before(text, 'os.environ["JAX_ENABLE_X64"] = "1"')
     assert before == ["import os"]
-    after = text.splitlines()[2:5]
-    assert after == ["import jax", "import numpy as np", "from jax.sharding import Mesh, NamedSharding, PartitionSpec as P"]
+    after = text.splitlines()[2:6]
+    assert after == ["import jax", "import jax.numpy as jnp", "import numpy as np",
+                     "from jax.sharding import Mesh, NamedSharding, PartitionSpec as P"]
 
 
 def test_added_imports_after_the_last_import_of_jaxs_block_with_a_docstring_and_blank_lines():
@@ -50,7 +51,7 @@ def test_added_imports_after_the_last_import_of_jaxs_block_with_a_docstring_and_
 def test_without_a_top_level_jax_import_they_go_just_before_the_first_statement_using_them():
     source = 'import os\nos.environ["JAX_ENABLE_X64"] = "1"\n\n\ndef main():\n    import jax\n    return ' + REPLICATED.split(" = ")[1]
     text = fixed(source)
-    assert lines_before(text, "import numpy as np") == ["import os", 'os.environ["JAX_ENABLE_X64"] = "1"']
+    assert lines_before(text, "import jax") == ["import os", 'os.environ["JAX_ENABLE_X64"] = "1"']
     assert text.index("from jax.sharding import") < text.index("def main():")
 
 
@@ -68,7 +69,7 @@ def test_flax_import_counts_as_importing_jax():
 def test_the_usual_place_at_the_top_when_nothing_runs_before_jax_is_imported(source):
     text = fixed(source)
     top = text.splitlines()
-    assert "from jax.sharding import Mesh, NamedSharding, PartitionSpec as P" in top[:4], text
+    assert "from jax.sharding import Mesh, NamedSharding, PartitionSpec as P" in top[:5], text
 
 
 def test_an_import_the_module_has_further_down_is_not_added_twice():
@@ -142,6 +143,7 @@ def test_in_a_notebook_they_go_to_the_cell_that_imports_jax_not_the_one_setting_
     assert outcome.fixed is not None
     sources = ["".join(c["source"]) for c in json.loads(outcome.fixed)["cells"]]
     assert sources[0] == cells[0]
-    assert sources[1] == ("import jax\nimport numpy as np\n"
-                          "from jax.sharding import Mesh, NamedSharding, PartitionSpec as P")
-    assert sources[2].startswith("devices = jax.local_devices()\n")
+    assert sources[1].startswith("import jax\nimport numpy as np\nimport jax.numpy as jnp\n"
+                                 "from jax.sharding import Mesh, NamedSharding, PartitionSpec as P\n")
+    assert "def _replicate(tree, devices):" in sources[1]  # the helper goes with the imports of jax
+    assert sources[2].startswith("x = _replicate(np.ones(3), jax.local_devices())\n")

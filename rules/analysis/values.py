@@ -89,6 +89,8 @@ class ValueFlow:
         nested function of the kind ``_returns_local_rows`` recognises."""
         if isinstance(expr, cst.Call) and expr.args and self.matches(expr.func, tables.PARTIAL):
             expr = expr.args[0].value
+        if any(name.endswith(tables.SHARED_LOCAL_ROWS) for name in self.qualified_names(expr)):
+            return True  # the same helper, imported from the package's module of shared helpers
         functions = self.resolve_functions(expr) if isinstance(expr, cst.Name) else []
         if len(functions) != 1 or not isinstance(functions[0], cst.FunctionDef):
             return False

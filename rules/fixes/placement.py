@@ -17,7 +17,7 @@ from pmap_migrate.rules.analysis.tracing import Tracing
 from pmap_migrate.rules.fixes.api import Unfixable, jax_name
 from pmap_migrate.rules.fixes.code import code_of
 from pmap_migrate.rules.fixes.naming import NameAllocator
-from pmap_migrate.rules.fixes.spec import Edit, ImportSpec
+from pmap_migrate.rules.fixes.spec import Edit, Helper, ImportSpec
 from pmap_migrate.rules.knowledge import tables
 
 SHIM = ImportSpec("runtime_shim")
@@ -59,6 +59,7 @@ class Placement:
         self.model = model
         self.allocator = names
         self.tracing = Tracing(model)
+        self.helpers: dict[str, Helper] = {}  # the module's stacking helpers, by their shared name
 
     # ------------------------------------------------------------------ names and layout
     def names(self, at: cst.CSTNode, *names: str) -> tuple[ImportSpec, ...]:

@@ -34,13 +34,19 @@ from pmap_migrate.rules.fixes.choices import Applicability
 from pmap_migrate.rules.fixes.code import code_of
 from pmap_migrate.rules.fixes.placement import Placement, call_arguments, cheap
 from pmap_migrate.rules.fixes.pmap_options import Unsupported, axis_entry, int_tuple
-from pmap_migrate.rules.fixes.spec import Edit, FixSpec, ImportSpec
+from pmap_migrate.rules.fixes.shared import (
+    PUT_SHARDED,
+    REPLICATE,
+    SHARED_HELPERS,
+    imported_name,
+    put_sharded_helper,
+    replicate_helper,
+)
+from pmap_migrate.rules.fixes.spec import Edit, FixSpec, Helper, ImportSpec
 from pmap_migrate.rules.knowledge import tables
 
 AXIS = '"i"'  # the helpers' mesh axis: any name works for a pmap input, only the devices matter
 
-
-LINE_LIMIT = 100
 
 
 # What a fix reading a row from its shard assumes unless the row goes straight to the host.
@@ -88,64 +94,6 @@ def is_assignment_target(model: SemanticModel, node: cst.CSTNode) -> bool:
 
 def sharding_text(devices: str, spec: str = f"P({AXIS})", axis: str = AXIS) -> str:
     return f"NamedSharding(Mesh({devices}, ({axis},)), {spec})"
-
-
-def replicate_text(jax: str, tree: str, devices: str, column: int, unit: str) -> str:
-    leaf = _fresh_param("leaf", devices, jax)
-    device = _fresh_param("device", devices, jax, leaf)
-    rows = f"{jax}.device_put({leaf}, {device})[None] for {device} in {devices}"
-    weak = f"{jax}.numpy.broadcast_to({leaf}, (len({devices}), *np.shape({leaf})))"
-    return _tree_map_stack(jax, leaf, leaf, f"np.shape({leaf})", rows, weak, devices, [tree], column, unit)
-
-
-def stack_text(jax: str, shards: str, devices: str, column: int, unit: str) -> str:
-    leaves = _fresh_param("leaves", devices, jax)
-    leaf = _fresh_param("leaf", devices, jax, leaves)
-    device = _fresh_param("device", devices, jax, leaves, leaf)
-    rows = (f"{jax}.device_put({leaf}, {device})[None] "
-            f"for {leaf}, {device} in zip({leaves}, {devices}, strict=True)")
-    return _tree_map_stack(jax, f"*{leaves}", f"{leaves}[0]", f"np.shape({leaves}[0])", rows,
-                           f"{jax}.numpy.stack({leaves})", devices, [f"*{shards}"], column, unit)
-
-
-def _tree_map_stack(jax: str, params: str, first: str, shape: str, rows: str, weak: str, devices: str,
-                    trees: list[str], column: int, unit: str) -> str:
-    """`jax.tree.map(lambda <params>: <the stack of every leaf's rows>, *trees)`: one (1, ...) row
-    per device, put on that device and assembled without any device compute. A typed PRNG key
-    leaf goes through as is (a NumPy stack would raise TypeError), and each device holds only its
-    own copy. A weakly typed leaf (``first``: a Python number, or an array computed from one) is
-    stacked by ``weak`` on one device and then put in place: the assembly would make it strongly
-    typed (legacy kept it weak, which decides the dtype when it meets a bfloat16 array)."""
-    inner = len(unit) * 2
-    shape = f"(len({devices}), *{shape})"
-    sharding = sharding_text(devices)
-    head = f"{shape}, {sharding},"
-    lines = [head] if column + inner + len(head) <= LINE_LIMIT else [f"{shape},", f"{sharding},"]
-    comprehension = f"[{rows}])"
-    if column + inner + len(comprehension) > LINE_LIMIT:
-        put, _, loop = rows.partition(" for ")
-        comprehension = f"[{put}\n{unit * 2} for {loop}])"
-    lines.append(comprehension)
-    put_weak = f"else {jax}.device_put({weak}, {sharding})"
-    if column + len(unit) + len(put_weak) > LINE_LIMIT:
-        put_weak = f"else {jax}.device_put(\n{unit * 2}{weak},\n{unit * 2}{sharding})"
-    lam = (f"lambda {params}: {jax}.make_array_from_single_device_arrays(\n"
-           + "\n".join(unit * 2 + line for line in lines)
-           + f"\n{unit}if not {jax}.typeof({first}).weak_type\n{unit}{put_weak}")
-    return f"{jax}.tree.map(\n" + ",\n".join(unit + a for a in (lam, *trees)) + ")"
-
-
-def _fresh_param(base: str, *texts: str) -> str:
-    name = base
-    while any(_mentions(text, name) for text in texts):
-        name += "_"
-    return name
-
-
-def _mentions(text: str, name: str) -> bool:
-    import re
-
-    return re.search(rf"(?<![\w.]){re.escape(name)}(?!\w)", text) is not None
 
 
 def called(model: SemanticModel, reference: cst.BaseExpression) -> cst.Call | None:
@@ -312,28 +260,42 @@ def helper_devices(model: SemanticModel, call: cst.Call) -> cst.BaseExpression |
 
 def stack_fix(placement: Placement, call: cst.Call, reference: cst.BaseExpression, tree: cst.BaseExpression,
               devices: cst.BaseExpression | str, *, sharded: bool, what: str) -> FixSpec:
-    """``call`` (a replicate or sharded helper) -> the explicit `jax.device_put` of the same stack.
-    ``devices`` is the helper's device expression, or a text that only queries devices."""
+    """``call`` (a replicate or sharded helper) -> a call of the module's helper that builds the
+    same stack with explicit `jax.device_put`s (rules/fixes/shared.py: `_replicate(tree, devices)`,
+    `_put_sharded(shards, devices)`), written once per module or imported from the package's
+    shared module. ``devices`` is the helper's device expression, or a text that only queries
+    devices; the arguments are evaluated where and in the order the call evaluated them."""
     model = placement.model
-    if placement.in_fstring(call):
-        raise Unfixable("inside an f-string")
-    if placement.in_class_body(call):
-        raise Unfixable("in a class body (a lambda there cannot see the class's names)")
-    jax, jax_imports = placement.jax(call)
-    imports = placement.names(call, "np", "Mesh", "NamedSharding", "P")
-    if isinstance(devices, str):
-        devices_text, edits = placement.bind_once(cst.parse_expression(devices), call, "devices", query=True)
-    else:
-        devices_text, edits = placement.bind_once(devices, call, "devices")
-    column, unit = placement.column_of(call), model.indent
-    tree_text = code_of(parenthesized(tree) if sharded else tree)
-    text = (stack_text if sharded else replicate_text)(jax, tree_text, devices_text, column, unit)
-    replacement = keep_parens(call, cst.parse_expression(text))
+    placement.names(model.module.body[0] if model.module.body else call, "np", "Mesh", "NamedSharding", "P")
+    placement.names(call, "np", "Mesh", "NamedSharding", "P")
+    name, helper = stacking_helper(placement, PUT_SHARDED if sharded else REPLICATE)
+    devices_node = cst.parse_expression(devices) if isinstance(devices, str) else devices
+    replacement = keep_parens(call, cst.Call(cst.Name(name), [cst.Arg(tree), cst.Arg(devices_node)]))
     removal = removal_spec(model, reference)
-    summary = (f"{what} -> the same stack, one row put on each device and assembled with "
+    summary = (f"{what} -> `{name}(...)`: the same stack, one row put on each device and assembled with "
                "`NamedSharding(Mesh(devices), P('i'))`")
-    return FixSpec(Applicability.SAFE, summary, edits=(Edit(call, replacement), *edits),
-                   add_imports=(*jax_imports, *imports), remove_imports=(removal,) if removal is not None else ())
+    return FixSpec(Applicability.SAFE, summary, edits=(Edit(call, replacement),), helpers=(helper,),
+                   remove_imports=(removal,) if removal is not None else ())
+
+
+def stacking_helper(placement: Placement, shared: str) -> tuple[str, Helper]:
+    """The module's helper ``shared`` (REPLICATE or PUT_SHARDED): the one it imports from its
+    package's shared module or defines already (an earlier run or round), else under a fresh name."""
+    if shared not in placement.helpers:
+        model = placement.model
+        render = put_sharded_helper if shared == PUT_SHARDED else replicate_helper
+        name = imported_name(model.module, shared)
+        for statement in model.module.body if name is None else ():
+            if isinstance(statement, cst.FunctionDef) and statement.name.value.startswith(shared):
+                if code_of(statement).strip() == render(statement.name.value, model.indent).strip():
+                    name = statement.name.value
+                    break
+        if name is None:
+            name = placement.fresh_name(shared)
+        statements = tuple(cst.parse_module(render(name, model.indent)).body)
+        placement.helpers[shared] = Helper(name, statements, imports=SHARED_HELPERS[shared].imports, shared=shared)
+    helper = placement.helpers[shared]
+    return helper.name, helper
 
 
 def removed_helper_fix(placement: Placement, reference: cst.BaseExpression, attribute: str,

@@ -47,6 +47,7 @@ from pmap_migrate.rules.fixes.pmap_render import (
     squeeze_line,
     tuple_text,
 )
+from pmap_migrate.rules.fixes.shared import SHARD_MAPPED, SHARED_HELPERS, imported_name
 from pmap_migrate.rules.fixes.spec import Edit, FixSpec, Helper, ImportSpec
 from pmap_migrate.rules.knowledge import tables
 
@@ -202,8 +203,9 @@ class Rewriter:
             what = f"`{target or self._base_name(call, fun)}`"
         self.check_names_free()
         expr = site.node.func if isinstance(site.node, cst.Call) else site.node.decorator
-        imports = (ImportSpec("jax"), ImportSpec("functools"), ImportSpec("jax.sharding", "Mesh"),
-                   ImportSpec("jax.sharding", "PartitionSpec", "P"), ImportSpec("jax.numpy", None, "jnp"))
+        # the call site's own: jax.jit, and functools.partial for a decorator with options
+        partial_used = site.is_decorator and (axis is not None or bool(donated))
+        imports = (ImportSpec("jax"), *((ImportSpec("functools"),) if partial_used else ()))
         return FixSpec(Applicability.SAFE, f"rewrite {what} as `jax.jit(jax.shard_map(...))` (same values as "
                        "legacy pmap)", edits=edits, add_imports=imports, remove_imports=self.pmap_imports(expr),
                        helpers=(helper,))
@@ -224,19 +226,22 @@ class Rewriter:
         return False
 
     def _helper(self) -> tuple[str, Helper]:
-        """The compact form's helper of this module: one the module defines already (a fix of an
-        earlier run or round), else under a fresh name."""
+        """The compact form's helper of this module: one the module defines already or imports
+        from its package's shared module (a fix of an earlier run or round), else under a fresh
+        name. The engine imports it from the package's shared module where there is one."""
         if self._helper_made is None:
             indent = self.model.indent
-            for statement in self.model.module.body:
-                if isinstance(statement, cst.FunctionDef) and statement.name.value.startswith("_shard_mapped"):
+            name = imported_name(self.model.module, SHARD_MAPPED)
+            for statement in self.model.module.body if name is None else ():
+                if isinstance(statement, cst.FunctionDef) and statement.name.value.startswith(SHARD_MAPPED):
                     text = shard_mapped_helper(statement.name.value, indent)
                     if self.model.module.code_for_node(statement).strip() == text.strip():
                         name = statement.name.value
                         break
-            else:
-                name = self.names.fresh("_shard_mapped")
-            self._helper_made = name, Helper(name, tuple(self.parse_generated(shard_mapped_helper(name, indent))))
+            if name is None:
+                name = self.names.fresh(SHARD_MAPPED)
+            self._helper_made = name, Helper(name, tuple(self.parse_generated(shard_mapped_helper(name, indent))),
+                                             imports=SHARED_HELPERS[SHARD_MAPPED].imports, shared=SHARD_MAPPED)
         return self._helper_made
 
     def check_rewritable(self, site: TransformSite) -> None:

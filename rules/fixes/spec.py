@@ -12,11 +12,13 @@ from pmap_migrate.rules.fixes.choices import Applicability
 
 @dataclass(frozen=True)
 class ImportSpec:
-    """``import module`` (name None), or ``from module import name [as asname]``."""
+    """``import module`` (name None), or ``from module import name [as asname]``; ``relative``:
+    the number of leading dots of a relative ``from`` import."""
 
     module: str
     name: str | None = None
     asname: str | None = None
+    relative: int = 0
 
 
 @dataclass(frozen=True)
@@ -33,10 +35,15 @@ class Edit:
 @dataclass(frozen=True)
 class Helper:
     """A module-level definition that fixes share: written once per module, by the first fix that
-    needs it, after the module's imports (the engine skips it where ``name`` is bound already)."""
+    needs it, after the module's imports (the engine skips it where ``name`` is bound already).
+    ``imports`` are the ones its statements need. ``shared``: the name of the same definition in
+    the package's shared module (rules/fixes/shared.py), which the engine imports instead of
+    writing the statements where the package has one; None: written in the module only."""
 
     name: str
     statements: tuple[cst.BaseStatement, ...]
+    imports: tuple[ImportSpec, ...] = ()
+    shared: str | None = None
 
 
 @dataclass(frozen=True)

@@ -42,10 +42,13 @@ SHARD_MAP = frozenset({"jax.shard_map", "jax.experimental.shard_map.shard_map"})
 MESH = frozenset({"jax.sharding.Mesh"})
 PARTITION_SPEC = frozenset({"jax.sharding.PartitionSpec", "jax.P"})
 LOCAL_DEVICES = frozenset({"jax.local_devices"})
+# The compact form's helper as `fix` writes it in a package's shared module (rules/fixes/shared.py),
+# by the end of its qualified name (`pkg._pmap_compat._shard_mapped`, `._pmap_compat._shard_mapped`).
+SHARED_LOCAL_ROWS = ("_pmap_compat._shard_mapped",)
 # Text of the faithful rewrite of a pmap (rules/fixes: its jitted shard_map of `per_device`, or the
-# compact form's helper, by its docstring): a file that holds it may read rows of its outputs
-# (PM201, PM202) with no pmap name left in it. tests/test_tables.py checks the forms hold them.
-REWRITTEN_PMAP = ("shard_map(per_device", "as shard_map over the first local devices")
+# compact form's helper, by its docstring, or that helper's import from a package's shared module):
+# a file that holds it may read rows of its outputs (PM201, PM202) with no pmap name left in it. tests/test_tables.py checks the forms hold them.
+REWRITTEN_PMAP = ("shard_map(per_device", "as shard_map over the first local devices", "_pmap_compat import")
 # The experimental shard_map / maps / pjit tables (PM401-PM403) are below.
 
 # Functions whose presence means the program runs several processes (PM501).

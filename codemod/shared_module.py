@@ -1,0 +1,193 @@
+"""Where a fixed module's shared helpers live: one ``_pmap_compat.py`` per package, created or
+extended by `fix` (its text: pmap_migrate.rules.fixes.shared).
+
+The rule, for a module at ``path``:
+
+- in a package (its directory has ``__init__.py``): the module goes in the top package (the
+  highest directory of the unbroken chain of ``__init__.py`` above it). A module that imports
+  relatively imports it relatively (``from .._pmap_compat import ...``), any other by the top
+  package's name (``from pkg._pmap_compat import ...``), as it would any module of its package;
+  but a script (``if __name__ == "__main__":``) that imports nothing of its package may be run as
+  ``python pkg/script.py``, where the package is not importable: no shared module;
+- in a directory without ``__init__.py``, a script or a test (``if __name__ == "__main__":``, or
+  named as pytest collects tests: ``test_*.py``, ``*_test.py``, ``conftest.py``), unless the
+  directory is a namespace package (its parent is a package, or the module imports its own
+  directory by name: ``python -m pkg.tool`` does not put the directory on the path): a sibling module,
+  imported by its plain name, which works when the script runs (its directory is first on
+  ``sys.path``) and under pytest's default import mode (it puts the test's directory there). Two
+  such directories may meet in one pytest session, where the first ``_pmap_compat`` imported serves
+  both: a sibling module therefore holds every shared helper, so that either serves both;
+- anything else (a module of a namespace package, a top package whose name is not an identifier,
+  a ``_pmap_compat.py`` or ``_pmap_compat/`` that this tool did not write, an unreadable one): no
+  shared module; the helpers are written in the module itself.
+"""
+
+from __future__ import annotations
+
+import keyword
+import os
+from dataclasses import dataclass
+from pathlib import Path
+
+import libcst as cst
+
+from pmap_migrate.rules.fixes.shared import MODULE_NAME, SHARED_HELPERS, helpers_in, module_text
+
+FILE_NAME = f"{MODULE_NAME}.py"
+_TEST_NAME = ("test_", "_test.py", "conftest.py")
+
+
+@dataclass(frozen=True)
+class SharedLocation:
+    """The shared module of one fixed module: its file, and how that module imports it."""
+
+    file: str  # the path of the shared module, as the fixed module's path was given (relative or not)
+    module: str  # ``from <module> import ...`` (without the leading dots of a relative import)
+    relative: int = 0  # the leading dots
+    every_helper: bool = False  # a sibling of scripts: holds every shared helper (see the module's docstring)
+
+
+def _is_identifier(name: str) -> bool:
+    return name.isidentifier() and not keyword.iskeyword(name)
+
+
+def _is_script(module: cst.Module, name: str) -> bool:
+    """A script or a test: named as pytest collects tests (``name``; "" to ask about the
+    ``__main__`` guard only), or with ``if __name__ == "__main__":``."""
+    if name and (name.startswith(_TEST_NAME[0]) or name.endswith(_TEST_NAME[1]) or name == _TEST_NAME[2]):
+        return True
+    for statement in module.body:
+        if isinstance(statement, cst.If) and isinstance(statement.test, cst.Comparison):
+            test = statement.test
+            if (isinstance(test.left, cst.Name) and test.left.value == "__name__" and len(test.comparisons) == 1
+                    and isinstance(test.comparisons[0].operator, cst.Equal)
+                    and isinstance(test.comparisons[0].comparator, cst.SimpleString)
+                    and test.comparisons[0].comparator.evaluated_value == "__main__"):
+                return True
+    return False
+
+
+def _imports(module: cst.Module):
+    for statement in module.body:
+        for small in statement.body if isinstance(statement, cst.SimpleStatementLine) else ():
+            if isinstance(small, (cst.Import, cst.ImportFrom)):
+                yield small
+
+
+def _imports_relatively(module: cst.Module) -> bool:
+    return any(isinstance(small, cst.ImportFrom) and small.relative for small in _imports(module))
+
+
+def _names_directory(module: cst.Module, name: str) -> bool:
+    """Whether an absolute import of the module names ``name`` (its directory) as a package
+    (``from examples import utils``, ``import scenic.projects.unloc.model``): it is then run or
+    imported as a module of a namespace package, where its directory is not on ``sys.path``."""
+    for small in _imports(module):
+        if isinstance(small, cst.ImportFrom):
+            names = [small.module] if small.module is not None and not small.relative else []
+        else:
+            names = [alias.name for alias in small.names]
+        for node in names:
+            parts = []
+            while isinstance(node, cst.Attribute):
+                parts.append(node.attr.value)
+                node = node.value
+            if isinstance(node, cst.Name) and name in [node.value, *parts[1:]]:
+                return True
+    return False
+
+
+def _imports_package(module: cst.Module, package: str) -> bool:
+    """Whether the module imports its top package by name (``import pkg.x``, ``from pkg import x``)."""
+    for small in _imports(module):
+        if isinstance(small, cst.ImportFrom):
+            names = [small.module] if small.module is not None and not small.relative else []
+        else:
+            names = [alias.name for alias in small.names]
+        for name in names:
+            while isinstance(name, cst.Attribute):
+                name = name.value
+            if isinstance(name, cst.Name) and name.value == package:
+                return True
+    return False
+
+
+def usable(file: Path) -> bool:
+    """Whether ``file`` may hold the shared module: absent (and nothing else of that name), or this
+    tool's own text."""
+    if file.with_suffix("").exists() or file.is_symlink():
+        return False
+    if not file.exists():
+        return True
+    try:
+        return file.is_file() and helpers_in(file.read_text(encoding="utf-8")) is not None
+    except (OSError, UnicodeDecodeError):
+        return False
+
+
+def location_for(path: str, module: cst.Module) -> SharedLocation | None:
+    """The shared module of the module at ``path`` (source ``module``), or None (see the rule)."""
+    if not path.endswith(".py"):
+        return None
+    given = Path(path)
+    try:
+        directory = given.resolve().parent
+    except OSError:
+        return None
+    if not directory.is_dir():
+        return None
+    if (directory / "__init__.py").is_file():
+        top, depth = directory, 0
+        while (top.parent / "__init__.py").is_file() and top.parent != top:
+            top, depth = top.parent, depth + 1
+        if not _is_identifier(top.name) or not usable(top / FILE_NAME):
+            return None
+        file = given.parent.joinpath(*[os.pardir] * depth, FILE_NAME)
+        shown = os.path.normpath(file)
+        if _imports_relatively(module):
+            return SharedLocation(shown, MODULE_NAME, relative=depth + 1)
+        if _is_script(module, "") and not _imports_package(module, top.name):
+            return None
+        return SharedLocation(shown, f"{top.name}.{MODULE_NAME}")
+    if (not _is_script(module, given.name) or (directory.parent / "__init__.py").is_file()
+            or _names_directory(module, directory.name) or not usable(directory / FILE_NAME)):
+        return None
+    return SharedLocation(os.path.normpath(given.parent / FILE_NAME), MODULE_NAME, every_helper=True)
+
+
+@dataclass
+class SharedModule:
+    """One shared module to create or extend: its path, its bytes before (None: a new file), and
+    the helpers it must hold."""
+
+    file: str
+    original: bytes | None
+    helpers: frozenset[str]
+
+    def text(self) -> bytes:
+        return module_text(self.helpers).encode("utf-8")
+
+
+def shared_modules(needs: list[tuple[SharedLocation, frozenset[str]]]) -> list[SharedModule]:
+    """The shared modules the fixed modules need (each location with the helpers they import from
+    it), merged by file, with what each already holds; only those that change."""
+    wanted: dict[str, set[str]] = {}
+    for location, names in needs:
+        key = os.path.normpath(os.path.realpath(location.file))
+        entry = wanted.setdefault(key, set())
+        entry.update(SHARED_HELPERS if location.every_helper else names)
+    shown = {os.path.normpath(os.path.realpath(location.file)): location.file for location, _ in needs}
+    out = []
+    for key, names in sorted(wanted.items()):
+        path = Path(key)
+        original = None
+        held: frozenset[str] = frozenset()
+        if path.exists():
+            try:
+                original = path.read_bytes()
+                held = helpers_in(original.decode("utf-8")) or frozenset()
+            except (OSError, UnicodeDecodeError):
+                continue
+        if not names <= held:
+            out.append(SharedModule(shown[key], original, frozenset(held | names)))
+    return out

@@ -1,0 +1,161 @@
+"""The helpers fixes may share across a package, and the text of the module that holds them.
+
+A fix that needs one of these helpers (``Helper.shared`` names it) gets it imported from the
+package's shared module, ``_pmap_compat.py``, which the engine creates or extends
+(pmap_migrate/shared_module.py decides where it goes); where no package location is safe, the
+helper is written in the fixed module itself. The module is plain JAX (no import of this project
+nor of the shim); its text is a function of the set of helpers it holds (sorted by name), so that
+it is recognisable as this tool's own, and extending it is re-rendering it with one more.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import libcst as cst
+
+from pmap_migrate.rules.fixes.pmap_render import shard_mapped_helper
+from pmap_migrate.rules.fixes.spec import ImportSpec
+
+MODULE_NAME = "_pmap_compat"
+INDENT = "    "
+FIRST_LINE = '"""Helpers of the modules that `pmap-migrate fix` rewrote in this package.'
+
+
+@dataclass(frozen=True)
+class SharedHelper:
+    name: str
+    summary: str  # one line of the module's docstring
+    source: str  # the definition, at module level, indented by INDENT
+    imports: tuple[ImportSpec, ...]
+
+
+SHARD_MAPPED = "_shard_mapped"  # the compact form of the faithful pmap rewrite (pmap_render)
+REPLICATE = "_replicate"  # jax.device_put_replicated / flax replicate (placement_fixes.stack_fix)
+PUT_SHARDED = "_put_sharded"  # jax.device_put_sharded (placement_fixes.stack_fix)
+_SHARDING_IMPORTS = (ImportSpec("jax"), ImportSpec("jax.numpy", None, "jnp"), ImportSpec("numpy", None, "np"),
+                     ImportSpec("jax.sharding", "Mesh"),
+                     ImportSpec("jax.sharding", "NamedSharding"), ImportSpec("jax.sharding", "PartitionSpec", "P"))
+
+
+def replicate_helper(name: str, indent: str) -> str:
+    """`jax.device_put_replicated(tree, devices)` as it was: one row per device, each put on its own
+    device and assembled without device compute (typed PRNG keys go through); a weakly typed
+    leaf is broadcast on one device and put in place, so that it stays weakly typed."""
+    i1, i2 = indent, indent * 2
+    return "\n".join([
+        f"def {name}(tree, devices):",
+        f'{i1}"""jax.device_put_replicated(tree, devices): a row per device."""',
+        "",
+        f"{i1}def stack(leaf):",
+        f'{i2}sharding = NamedSharding(Mesh(devices, ("i",)), P("i"))',
+        f"{i2}shape = (len(devices), *np.shape(leaf))",
+        f"{i2}if jax.typeof(leaf).weak_type:  # stays weakly typed",
+        f"{i2}{i1}return jax.device_put(jnp.broadcast_to(leaf, shape), sharding)",
+        f"{i2}rows = [jax.device_put(leaf, device)[None] for device in devices]",
+        f"{i2}return jax.make_array_from_single_device_arrays(shape, sharding, rows)",
+        "",
+        f"{i1}return jax.tree.map(stack, tree)",
+    ]) + "\n"
+
+
+def put_sharded_helper(name: str, indent: str) -> str:
+    """`jax.device_put_sharded(shards, devices)` as it was: row k of each leaf from ``shards[k]``,
+    put on ``devices[k]``; weakly typed leaves as in ``replicate_helper``."""
+    i1, i2, i3 = indent, indent * 2, indent * 3
+    return "\n".join([
+        f"def {name}(shards, devices):",
+        f'{i1}"""jax.device_put_sharded(shards, devices): shard k on device k."""',
+        "",
+        f"{i1}def stack(*leaves):",
+        f'{i2}sharding = NamedSharding(Mesh(devices, ("i",)), P("i"))',
+        f"{i2}if jax.typeof(leaves[0]).weak_type:  # stays weakly typed",
+        f"{i2}{i1}return jax.device_put(jnp.stack(leaves), sharding)",
+        f"{i2}rows = [",
+        f"{i3}jax.device_put(leaf, device)[None]",
+        f"{i3}for leaf, device in zip(leaves, devices, strict=True)",
+        f"{i2}]",
+        f"{i2}shape = (len(devices), *np.shape(leaves[0]))",
+        f"{i2}return jax.make_array_from_single_device_arrays(shape, sharding, rows)",
+        "",
+        f"{i1}return jax.tree.map(stack, *shards)",
+    ]) + "\n"
+
+SHARED_HELPERS: dict[str, SharedHelper] = {
+    helper.name: helper for helper in (
+        SharedHelper(
+            SHARD_MAPPED,
+            "jax.pmap(f, axis_name) as a shard_map on the local devices.",
+            shard_mapped_helper(SHARD_MAPPED, INDENT),
+            (ImportSpec("functools"), ImportSpec("jax"), ImportSpec("jax.numpy", None, "jnp"),
+             ImportSpec("jax.sharding", "Mesh"), ImportSpec("jax.sharding", "PartitionSpec", "P"))),
+        SharedHelper(REPLICATE, "jax.device_put_replicated (removed in jax 0.10).",
+                     replicate_helper(REPLICATE, INDENT), _SHARDING_IMPORTS),
+        SharedHelper(PUT_SHARDED, "jax.device_put_sharded (removed in jax 0.10).",
+                     put_sharded_helper(PUT_SHARDED, INDENT), _SHARDING_IMPORTS),
+    )
+}
+
+
+def _import_line(spec: ImportSpec) -> str:
+    alias = f" as {spec.asname}" if spec.asname else ""
+    if spec.name is None:
+        return f"import {spec.module}{alias}"
+    return f"from {spec.module} import {spec.name}{alias}"
+
+
+_STDLIB = frozenset({"functools"})
+_THIRD_PARTY_ORDER = ("jax", "numpy")  # isort: by module name
+
+
+def module_text(names: frozenset[str] | set[str]) -> str:
+    """The shared module holding the helpers ``names`` (every one a key of SHARED_HELPERS): a
+    docstring saying what it is and what each helper does, the imports they need (isort's order:
+    the standard library, then jax; ``import`` lines before ``from`` lines), the helpers by name."""
+    helpers = [SHARED_HELPERS[name] for name in sorted(names)]
+    specs = {spec for helper in helpers for spec in helper.imports}
+    lines = [FIRST_LINE, "", "Plain JAX, written by pmap-migrate (it adds the helpers fixes need).", ""]
+    lines += [f"{helper.name}: {helper.summary}" for helper in helpers]
+    lines += ['"""', ""]
+    for group in ([s for s in specs if s.module.split(".")[0] in _STDLIB],
+                  [s for s in specs if s.module.split(".")[0] not in _STDLIB]):
+        plain = [_import_line(s) for s in sorted((s for s in group if s.name is None), key=lambda s: s.module)]
+        froms = []  # ruff's isort: one line per module for the names without `as`, one per aliased name
+        for module in sorted({s.module for s in group if s.name is not None}):
+            names = sorted((s for s in group if s.module == module and s.name is not None), key=lambda s: s.name)
+            bare = [s.name for s in names if s.asname is None]
+            froms += [f"from {module} import {', '.join(bare)}"] if bare else []
+            froms += [_import_line(s) for s in names if s.asname is not None]
+        if plain or froms:
+            lines += [*plain, *froms, ""]
+    text = "\n".join(lines)
+    for helper in helpers:
+        text += "\n\n" + helper.source
+    return text
+
+
+def helpers_in(text: str) -> frozenset[str] | None:
+    """The helpers a shared module holds, when ``text`` is exactly what this tool writes for them;
+    None: a file of someone else's (or edited since), which fixes must not rely on nor change."""
+    if not text.startswith(FIRST_LINE):
+        return None
+    names = frozenset(name for name in SHARED_HELPERS if f"\ndef {name}(" in text)
+    return names if names and module_text(names) == text else None
+
+
+def imported_name(module: cst.Module, name: str) -> str | None:
+    """The name ``module`` binds the shared helper ``name`` to by a top-level import from its
+    package's shared module (`from ._pmap_compat import _shard_mapped`), if it does."""
+    for statement in module.body:
+        for small in statement.body if isinstance(statement, cst.SimpleStatementLine) else ():
+            if not isinstance(small, cst.ImportFrom) or isinstance(small.names, cst.ImportStar):
+                continue
+            source = small.module
+            while isinstance(source, cst.Attribute):
+                source = source.attr
+            if not isinstance(source, cst.Name) or source.value != MODULE_NAME:
+                continue
+            for alias in small.names:
+                if isinstance(alias.name, cst.Name) and alias.name.value == name:
+                    return alias.asname.name.value if alias.asname is not None else name
+    return None

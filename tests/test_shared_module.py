@@ -1,0 +1,258 @@
+"""Helpers written once per package: `fix` creates the package's `_pmap_compat.py` (or extends it),
+the fixed modules import from it (pmap_migrate/shared_module.py says where it goes and how it is
+imported), and a small package with a tests directory prints on the newest jax, fixed, what it
+printed on jax 0.7.2's legacy pmap."""
+
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner
+
+from pmap_migrate.cli import main
+from pmap_migrate.rules.fixes.shared import SHARED_HELPERS, helpers_in, module_text
+
+OPS = '''import functools
+
+import jax
+import numpy as np
+from jax import lax
+
+
+@functools.partial(jax.pmap, axis_name="i")
+def normalize(x):
+    return x / lax.psum(x, "i")
+
+
+def weights():
+    return jax.device_put_replicated(np.float32(2.0), jax.local_devices())
+'''
+
+STEPS = '''import jax
+
+from .. import ops
+
+
+def _shift(x):
+    return x - jax.lax.pmean(x, "d")
+
+
+shift = jax.pmap(_shift, "d")
+
+
+def run(x):
+    return ops.normalize(shift(x))
+'''
+
+TEST = '''import jax
+import numpy as np
+
+from pkg import ops
+from pkg.sub import steps
+
+square = jax.pmap(lambda x: x * x)
+scale = jax.pmap(lambda x, w: x * w)
+
+
+def test_run():
+    x = np.arange(1.0, 17.0).reshape(8, 2)
+    out = square(steps.run(x))
+    print(np.round(np.asarray(out), 6).tolist(), out.shape)
+    weighted = scale(out, ops.weights())
+    print(np.round(np.asarray(weighted), 6).tolist(), weighted.dtype)
+
+
+if __name__ == "__main__":
+    test_run()
+'''
+
+FILES = {"pkg/__init__.py": "", "pkg/ops.py": OPS, "pkg/sub/__init__.py": "", "pkg/sub/steps.py": STEPS,
+         "tests/test_pkg.py": TEST}
+
+
+def make_project(root: Path) -> Path:
+    root.mkdir(parents=True, exist_ok=True)
+    (root / "pyproject.toml").write_text("[tool.pmap-migrate]\n")
+    for rel, text in FILES.items():
+        (root / rel).parent.mkdir(parents=True, exist_ok=True)
+        (root / rel).write_text(text)
+    return root
+
+
+def tree(root: Path) -> dict[str, str]:
+    return {p.relative_to(root).as_posix(): p.read_text() for p in sorted(root.rglob("*.py"))}
+
+
+def run(root: Path, *args: str):
+    import os
+
+    cwd = os.getcwd()
+    os.chdir(root)
+    try:
+        return CliRunner().invoke(main, [*args], catch_exceptions=False)
+    finally:
+        os.chdir(cwd)
+
+
+@pytest.fixture
+def project(tmp_path):
+    return make_project(tmp_path / "project")
+
+
+def test_the_shared_module_is_created_once_per_package_and_imported(project):
+    result = run(project, "fix", "--no-cache", "--jobs", "2", ".")
+    assert result.exit_code == 0, result.output
+    files = tree(project)
+    created = sorted(set(files) - set(FILES))
+    # the package's top (not pkg/sub), and beside the test of a directory without __init__.py
+    assert created == ["pkg/_pmap_compat.py", "tests/_pmap_compat.py"]
+    assert helpers_in(files["pkg/_pmap_compat.py"]) == {"_shard_mapped", "_replicate"}  # what the package uses
+    assert helpers_in(files["tests/_pmap_compat.py"]) == set(SHARED_HELPERS)  # beside scripts: every helper
+    assert "from pkg._pmap_compat import _replicate, _shard_mapped\n" in files["pkg/ops.py"]  # absolute
+    assert "from .._pmap_compat import _shard_mapped\n" in files["pkg/sub/steps.py"]  # relative, as steps does
+    assert "from _pmap_compat import _shard_mapped\n" in files["tests/test_pkg.py"]
+    for rel in FILES:
+        assert "def _shard_mapped" not in files[rel] and "jax.pmap" not in files[rel], rel
+    assert "@functools.partial(_shard_mapped" in files["pkg/ops.py"]
+    # idempotent: a second run changes nothing; check finds nothing, in the created modules either
+    again = run(project, "fix", "--no-cache", ".")
+    assert again.exit_code == 0 and tree(project) == files
+    check = run(project, "check", "--no-cache", ".")
+    assert check.exit_code == 0, check.output
+
+
+def test_file_by_file_or_all_at_once_gives_the_same_tree(tmp_path):
+    at_once = make_project(tmp_path / "at_once")
+    assert run(at_once, "fix", "--no-cache", "--jobs", "1", ".").exit_code == 0
+    by_file = make_project(tmp_path / "by_file")
+    for rel in ("pkg/sub/steps.py", "tests/test_pkg.py", "pkg/ops.py"):
+        result = run(by_file, "fix", "--no-cache", rel)
+        assert result.exit_code == 0, result.output
+        if rel == "pkg/sub/steps.py":
+            assert (by_file / "pkg" / "_pmap_compat.py").is_file()
+    assert tree(by_file) == tree(at_once)
+
+
+def test_a_later_run_extends_the_shared_module(project):
+    assert run(project, "fix", "--no-cache", "pkg/ops.py").exit_code == 0
+    shared = project / "pkg" / "_pmap_compat.py"
+    assert helpers_in(shared.read_text()) == {"_shard_mapped", "_replicate"}
+    (project / "pkg" / "stack.py").write_text(
+        "import jax\n\n\ndef put(xs):\n    return jax.device_put_sharded(xs, jax.local_devices())\n")
+    assert run(project, "fix", "--no-cache", "pkg/stack.py").exit_code == 0
+    assert shared.read_text() == module_text({"_shard_mapped", "_replicate", "_put_sharded"})  # one module
+    fixed = (project / "pkg" / "stack.py").read_text()
+    assert "from pkg._pmap_compat import _put_sharded\n" in fixed
+    assert "return _put_sharded(xs, jax.local_devices())" in fixed and "def _put_sharded" not in fixed
+
+
+def test_a_module_keeps_using_the_copy_an_earlier_run_wrote_in_it(project):
+    from pmap_migrate.fixer import fix_bytes
+    from pmap_migrate.rules import all_rules
+
+    ops = project / "pkg" / "ops.py"
+    ops.write_bytes(fix_bytes(OPS.encode(), str(ops), all_rules(), unsafe=True).fixed)  # no shared module
+    assert "def _shard_mapped(" in ops.read_text()
+    ops.write_text(ops.read_text() + '\n\nsquare = jax.pmap(lambda x: x * x, "i")\n')
+    assert run(project, "fix", "--no-cache", "pkg/ops.py").exit_code == 0
+    text = ops.read_text()
+    assert "square = jax.jit(_shard_mapped(lambda x: x * x, \"i\"))" in text and "_pmap_compat" not in text
+    assert not (project / "pkg" / "_pmap_compat.py").exists()
+
+
+def test_diff_shows_the_new_module_and_writes_nothing(project):
+    result = run(project, "fix", "--no-cache", "--diff", ".")
+    assert result.exit_code == 1
+    assert "--- /dev/null\n+++ b/pkg/_pmap_compat.py\n" in result.output
+    assert "+def _shard_mapped(f, axis_name=None):" in result.output
+    assert "+from pkg._pmap_compat import _replicate, _shard_mapped" in result.output
+    assert tree(project) == FILES
+
+
+def test_a_module_of_that_name_not_written_by_the_tool_is_left_alone(project):
+    (project / "pkg" / "_pmap_compat.py").write_text("VALUE = 1\n")
+    assert run(project, "fix", "--no-cache", "pkg").exit_code == 0
+    files = tree(project)
+    assert files["pkg/_pmap_compat.py"] == "VALUE = 1\n"
+    assert "def _shard_mapped(" in files["pkg/ops.py"] and "_pmap_compat" not in files["pkg/ops.py"]
+    # edited since the tool wrote it: the same
+    edited = module_text({"_shard_mapped"}) + "\nEXTRA = 2\n"
+    assert helpers_in(edited) is None and helpers_in(module_text(set(SHARED_HELPERS))) == set(SHARED_HELPERS)
+
+
+def test_a_script_of_a_package_that_imports_nothing_of_it_keeps_its_own_helper(project):
+    """`python pkg/run.py` puts pkg/ on the path, not its parent: `pkg` may not be importable."""
+    script = project / "pkg" / "run.py"
+    script.write_text(OPS + '\n\nif __name__ == "__main__":\n    print(normalize)\n')
+    user = project / "pkg" / "use.py"  # a script that imports its package: the package is importable there
+    user.write_text("from pkg import ops\n" + OPS.replace("normalize", "scaled") + 'if __name__ == "__main__":\n    pass\n')
+    assert run(project, "fix", "--no-cache", "pkg/run.py", "pkg/use.py").exit_code == 0
+    assert "def _shard_mapped(" in script.read_text() and "_pmap_compat" not in script.read_text()
+    assert "from pkg._pmap_compat import _replicate, _shard_mapped\n" in user.read_text()
+
+
+def test_a_module_of_a_namespace_directory_keeps_its_own_helper(tmp_path):
+    """A directory without __init__.py whose module is neither a script nor a test may be imported
+    as a namespace package; so is one inside a package, and one whose script imports its own
+    directory by name (`python -m tools.run`): no plain-name import would be safe there."""
+    root = make_project(tmp_path / "ns")
+    main = '\n\nif __name__ == "__main__":\n    pass\n'
+    cases = {"lib/ops.py": OPS, "pkg/tools/test_ops.py": OPS, "tools/run.py": "from tools import util\n" + OPS + main}
+    for rel, text in cases.items():
+        (root / rel).parent.mkdir(parents=True, exist_ok=True)
+        (root / rel).write_text(text)
+    assert run(root, "fix", "--no-cache", *cases).exit_code == 0
+    for rel in cases:
+        assert not (root / rel).with_name("_pmap_compat.py").exists(), rel
+        assert "def _shard_mapped(" in (root / rel).read_text(), rel
+
+
+def test_an_unwritable_shared_module_leaves_its_importers_unchanged(project, monkeypatch):
+    from pmap_migrate import files
+
+    write = files.write_atomic
+
+    def refuse_shared(path, data, **kwargs):
+        if Path(path).name == "_pmap_compat.py":
+            raise PermissionError(13, "Permission denied")
+        return write(path, data, **kwargs)
+
+    monkeypatch.setattr(files, "write_atomic", refuse_shared)
+    result = run(project, "fix", "--no-cache", "pkg")
+    assert "cannot write" in result.output and result.exit_code == 1
+    files_now = tree(project)
+    assert files_now["pkg/ops.py"] == OPS and files_now["pkg/sub/steps.py"] == STEPS
+    assert "pkg/_pmap_compat.py" not in files_now
+
+
+# --------------------------------------------------------------------------- differential
+def _stdout(env, root: Path) -> str:
+    from tests.support import jaxenv
+
+    try:
+        python = jaxenv.python_for(env)
+    except jaxenv.EnvUnavailable as why:
+        pytest.skip(str(why))
+    proc = jaxenv.run_program(python, root / "tests" / "test_pkg.py", cwd=root, repo_on_path=False,
+                              extra_env={"PYTHONPATH": str(root)})
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    return proc.stdout
+
+
+def test_the_fixed_package_prints_what_the_legacy_package_printed(tmp_path):
+    """Legacy package on jax 0.7.2 vs the same package fixed (`fix --unsafe-fixes`), run unchanged
+    on jax 0.7.2, on jax 0.10.2 and on the newest jax; the fixed code imports nothing of this
+    project (the repository is not on the path)."""
+    from tests.support import jaxenv
+
+    legacy = make_project(tmp_path / "legacy")
+    fixed = tmp_path / "fixed"
+    shutil.copytree(legacy, fixed)
+    assert run(fixed, "fix", "--no-cache", "--unsafe-fixes", ".").exit_code == 0
+    assert (fixed / "pkg" / "_pmap_compat.py").is_file()
+    reference = _stdout(jaxenv.LEGACY, legacy)
+    assert reference.strip().endswith("float32"), reference
+    for env in (jaxenv.LEGACY, jaxenv.NEW_311, jaxenv.NEWEST):
+        assert _stdout(env, fixed) == reference, env.name
