@@ -129,10 +129,12 @@ def test_file_by_file_or_all_at_once_gives_the_same_tree(tmp_path):
     by_file = make_project(tmp_path / "by_file")
     for rel in ("pkg/sub/steps.py", "tests/test_pkg.py", "pkg/ops.py"):
         result = run(by_file, "fix", "--no-cache", rel)
-        assert result.exit_code == 0, result.output
+        # 1 while pkg/ops.py is legacy: steps.py's call of its pmapped `normalize` is still reported
+        assert result.exit_code == (0 if rel == "pkg/ops.py" else 1), result.output
         if rel == "pkg/sub/steps.py":
             assert (by_file / "pkg" / "_pmap_compat.py").is_file()
     assert tree(by_file) == tree(at_once)
+    assert run(by_file, "check", "--no-cache", ".").exit_code == 0
 
 
 def test_a_later_run_extends_the_shared_module(project):
