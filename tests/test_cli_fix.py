@@ -125,3 +125,9 @@ def test_a_gather_left_by_the_safe_fix_is_still_reported(project):
     check = CliRunner().invoke(main, ["check", "--no-cache", "--output-format", "concise", "train.py"])
     assert check.exit_code == 1
     assert "PM202" in check.output and "_shard_mapped" in (project / "train.py").read_text()
+    # ... with its own fix: the stack comes from the rewritten replicate (`_replicate`) and the
+    # rewritten pmap, both one row per device; `--unsafe-fixes` then reads each row from its shard
+    assert "PM202" in check.output and "[unsafe fix]" in check.output, check.output
+    assert fix("--unsafe-fixes", "train.py").exit_code == 0
+    fixed = (project / "train.py").read_text()
+    assert "jax.tree.map(lambda p: p.addressable_shards[0].data.squeeze(0), params)" in fixed

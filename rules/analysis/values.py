@@ -47,9 +47,11 @@ class ValueFlow:
             else:
                 tags.add(PMAP_OUTPUT if stacked_output(site.option("out_axes"), None) else PMAP_OUTPUT_UNSTACKED)
         names = self.qualified_names(call.func)
-        if not names.isdisjoint(tables.DEVICE_PUT_REPLICATED) or not names.isdisjoint(tables.FLAX_REPLICATE):
+        stacking = self._stacking_helper(call.func, names)
+        if not names.isdisjoint(tables.DEVICE_PUT_REPLICATED) or not names.isdisjoint(tables.FLAX_REPLICATE) \
+                or stacking == "replicated":
             tags.add(REPLICATED)
-        if not names.isdisjoint(tables.DEVICE_PUT_SHARDED):
+        if not names.isdisjoint(tables.DEVICE_PUT_SHARDED) or stacking == "sharded":
             tags.add(SHARDED_STACK)
         if not names.isdisjoint(tables.DEVICE_PUT):
             # device_put(x) and device_put(x, None) leave x uncommitted; a device or sharding commits it.
@@ -61,6 +63,21 @@ class ValueFlow:
             if placement is not None and not (isinstance(placement, cst.Name) and placement.value == "None"):
                 tags.add(COMMITTED)
         return tags
+
+    def _stacking_helper(self, func: cst.BaseExpression, names) -> str | None:
+        """"replicated" / "sharded" when ``func`` is the helper `fix` writes for
+        `jax.device_put_replicated` / `device_put_sharded` (its outputs are the same stacks)."""
+        if not isinstance(func, (cst.Name, cst.Attribute)):
+            return None
+        for kind, (shared, docstring) in tables.STACKING_HELPERS.items():
+            if any(name.endswith(shared) for name in names):
+                return kind
+            if isinstance(func, cst.Name):
+                functions = self.resolve_functions(func)
+                if len(functions) == 1 and isinstance(functions[0], cst.FunctionDef) \
+                        and functions[0].get_docstring() == docstring:
+                    return kind
+        return None
 
     def _rows_per_local_device(self, site: TransformSite) -> bool:
         """The jitted function returns a shard_map over a mesh of the first local devices, one axis,
@@ -251,17 +268,18 @@ class ValueFlow:
             tags |= self._tags.get(assignment, set())
         return tags
 
-    def always_tagged(self, expr: cst.BaseExpression, allowed: Iterable[str]) -> bool:
+    def always_tagged(self, expr: cst.BaseExpression, allowed: Iterable[str], besides: Iterable[str] = ()) -> bool:
         """Whether every value ``expr`` may hold is known to carry tags from ``allowed`` only: it
         has at least one source, and each source call and each reaching assignment is tagged,
-        with nothing outside ``allowed``. The "must" counterpart of ``value_tags`` (which answers
-        "may"): fixes that are exact only for, say, pmap outputs ask this."""
-        allowed = frozenset(allowed)
+        with nothing outside ``allowed`` (tags in ``besides`` may come along with them). The "must"
+        counterpart of ``value_tags`` (which answers "may"): fixes that are exact only for, say,
+        pmap outputs ask this."""
+        allowed, besides = frozenset(allowed), frozenset(besides)
         calls, assignments = self._sources(expr)
         if not calls and not assignments:
             return False
         found = [self._call_tags.get(call) for call in calls] + [self._tags.get(a) for a in assignments]
-        return all(tags and tags <= allowed for tags in found)
+        return all(tags and (tags - besides) and tags - besides <= allowed for tags in found)
 
     def tagged_sources(self, expr: cst.BaseExpression) -> list[tuple[cst.Call, int | None]]:
         """The tagged calls (pmap and jit calls, `device_put_replicated`, flax `replicate`, ...)

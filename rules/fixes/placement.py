@@ -11,7 +11,7 @@ import libcst as cst
 from libcst.metadata import ClassScope
 
 from pmap_migrate.rules.analysis.model import SemanticModel
-from pmap_migrate.rules.analysis.sites import DEVICE_STACKED, PMAP
+from pmap_migrate.rules.analysis.sites import DEVICE_STACKED, JIT_OUTPUT, PMAP
 from pmap_migrate.rules.analysis.syntax import ReturnFinder
 from pmap_migrate.rules.analysis.tracing import Tracing
 from pmap_migrate.rules.fixes.api import Unfixable, jax_name
@@ -163,7 +163,8 @@ class Placement:
         """Every value ``value`` may hold is a stack with one row per device along a 1-D mesh: a
         pmap output (out_axes 0, not of a nested pmap) or a `device_put_replicated` /
         `device_put_sharded` / flax `replicate` stack."""
-        if not self.model.always_tagged(value, DEVICE_STACKED):
+        # A jit output that is also a pmap output is a faithful rewrite's: the same stack.
+        if not self.model.always_tagged(value, DEVICE_STACKED, besides=(JIT_OUTPUT,)):
             return False
         nested = self.model.nested_nodes()
         for producer in self.model.producers(value):

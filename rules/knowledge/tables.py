@@ -45,6 +45,13 @@ LOCAL_DEVICES = frozenset({"jax.local_devices"})
 # The compact form's helper as `fix` writes it in a package's shared module (rules/fixes/shared.py),
 # by the end of its qualified name (`pkg._pmap_compat._shard_mapped`, `._pmap_compat._shard_mapped`).
 SHARED_LOCAL_ROWS = ("_pmap_compat._shard_mapped",)
+# The stacks `fix` writes for `jax.device_put_replicated` / `device_put_sharded` (rules/fixes/shared.py):
+# the helper imported from a package's shared module, by the end of its qualified name, or defined in
+# the module itself, by the first line of its docstring.
+STACKING_HELPERS = {
+    "replicated": ("_pmap_compat._replicate", "jax.device_put_replicated(tree, devices): a row per device."),
+    "sharded": ("_pmap_compat._put_sharded", "jax.device_put_sharded(shards, devices): shard k on device k."),
+}
 # Text of the faithful rewrite of a pmap (rules/fixes: its jitted shard_map of `per_device`, or the
 # compact form's helper, by its docstring, or that helper's import from a package's shared module):
 # a file that holds it may read rows of its outputs (PM201, PM202) with no pmap name left in it. tests/test_tables.py checks the forms hold them.
