@@ -23,12 +23,15 @@ from libcst.helpers import get_full_name_for_node
 
 from pmap_migrate.diagnostics import Applicability, Diagnostic, FileError, State
 from pmap_migrate.engine import Analysis, Finding, analyse, lint_module, one_line, parse, recursion_error, sliced_module
+from pmap_migrate.importorder import ImportOrder, add_import
+from pmap_migrate.layout import styled
 from pmap_migrate.names import name_facts, name_problems
+from pmap_migrate.projectstyle import import_order, line_length
 from pmap_migrate.rules.analysis.imports import imported_names
 from pmap_migrate.rules.analysis.index import indent_unit
 from pmap_migrate.rules.base import Rule
 from pmap_migrate.rules.fixes.choices import RuleOptions
-from pmap_migrate.rules.fixes.edits import EditApplier
+from pmap_migrate.rules.fixes.edits import EditApplier, spaced_definitions
 from pmap_migrate.rules.fixes.spec import Edit
 from pmap_migrate.stack import on_deep_stack
 
@@ -385,13 +388,16 @@ def _toward(module: cst.Module, targets: Iterable[cst.CSTNode],
 
 
 def apply(module: cst.Module, chosen: Sequence[Finding],
-          parents: Mapping[cst.CSTNode, cst.CSTNode] | None = None) -> cst.Module:
+          parents: Mapping[cst.CSTNode, cst.CSTNode] | None = None, order: ImportOrder | None = None) -> cst.Module:
     """The module with the fixes of ``chosen`` applied (with ``parents``, the analysis' map of
-    ``module``'s nodes, only the paths to the edits' targets are rebuilt)."""
+    ``module``'s nodes, only the paths to the edits' targets are rebuilt; with ``order``, new
+    imports go where isort would put them: ``pmap_migrate.importorder``)."""
     edits = [edit for finding in chosen for edit in finding.fix.all_edits(finding.node)]
     helpers = {helper.name: helper for finding in chosen for helper in finding.fix.helpers}
     if helpers:  # first: code that runs at import may call them
         edits = _helper_edits(module, list(helpers.values()), edits, parents) + edits
+    if edits and parents:
+        edits = spaced_definitions(parents, edits)
     if edits:
         toward = None if not parents else _toward(module, [edit.target for edit in edits], parents)
         module = module.visit(EditApplier(edits, toward))
@@ -410,10 +416,20 @@ def apply(module: cst.Module, chosen: Sequence[Finding],
         bound = _bindings(present)
         adds = [spec for spec in dict.fromkeys(adds) if (spec.module, spec.name, spec.asname) not in present
                 and bound.get(_binding(spec)[0]) != _binding(spec)[1]]
+        names = _bound_names(adds)
+        if adds and order is not None and (not names or _import_window(module, names) is None):
+            left = []
+            for spec in adds:  # at isort's place in the leading import block, merged where it can be
+                added = add_import(module, spec, order)
+                if added is None:
+                    left.append(spec)
+                else:
+                    module = added
+            adds = left
         for spec in adds:
             AddImportsVisitor.add_needed_import(context, spec.module, spec.name, spec.asname)
         if adds:
-            module = _add_imports(module, context, _bound_names(adds))
+            module = _add_imports(module, context, names)
     if removes:
         for spec in dict.fromkeys(removes):
             RemoveImportsVisitor.remove_unused_import(context, spec.module, spec.name, spec.asname)
@@ -513,6 +529,22 @@ def _refusals(analysis: Analysis, chosen: Sequence[Finding], candidate: cst.Modu
     return refused
 
 
+def _styled(original: bytes, fixed: bytes, path: str, module: cst.Module) -> bytes:
+    """``fixed`` laid out in the project's style (``pmap_migrate.layout``): its new lines within the
+    project's line length, continuation lines aligned after renames; ``fixed`` as it is when the
+    result would not compile."""
+    encoding = module.encoding
+    try:
+        before, after = original.decode(encoding), fixed.decode(encoding)
+    except (UnicodeDecodeError, LookupError):
+        return fixed
+    text = styled(after, before, line_length(path), indent_unit(module))
+    if text == after:
+        return fixed
+    styled_bytes = text.encode(encoding)
+    return fixed if python_rejects(original, styled_bytes) is not None else styled_bytes
+
+
 @on_deep_stack
 def fix_bytes(data: bytes, path: str, rules: Sequence[type[Rule]], *, unsafe: bool = False,
               max_rounds: int = MAX_ROUNDS, options: RuleOptions | None = None) -> FixOutcome:
@@ -530,6 +562,7 @@ def fix_bytes(data: bytes, path: str, rules: Sequence[type[Rule]], *, unsafe: bo
 
     if options is not None and options.idiomatic and not unsafe:
         options = replace(options, idiomatic=False)
+    order = import_order(path)
     module = None
     final: bytes | None = None
     remaining: list[Diagnostic] = []
@@ -544,7 +577,7 @@ def fix_bytes(data: bytes, path: str, rules: Sequence[type[Rule]], *, unsafe: bo
             chosen = choose(analysis, [f for f in analysis.findings if applicable(f, unsafe)])
             if not chosen:
                 break
-            candidate = apply(analysis.module, chosen, analysis.parents)
+            candidate = apply(analysis.module, chosen, analysis.parents, order)
             new_bytes = candidate.bytes
             if new_bytes == rendered(analysis.module):
                 break
@@ -587,6 +620,7 @@ def fix_bytes(data: bytes, path: str, rules: Sequence[type[Rule]], *, unsafe: bo
                                           "byte for byte; file left unchanged")
                 return outcome
         if final != data:
+            final = _styled(data, final, path, module)
             refusal = python_rejects(data, final)
             if refusal is not None:
                 outcome.error = FileError(path, "PM002", one_line(
