@@ -1,7 +1,9 @@
 """New imports where isort (and ruff's ``I001``) would put them, merged into the module's own.
 
 A ``from m import name`` joins the module's ``from m import ...`` line of its leading import block
-(at the place isort's order gives the name, in that line's own layout); any other import becomes a
+(at the place isort's order gives the name, in that line's own layout), except that ``from m import
+a as b`` gets a line of its own as isort and ruff write it by default (``combine-as-imports``,
+assumed where the block already combines them); any other import becomes a
 line of the block at its sorted place: its section (``__future__``, standard library, third party,
 first party, local) and, within the section, ``import m`` lines before ``from m import`` lines
 (each by module name, case aside), or every line by module name where the project sorts that way
@@ -30,6 +32,8 @@ class ImportOrder:
 
     first_party: Callable[[str], bool] = lambda name: False
     force_sort_within_sections: bool = False
+    # `from m import a as b` shares a line with other names of m (isort's and ruff's default: no)
+    combine_as_imports: bool = False
 
 
 def section(module: str, relative: bool, order: ImportOrder) -> int:
@@ -92,7 +96,9 @@ def _describe(statement: cst.SimpleStatementLine, index: int, order: ImportOrder
     module = get_full_name_for_node(small.module) if small.module is not None else ""
     relative = bool(small.relative)
     dotted = "." * len(small.relative) + (module or "")
-    return _Line(index, section(module or "", relative, order), _key(dotted, False, order), statement)
+    first = "*" if isinstance(small.names, cst.ImportStar) else get_full_name_for_node(small.names[0].name) or ""
+    return _Line(index, section(module or "", relative, order), (*_key(dotted, False, order), member_key(first)),
+                 statement)
 
 
 def _split(lines: Sequence[cst.EmptyLine]) -> tuple[list[cst.EmptyLine], list[cst.EmptyLine]]:
@@ -108,15 +114,17 @@ def add_import(module: cst.Module, spec, order: ImportOrder) -> cst.Module | Non
     if start == end:
         return None
     body = list(module.body)
+    if not order.combine_as_imports and any(_combines_as(body[k]) for k in range(start, end)):
+        order = ImportOrder(order.first_party, order.force_sort_within_sections, True)  # the file's own style
     if spec.name is not None:
         for k in range(start, end):
-            merged = _merged(body[k], spec)
+            merged = _merged(body[k], spec, order.combine_as_imports)
             if merged is not None:
                 body[k] = merged
                 return module.with_changes(body=body)
     lines = [_describe(body[k], k, order) for k in range(start, end)]
     if not order.force_sort_within_sections and _force_sorted(lines):
-        order = ImportOrder(order.first_party, True)  # the file's own order
+        order = ImportOrder(order.first_party, True, order.combine_as_imports)  # the file's own order
         lines = [_describe(body[k], k, order) for k in range(start, end)]
     if spec.name is None:
         alias = cst.ImportAlias(cst.parse_expression(spec.module),
@@ -125,7 +133,7 @@ def add_import(module: cst.Module, spec, order: ImportOrder) -> cst.Module | Non
         place = (section(spec.module, False, order), _key(spec.module, True, order))
     else:
         new = cst.parse_statement(f"from {spec.module} import {_alias_text(spec)}\n")
-        place = (section(spec.module, False, order), _key(spec.module, False, order))
+        place = (section(spec.module, False, order), (*_key(spec.module, False, order), member_key(spec.name)))
     same = [line for line in lines if line.section == place[0]]
     if same:  # before the first line of its section that sorts after it, else after the last
         after = next((line for line in same if line.key > place[1]), None)
@@ -162,17 +170,25 @@ def _force_sorted(lines: list[_Line]) -> bool:
     return mixed
 
 
+def _combines_as(statement: cst.SimpleStatementLine) -> bool:
+    small = statement.body[0]
+    return isinstance(small, cst.ImportFrom) and not isinstance(small.names, cst.ImportStar) and len(
+        small.names) > 1 and any(n.asname is not None for n in small.names)
+
+
 def _alias_text(spec) -> str:
     return spec.name if spec.asname is None else f"{spec.name} as {spec.asname}"
 
 
-def _merged(statement: cst.SimpleStatementLine, spec) -> cst.SimpleStatementLine | None:
+def _merged(statement: cst.SimpleStatementLine, spec, combine_as: bool) -> cst.SimpleStatementLine | None:
     small = statement.body[0]
     if not isinstance(small, cst.ImportFrom) or small.relative or small.module is None:
         return None
     if isinstance(small.names, cst.ImportStar) or get_full_name_for_node(small.module) != spec.module:
         return None
     names = list(small.names)
+    if not combine_as and (spec.asname is not None or any(n.asname is not None for n in names)):
+        return None  # `from m import a as b` on a line of its own
     alias = cst.ImportAlias(cst.Name(spec.name), asname=cst.AsName(cst.Name(spec.asname)) if spec.asname else None)
     at = next((k for k, existing in enumerate(names)
                if member_key(get_full_name_for_node(existing.name) or "") > member_key(spec.name)), len(names))

@@ -258,6 +258,11 @@ def _expression(atoms: list[_Atom]) -> tuple[int, int] | None:
         top.append(k)
         k = atoms[k].match + 1 if atoms[k].kind == "open" else k + 1
     start = end = None
+    if atoms[0].kind == "word" and atoms[0].text == "from":  # the names of `from m import a, b`
+        at = next((k for k in top if atoms[k].kind == "word" and atoms[k].text == "import"), None)
+        if at is None or at + 1 >= len(atoms) or any(a.kind == "open" for a in atoms) or atoms[-1].text == "*":
+            return None
+        return at + 1, len(atoms) - 1
     if atoms[0].kind == "word" and atoms[0].text in _STATEMENT_WORDS and len(atoms) > 1:
         start = 1
         end = len(atoms) - 1

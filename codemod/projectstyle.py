@@ -157,7 +157,8 @@ def project_root(path: str) -> Path | None:
 
 def _isort_settings(directory: Path) -> dict | None:
     """The isort settings of a directory's configuration, in ruff's spelling
-    (``known-first-party``, ``force-sort-within-sections``); None: it has none."""
+    (``known-first-party``, ``force-sort-within-sections``, ``combine-as-imports``); None: it has
+    none."""
     for name in RUFF_FILES:
         if (directory / name).is_file():
             lint = _toml(directory / name).get("lint", {})
@@ -217,4 +218,5 @@ def import_order(path: str):
             break
     known = settings.get("known-first-party")
     known = frozenset(k for k in known if isinstance(k, str)) if isinstance(known, list) else frozenset()
-    return ImportOrder(_FirstParty(root, known), settings.get("force-sort-within-sections") is True)
+    return ImportOrder(_FirstParty(root, known), settings.get("force-sort-within-sections") is True,
+                       settings.get("combine-as-imports") is True)
