@@ -529,7 +529,7 @@ def _refusals(analysis: Analysis, chosen: Sequence[Finding], candidate: cst.Modu
     return refused
 
 
-def _styled(original: bytes, fixed: bytes, path: str, module: cst.Module) -> bytes:
+def in_project_style(original: bytes, fixed: bytes, path: str, module: cst.Module) -> bytes:
     """``fixed`` laid out in the project's style (``pmap_migrate.layout``): its new lines within the
     project's line length, continuation lines aligned after renames; ``fixed`` as it is when the
     result would not compile."""
@@ -620,7 +620,7 @@ def fix_bytes(data: bytes, path: str, rules: Sequence[type[Rule]], *, unsafe: bo
                                           "byte for byte; file left unchanged")
                 return outcome
         if final != data:
-            final = _styled(data, final, path, module)
+            final = in_project_style(data, final, path, module)
             refusal = python_rejects(data, final)
             if refusal is not None:
                 outcome.error = FileError(path, "PM002", one_line(

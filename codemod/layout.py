@@ -482,6 +482,8 @@ def realign_continuations(text: str, original: str) -> str:
         _, e1, e2, f1, _ = opcodes[n + 1]
         if e1 >= e2 or _indent_width(before[e1]) != column or not before[e1].strip():
             continue
+        if any('"""' in line or "'''" in line for line in (old, *before[e1:e2])):
+            continue  # a string across lines: its text would move too
         depth = len(old_open)
         for k in range(e2 - e1):
             line = before[e1 + k]
