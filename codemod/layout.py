@@ -435,24 +435,19 @@ def continuation_unit(original: str, unit: str) -> str:
 def _unclosed(line: str) -> list[int]:
     """The columns of the brackets a line leaves open (innermost last); [] when it closes more
     than it opens or cannot be read."""
-    try:
-        tokens = list(tokenize.generate_tokens(io.StringIO(line).readline))
+    tokens = []
+    try:  # a line that leaves brackets open ends the tokenizer with an error: its tokens until then
+        for token in tokenize.generate_tokens(io.StringIO(line.lstrip()).readline):
+            tokens.append(token)
     except (tokenize.TokenError, SyntaxError, IndentationError):
-        tokens = None
-    if tokens is None:
-        # A line that leaves brackets open ends the tokenizer with an error: read it by hand.
-        tokens = []
-        try:
-            for token in tokenize.generate_tokens(io.StringIO(line).readline):
-                tokens.append(token)
-        except (tokenize.TokenError, SyntaxError, IndentationError):
-            pass
+        pass
+    offset = len(line) - len(line.lstrip())
     stack: list[int] = []
     for token in tokens:
         if token.type != tokenize.OP:
             continue
         if token.string in _OPEN:
-            stack.append(token.start[1])
+            stack.append(token.start[1] + offset)
         elif token.string in _CLOSE:
             if not stack:
                 return []
