@@ -61,8 +61,6 @@ from collections import Counter, defaultdict
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from pmap_migrate.projectstyle import CONFIG_FILES, DEFAULT_LINE_LENGTH, PROJECT_MARKERS, line_length_in
-
 # run as a script, so benchmarks/ is sys.path[0]
 from _corpus_report import print_list, print_table
 from corpus_fix import (
@@ -75,6 +73,8 @@ from corpus_fix import (
     run_cli,
     source_files,
 )
+
+from pmap_migrate.projectstyle import CONFIG_FILES, DEFAULT_LINE_LENGTH, PROJECT_MARKERS, line_length_in
 
 TARGET_LINES_PER_SITE = 6  # issue 25: all added lines / PM101 sites found before the fix
 RUFF_SELECT = "E,W,F,I"

@@ -86,7 +86,7 @@ def _atoms(tokens: list[tokenize.TokenInfo]) -> list[_Atom] | None:
         if _FSTRING_END is not None and token.type == _FSTRING_END:
             depth -= 1
             if depth == 0:
-                atoms.append(_Atom("other", "", fstring_start, token.end[1]))
+                atoms.append(_Atom("string", "", fstring_start, token.end[1]))
             continue
         if depth:
             continue
@@ -99,6 +99,8 @@ def _atoms(tokens: list[tokenize.TokenInfo]) -> list[_Atom] | None:
             kind = "comma"
         elif token.type == tokenize.NAME:
             kind = "word"
+        elif token.type == tokenize.STRING:
+            kind = "string"
         else:
             kind = "other"
         atoms.append(_Atom(kind, text, token.start[1], token.end[1]))
@@ -137,14 +139,19 @@ class _Wrapper:
                 k += 1
         return found
 
-    def render(self, i: int, j: int, indent: str, trailing: str = "") -> list[str]:
+    def render(self, i: int, j: int, indent: str, trailing: str = "", inside: bool = False) -> list[str]:
         whole = indent + self.text(i, j) + trailing
         if len(whole) <= self.limit:
             return [whole]
+        if inside and i == j and self.atoms[i].kind == "string":
+            pieces = split_string(self.text(i, i), self.limit - len(indent), len(trailing))
+            if pieces is not None:
+                return [indent + piece for piece in pieces[:-1]] + [indent + pieces[-1] + trailing]
         candidates = [o for o in self.pairs(i, j) if self.atoms[o].match > o + 1]
         if not candidates:
             return [whole]
-        fitting = [o for o in candidates if len(indent + self.line[self.atoms[i].start:self.atoms[o].end]) <= self.limit]
+        start = self.atoms[i].start
+        fitting = [o for o in candidates if len(indent) + self.atoms[o].end - start <= self.limit]
         if not fitting:
             return [whole]
         chosen = fitting[-1]
@@ -156,10 +163,13 @@ class _Wrapper:
             body = inner + self.text(chosen + 1, close - 1)
             if len(body) <= self.limit:  # no commas: the contents on one line when they fit
                 return lines + [body] + self.render(close, j, indent, trailing)
+            if chosen + 1 == close - 1:  # one atom: a string, maybe
+                return lines + self.render(chosen + 1, chosen + 1, inner, inside=True) + self.render(
+                    close, j, indent, trailing)
         commas = self.comma_separated(chosen)
         for n, (a, b) in enumerate(elements):
             last = n == len(elements) - 1
-            lines += self.render(a, b, inner, "," if (commas and not last) or comma else "")
+            lines += self.render(a, b, inner, "," if (commas and not last) or comma else "", inside=True)
         return lines + self.render(close, j, indent, trailing)
 
     def elements(self, opening: int) -> tuple[list[tuple[int, int]], bool]:
@@ -203,7 +213,7 @@ class _Wrapper:
                 return split, False
         follows_value = before is not None and (
             before.kind == "close" or (before.kind == "word" and not keyword.iskeyword(before.text))
-            or (before.kind == "other" and before.text[-1:] in "'\""))
+            or before.kind == "string")
         opener = self.atoms[opening].text
         if opener == "(":
             return parts, follows_value  # a call's or a def's parentheses; else a parenthesized expression
@@ -281,6 +291,65 @@ def _expression(atoms: list[_Atom]) -> tuple[int, int] | None:
     if any(atoms[k].kind == "word" and atoms[k].text in ("yield", "lambda", "await") for k in top):
         return None
     return start, end
+
+
+def split_string(text: str, width: int, reserve: int = 0) -> list[str] | None:
+    """A one-line string literal as several literals whose implicit concatenation is the same
+    string, each within ``width`` (the last within ``width - reserve``), cut after spaces outside
+    an f-string's replacement fields; a piece with no replacement field loses the ``f``. None:
+    it cannot be cut (a triple-quoted string, no space to cut at)."""
+    prefix = text[: len(text) - len(text.lstrip("rRbBuUfF"))]
+    quoted = text[len(prefix):]
+    if len(quoted) < 2 or quoted[0] not in "'\"" or quoted[:3] in ('"""', "'''") or quoted[-1] != quoted[0]:
+        return None
+    quote, body, fstring = quoted[0], quoted[1:-1], "f" in prefix.lower()
+    cuts, depth, k = [], 0, 0
+    while k < len(body):
+        char = body[k]
+        if char == "\\":
+            k += 2
+            continue
+        if fstring and char in "{}" and body[k + 1:k + 2] == char and depth == 0:
+            k += 2
+            continue
+        if fstring and char == "{":
+            depth += 1
+        elif fstring and char == "}":
+            depth -= 1
+        elif char == " " and depth == 0:
+            cuts.append(k + 1)
+        k += 1
+    room = width - len(prefix) - 2
+    pieces, start, last_cut = [], 0, None
+    for cut in [*cuts, len(body)]:
+        limit = room - (reserve if cut == len(body) else 0)
+        if cut - start > limit and last_cut is not None and last_cut > start:
+            pieces.append(body[start:last_cut])
+            start = last_cut
+        last_cut = cut
+    pieces.append(body[start:])
+    if len(pieces) < 2:
+        return None
+    out = []
+    for piece in pieces:
+        own = prefix
+        if fstring and not _has_field(piece):
+            own = prefix.replace("f", "").replace("F", "")
+            piece = piece.replace("{{", "{").replace("}}", "}")
+        out.append(f"{own}{quote}{piece}{quote}")
+    return out
+
+
+def _has_field(piece: str) -> bool:
+    k = 0
+    while k < len(piece):
+        if piece[k] in "{}" and piece[k + 1:k + 2] == piece[k]:
+            k += 2
+            continue
+        if piece[k] == "{":
+            return True
+        k += 1
+    return False
 
 
 def _operators(atoms: list[_Atom], i: int, j: int) -> bool:
@@ -381,6 +450,12 @@ def wrap_new_lines(text: str, original: str, limit: int, unit: str) -> str:
     replaced: dict[int, list[str]] = {}
     before: dict[int, list[str]] = {}  # comments moved above a definition's decorators
     continuation = continuation_unit(original, unit)
+    for k in long:  # a comment on a line of its own: its words over several lines
+        stripped = lines[k].strip()
+        if stripped.startswith("#") and not _PRAGMA.match(stripped) and " " in stripped.strip("# "):
+            indent = lines[k][: len(lines[k]) - len(lines[k].lstrip())]
+            end = _ending(lines[k]) or "\n"
+            replaced[k] = [piece + end for piece in _comment_lines(stripped, indent, limit)]
     for entry in logical:
         if entry.first != entry.last or entry.first not in long:
             continue

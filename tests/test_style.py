@@ -159,11 +159,13 @@ def test_a_long_from_import_gets_parentheses():
 
 
 def test_only_new_lines_are_wrapped_and_a_line_that_cannot_be_split_stays():
-    old = "x = 'a string literal far longer than the limit of this file, which nothing can split at all'\n"
+    old = "x = 'https://example.com/a/string/literal/far/longer/than/the/limit/of/this/file/without/a/space'\n"
     code = old + "y = f(aaaaaaaaaaaaaaaaaaaaaaa, bbbbbbbbbbbbbbbbbbbbbbbbbbbb, cccccccccccccccccccccccccccccccc)\n"
     out = wrap_new_lines(code, old, 79, "    ")
     assert out.startswith(old)
-    assert out[len(old):] == "y = f(\n    aaaaaaaaaaaaaaaaaaaaaaa,\n    bbbbbbbbbbbbbbbbbbbbbbbbbbbb,\n    cccccccccccccccccccccccccccccccc,\n)\n"
+    assert out[len(old):].splitlines() == [
+        "y = f(", "    aaaaaaaaaaaaaaaaaaaaaaa,", "    bbbbbbbbbbbbbbbbbbbbbbbbbbbb,",
+        "    cccccccccccccccccccccccccccccccc,", ")"]
     assert wrap_new_lines(old, "", 79, "    ") == old
 
 
@@ -172,13 +174,14 @@ def test_the_files_own_continuation_indent():
     assert continuation_unit(google, "  ") == "    "
     assert continuation_unit("def f(x):\n  return x\n", "  ") == "    "  # pyink's default for 2-space code
     assert continuation_unit("def f(x):\n    return x\n", "    ") == "    "
-    code = "def f(x):\n  return jax.jit(_shard_mapped(update_the_model_with_a_long_name, 'batch'), donate_argnums=(0,))\n"
-    assert wrapped(code, original=google, unit="    ").splitlines()[1:3] == ["  return jax.jit(",
-                                                                       "      _shard_mapped(update_the_model_with_a_long_name, 'batch'),"]
+    code = "def f(x):\n  return jax.jit(_shard_mapped(update_the_model_with_a_long_name, 'b'), donate_argnums=(0,))\n"
+    assert wrapped(code, original=google, unit="    ").splitlines()[1:3] == [
+        "  return jax.jit(", "      _shard_mapped(update_the_model_with_a_long_name, 'b'),"]
 
 
 def test_continuation_lines_follow_a_renamed_opening():
-    original = "step = jax.pmap(f,\n                axis_name='i',\n                in_axes=(0,\n                         1))\nx = 1\n"
+    original = ("step = jax.pmap(f,\n                axis_name='i',\n                in_axes=(0,\n"
+                "                         1))\nx = 1\n")
     renamed = original.replace("jax.pmap(", "runtime_shim.pmap(")
     assert realign_continuations(renamed, original) == (
         "step = runtime_shim.pmap(f,\n"
@@ -318,3 +321,29 @@ def test_the_fixed_file_gets_no_lint_finding_it_did_not_have(project):
     before, after = Counter(findings(project)), Counter(findings(fixed))
     assert before["E501"] and before["I001"] == 0  # the original's own long lines count, not as new
     assert after - before == Counter(), after - before
+
+
+def test_a_long_string_argument_is_cut_into_literals_that_concatenate_to_it():
+    code = ('def check(args, static):\n'
+            '    raise ValueError(f"pmapped function has static_broadcasted_argnums={static} but was called with '
+            'only {len(args)} positional arguments; {{braces}} stay \\\\ as they were")\n')
+    out = wrapped(code)
+    assert '        "\\\\ as they were",\n' in out  # a piece without a replacement field: no `f`
+
+    def message(source: str) -> str:
+        namespace: dict = {}
+        exec(source, namespace)
+        with pytest.raises(ValueError) as raised:
+            namespace["check"]((1, 2), (0,))
+        return str(raised.value)
+
+    assert message(out) == message(textwrap.dedent(code))
+
+
+def test_a_long_comment_line_is_reflowed():
+    code = ("def f():\n    # this process's rows in and out, as legacy pmap had them (global arrays over every "
+            "process's devices)\n    return 1\n")
+    assert wrapped(code).splitlines()[1:3] == [
+        "    # this process's rows in and out, as legacy pmap had them (global arrays",
+        "    # over every process's devices)",
+    ]
