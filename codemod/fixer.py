@@ -230,6 +230,19 @@ def _import_window(module: cst.Module, names: frozenset[str]) -> tuple[int, int]
     return use, use + 1
 
 
+def _import_block(module: cst.Module, names: frozenset[str]) -> tuple[int, int] | None:
+    """The import lines new imports join, as a slice of the module's statements: those at the top
+    (None), or, where code runs before jax is imported, those before the first statement that
+    reads them (``_import_window``); (k, k): none there."""
+    window = _import_window(module, names) if names else None
+    if window is None:
+        return None
+    start, end = window
+    while end > start and not _is_import_line(module.body[end - 1]):
+        end -= 1
+    return start, end
+
+
 def _is_docstring(statement: cst.CSTNode) -> bool:
     return isinstance(statement, cst.SimpleStatementLine) and len(statement.body) == 1 and isinstance(
         statement.body[0], cst.Expr) and isinstance(statement.body[0].value, (cst.SimpleString, cst.ConcatenatedString))
@@ -417,10 +430,10 @@ def apply(module: cst.Module, chosen: Sequence[Finding],
         adds = [spec for spec in dict.fromkeys(adds) if (spec.module, spec.name, spec.asname) not in present
                 and bound.get(_binding(spec)[0]) != _binding(spec)[1]]
         names = _bound_names(adds)
-        if adds and order is not None and (not names or _import_window(module, names) is None):
+        if adds and order is not None:
             left = []
-            for spec in adds:  # at isort's place in the leading import block, merged where it can be
-                added = add_import(module, spec, order)
+            for spec in adds:  # at isort's place in the import block they go to, merged where it can be
+                added = add_import(module, spec, order, _import_block(module, names))
                 if added is None:
                     left.append(spec)
                 else:

@@ -107,10 +107,12 @@ def _split(lines: Sequence[cst.EmptyLine]) -> tuple[list[cst.EmptyLine], list[cs
     return list(lines[: last_blank + 1]), list(lines[last_blank + 1:])
 
 
-def add_import(module: cst.Module, spec, order: ImportOrder) -> cst.Module | None:
-    """``module`` with the import ``spec`` (module, name, asname) added to its leading block; None:
-    the module has no leading import block (the caller's placement applies)."""
-    start, end = leading_block(module)
+def add_import(module: cst.Module, spec, order: ImportOrder, block: tuple[int, int] | None = None
+               ) -> cst.Module | None:
+    """``module`` with the import ``spec`` (module, name, asname) added to the import lines
+    ``body[start:end]`` of ``block`` (default: its leading block); None: there are none (the
+    caller's placement applies)."""
+    start, end = block if block is not None else leading_block(module)
     if start == end:
         return None
     body = list(module.body)

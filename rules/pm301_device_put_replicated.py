@@ -88,7 +88,10 @@ class DevicePutReplicated(Rule):
         Invalid(
             "import jax\nparams = jax.device_put_replicated(params, jax.local_devices())\n", lines=(2,),
             expected=(
-                "import jax\nimport numpy as np\nfrom jax.sharding import Mesh, NamedSharding, PartitionSpec as P\n\n"
+                "import jax\n"
+                "import numpy as np\n"
+                "from jax.sharding import Mesh, NamedSharding\n"
+                "from jax.sharding import PartitionSpec as P\n"
                 "devices = jax.local_devices()\n"
                 "params = jax.tree.map(\n"
                 "    lambda leaf: jax.make_array_from_single_device_arrays(\n"
@@ -105,7 +108,10 @@ class DevicePutReplicated(Rule):
         Invalid(
             "from jax import device_put_replicated as dpr\nimport numpy as np\nparams = dpr(p, devs)\n", lines=(3,),
             expected=(
-                "import numpy as np\nimport jax\nfrom jax.sharding import Mesh, NamedSharding, PartitionSpec as P\n\n"
+                "import jax\n"
+                "from jax.sharding import Mesh, NamedSharding\n"
+                "from jax.sharding import PartitionSpec as P\n"
+                "import numpy as np\n"
                 "params = jax.tree.map(\n"
                 "    lambda leaf: jax.make_array_from_single_device_arrays(\n"
                 "        (len(devs), *np.shape(leaf)), NamedSharding(Mesh(devs, (\"i\",)), P(\"i\")),\n"
@@ -139,13 +145,21 @@ class DevicePutReplicated(Rule):
         # Used as a value, or in a multi-process program: the shim's drop-in.
         Invalid(
             "import jax\nplace = [jax.device_put_replicated]\n", lines=(2,),
-            expected="import jax\nimport runtime_shim\n\nplace = [runtime_shim.device_put_replicated]\n",
+            expected=(
+                "import jax\n"
+                "\n"
+                "import runtime_shim\n"
+                "place = [runtime_shim.device_put_replicated]\n"
+            ),
         ),
         Invalid(
             "import jax\njax.distributed.initialize()\nx = jax.device_put_replicated(p, jax.local_devices())\n",
             lines=(3,),
-            expected=("import jax\nimport runtime_shim\n\njax.distributed.initialize()\n"
-                      "x = runtime_shim.device_put_replicated(p, jax.local_devices())\n"),
+            expected=("import jax\n"
+                "\n"
+                "import runtime_shim\n"
+                "jax.distributed.initialize()\n"
+                "x = runtime_shim.device_put_replicated(p, jax.local_devices())\n"),
         ),
         # A local alias goes once its uses are rewritten.
         Invalid(
@@ -153,7 +167,10 @@ class DevicePutReplicated(Rule):
             "    return dpr(p, devs)\n",
             lines=(4, 5),
             expected=(
-                "import jax\nimport numpy as np\nfrom jax.sharding import Mesh, NamedSharding, PartitionSpec as P\n\n"
+                "import jax\n"
+                "import numpy as np\n"
+                "from jax.sharding import Mesh, NamedSharding\n"
+                "from jax.sharding import PartitionSpec as P\n"
                 "def main(p, devs):\n"
                 "    return jax.tree.map(\n"
                 "        lambda leaf: jax.make_array_from_single_device_arrays(\n"

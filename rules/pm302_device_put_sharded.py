@@ -81,7 +81,10 @@ class DevicePutSharded(Rule):
         Invalid(
             "import jax\nbatch = jax.device_put_sharded(shards, jax.local_devices())\n", lines=(2,),
             expected=(
-                "import jax\nimport numpy as np\nfrom jax.sharding import Mesh, NamedSharding, PartitionSpec as P\n\n"
+                "import jax\n"
+                "import numpy as np\n"
+                "from jax.sharding import Mesh, NamedSharding\n"
+                "from jax.sharding import PartitionSpec as P\n"
                 "devices = jax.local_devices()\n"
                 "batch = jax.tree.map(\n"
                 "    lambda *leaves: jax.make_array_from_single_device_arrays(\n"
@@ -95,7 +98,10 @@ class DevicePutSharded(Rule):
         Invalid(
             "from jax import device_put_sharded as dps\nbatch = dps([a, b], devs)\n", lines=(2,),
             expected=(
-                "import jax\nimport numpy as np\nfrom jax.sharding import Mesh, NamedSharding, PartitionSpec as P\n\n"
+                "import jax\n"
+                "import numpy as np\n"
+                "from jax.sharding import Mesh, NamedSharding\n"
+                "from jax.sharding import PartitionSpec as P\n"
                 "batch = jax.tree.map(\n"
                 "    lambda *leaves: jax.make_array_from_single_device_arrays(\n"
                 "        (len(devs), *np.shape(leaves[0])), NamedSharding(Mesh(devs, (\"i\",)), P(\"i\")),\n"
@@ -115,7 +121,10 @@ class DevicePutSharded(Rule):
             "    return jax.device_put_sharded(\n        list(batch), jax.local_devices())\n",
             lines=(3,),
             expected=(
-                "import jax\nimport numpy as np\nfrom jax.sharding import Mesh, NamedSharding, PartitionSpec as P\n\n"
+                "import jax\n"
+                "import numpy as np\n"
+                "from jax.sharding import Mesh, NamedSharding\n"
+                "from jax.sharding import PartitionSpec as P\n"
                 "def to_devices(batch):\n"
                 "    devices = jax.local_devices()\n"
                 "    return jax.tree.map(\n"
@@ -124,13 +133,19 @@ class DevicePutSharded(Rule):
                 "            [jax.device_put(leaf, device)[None]\n"
                 "             for leaf, device in zip(leaves, devices, strict=True)])\n"
                 "        if not jax.typeof(leaves[0]).weak_type\n"
-                "        else jax.device_put(jax.numpy.stack(leaves), NamedSharding(Mesh(devices, (\"i\",)), P(\"i\"))),\n"
+                "        else jax.device_put(jax.numpy.stack(leaves), NamedSharding(Mesh(devices, (\"i\",)), "
+                "P(\"i\"))),\n"
                 "        *list(batch))\n"
             ),
         ),
         Invalid(
             "import jax\nplace = {'sharded': jax.device_put_sharded}\n", lines=(2,),
-            expected="import jax\nimport runtime_shim\n\nplace = {'sharded': runtime_shim.device_put_sharded}\n",
+            expected=(
+                "import jax\n"
+                "\n"
+                "import runtime_shim\n"
+                "place = {'sharded': runtime_shim.device_put_sharded}\n"
+            ),
         ),
     ]
 

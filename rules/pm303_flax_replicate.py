@@ -106,7 +106,10 @@ class FlaxReplicate(Rule):
         Invalid(
             "from flax import jax_utils\nstate = jax_utils.replicate(state)\n", lines=(2,),
             expected=(
-                "import jax\nimport numpy as np\nfrom jax.sharding import Mesh, NamedSharding, PartitionSpec as P\n\n"
+                "import jax\n"
+                "import numpy as np\n"
+                "from jax.sharding import Mesh, NamedSharding\n"
+                "from jax.sharding import PartitionSpec as P\n"
                 "devices = jax.local_devices()\n"
                 "state = jax.tree.map(\n"
                 "    lambda leaf: jax.make_array_from_single_device_arrays(\n"
@@ -124,14 +127,17 @@ class FlaxReplicate(Rule):
         Invalid("import flax.jax_utils\nstate = flax.jax_utils.replicate(state)\n", lines=(2,)),
         # A plain `import flax...` goes too once nothing reads `flax` (the fixed code needs no flax).
         Invalid("import flax.training.common_utils\nk = flax.training.common_utils.shard_prng_key(key)\n",
-                lines=(2,), expected="import jax\n\nk = jax.random.split(key, num=jax.local_device_count())\n"),
+                lines=(2,), expected=(
+                    "import jax\n"
+                    "k = jax.random.split(key, num=jax.local_device_count())\n"
+                )),
         Invalid("from flax.jax_utils import replicate as rep\nstate = rep(state)\n", lines=(2,)),
         Invalid("from flax.training import common_utils\nbatch = common_utils.shard(batch)\n", lines=(2,)),
         Invalid(
             "from flax.training.common_utils import shard, shard_prng_key\nb = shard(x)\nk = shard_prng_key(key)\n",
             lines=(2, 3),
             expected=(
-                "import jax\n\n"
+                "import jax\n"
                 "b = jax.tree.map(lambda leaf: leaf.reshape((jax.local_device_count(), -1) + leaf.shape[1:]), x)\n"
                 "k = jax.random.split(key, num=jax.local_device_count())\n"
             ),
