@@ -336,7 +336,8 @@ _NO_IMPORTS_INSIDE = (cst.BaseExpression, cst.Decorator, cst.Parameters, cst.Ann
 def _helper_edits(module: cst.Module, helpers: list, edits: list[Edit],
                   parents: Mapping[cst.CSTNode, cst.CSTNode] | None) -> list[Edit]:
     """The insertion of the helpers the module does not define yet: after the last top-level import
-    before the first statement the fixes edit (or that code runs), two blank lines around them."""
+    before the first statement the fixes edit (or that code runs), not inside a block of import
+    lines, two blank lines around them."""
     bound = {name for statement in module.body for name in _top_level_names(statement)}
     missing = [helper for helper in helpers if helper.name not in bound]
     if not missing:
@@ -348,6 +349,8 @@ def _helper_edits(module: cst.Module, helpers: list, edits: list[Edit],
         while parents is not None and id(node) not in tops and node in parents:
             node = parents[node]
         first = min(first, tops.get(id(node), first))
+    while first < len(module.body) and _is_import_line(module.body[first]):
+        first += 1  # an edited import line (a renamed module): after the rest of its block (E402)
     imports = [k for k in range(first) if _is_import_line(module.body[k])]
     at = imports[-1] + 1 if imports else (1 if module.body and _is_docstring(module.body[0]) else 0)
     statements = []

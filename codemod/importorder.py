@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import sys
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import libcst as cst
 from libcst.helpers import get_full_name_for_node
@@ -34,6 +34,7 @@ class ImportOrder:
     force_sort_within_sections: bool = False
     # `from m import a as b` shares a line with other names of m (isort's and ruff's default: no)
     combine_as_imports: bool = False
+    force_single_line: bool = False  # one name per `from` line
 
 
 def section(module: str, relative: bool, order: ImportOrder) -> int:
@@ -117,8 +118,8 @@ def add_import(module: cst.Module, spec, order: ImportOrder, block: tuple[int, i
         return None
     body = list(module.body)
     if not order.combine_as_imports and any(_combines_as(body[k]) for k in range(start, end)):
-        order = ImportOrder(order.first_party, order.force_sort_within_sections, True)  # the file's own style
-    if spec.name is not None:
+        order = replace(order, combine_as_imports=True)  # the file's own style
+    if spec.name is not None and not order.force_single_line:
         for k in range(start, end):
             merged = _merged(body[k], spec, order.combine_as_imports)
             if merged is not None:
@@ -126,7 +127,7 @@ def add_import(module: cst.Module, spec, order: ImportOrder, block: tuple[int, i
                 return module.with_changes(body=body)
     lines = [_describe(body[k], k, order) for k in range(start, end)]
     if not order.force_sort_within_sections and _force_sorted(lines):
-        order = ImportOrder(order.first_party, True, order.combine_as_imports)  # the file's own order
+        order = replace(order, force_sort_within_sections=True)  # the file's own order
         lines = [_describe(body[k], k, order) for k in range(start, end)]
     if spec.name is None:
         alias = cst.ImportAlias(cst.parse_expression(spec.module),

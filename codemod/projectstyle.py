@@ -157,8 +157,8 @@ def project_root(path: str) -> Path | None:
 
 def _isort_settings(directory: Path) -> dict | None:
     """The isort settings of a directory's configuration, in ruff's spelling
-    (``known-first-party``, ``force-sort-within-sections``, ``combine-as-imports``); None: it has
-    none."""
+    (``known-first-party``, ``force-sort-within-sections``, ``combine-as-imports``,
+    ``force-single-line``); None: it has none."""
     for name in RUFF_FILES:
         if (directory / name).is_file():
             lint = _toml(directory / name).get("lint", {})
@@ -178,6 +178,7 @@ def _isort_settings(directory: Path) -> dict | None:
             settings = {key.replace("_", "-"): value for key, value in table.items()}
             if settings.get("profile") == "google":
                 settings.setdefault("force-sort-within-sections", True)
+                settings.setdefault("force-single-line", True)
             return settings
     return None
 
@@ -219,4 +220,4 @@ def import_order(path: str):
     known = settings.get("known-first-party")
     known = frozenset(k for k in known if isinstance(k, str)) if isinstance(known, list) else frozenset()
     return ImportOrder(_FirstParty(root, known), settings.get("force-sort-within-sections") is True,
-                       settings.get("combine-as-imports") is True)
+                       settings.get("combine-as-imports") is True, settings.get("force-single-line") is True)

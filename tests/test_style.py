@@ -246,8 +246,14 @@ def test_the_projects_isort_settings(tmp_path):
                                              "known-first-party = ['helpers']\n")
     (tmp_path / "mypkg").mkdir()
     order = import_order(str(tmp_path / "mypkg" / "mod.py"))
-    assert order.force_sort_within_sections
+    assert order.force_sort_within_sections and not order.force_single_line
     assert order.first_party("helpers") and order.first_party("mypkg") and not order.first_party("jax")
+    (tmp_path / "mypkg" / "pyproject.toml").write_text("[tool.isort]\nforce_single_line = true\n")
+    order = import_order(str(tmp_path / "mypkg" / "mod.py"))
+    assert order.force_single_line and not order.force_sort_within_sections
+    assert with_import("import jax\nfrom jax.sharding import Mesh\n", ImportSpec("jax.sharding", "NamedSharding"),
+                       order=order) == ("import jax\nfrom jax.sharding import Mesh\n"
+                                        "from jax.sharding import NamedSharding\n")
 
 
 # --------------------------------------------------------------------------- the fix, end to end
@@ -347,3 +353,15 @@ def test_a_long_comment_line_is_reflowed():
         "    # this process's rows in and out, as legacy pmap had them (global arrays",
         "    # over every process's devices)",
     ]
+
+
+def test_the_helper_goes_after_the_import_block_even_when_a_fix_edits_one_of_its_lines(tmp_path):
+    path = tmp_path / "experiment.py"
+    path.write_text("import functools\n\nimport jax\nfrom jax.config import config as jax_config\n"
+                    "import jax.numpy as jnp\nimport numpy as np\n\n\ndef f(x):\n    return jnp.sum(x) + np.pi\n\n\n"
+                    "step = jax.pmap(f, axis_name='i')\n")
+    outcome = fix_bytes(path.read_bytes(), str(path), all_rules(), unsafe=True)
+    text = outcome.fixed.decode()
+    lines = text.splitlines()
+    assert lines.index("def _shard_mapped(f, axis_name=None):") > lines.index("import numpy as np")
+    assert lines[lines.index("def _shard_mapped(f, axis_name=None):") - 2:][:2] == ["", ""]
