@@ -18,7 +18,6 @@ checks that the result still compiles.
 
 from __future__ import annotations
 
-import difflib
 import io
 import keyword
 import re
@@ -531,29 +530,38 @@ def _unclosed(line: str) -> list[int]:
 
 
 def realign_continuations(text: str, original: str) -> str:
-    """``text`` where each line a fix changed one for one keeps the original's unchanged
-    continuation lines aligned with its open bracket (visual indentation moved by as many columns
-    as the bracket moved)."""
+    """``text`` where each line a fix changed keeps the original's unchanged continuation lines
+    aligned with its open bracket (visual indentation moved by as many columns as the bracket
+    moved). The changed line's original is the line before the continuation lines in ``original``."""
     before, after = _physical(original), _physical(text)
     if len(before) < 2:
         return text
+    known, written = set(before), set(after)
+    where: dict[str, list[int]] = {}
+    for i, line in enumerate(before):
+        where.setdefault(line, []).append(i)
     out = list(after)
-    matcher = difflib.SequenceMatcher(None, before, after, autojunk=False)
-    opcodes = matcher.get_opcodes()
-    for n, (tag, i1, i2, j1, j2) in enumerate(opcodes):
-        if tag != "replace" or i2 - i1 != j2 - j1 or n + 1 >= len(opcodes) or opcodes[n + 1][0] != "equal":
+    last = 0
+    for j, new in enumerate(after[:-1]):
+        if new in known or new.rstrip()[-1:] not in ("(", "[", "{", ","):
             continue
-        old, new = before[i2 - 1], after[j2 - 1]
+        e1 = next((i for i in where.get(after[j + 1], ()) if i > last and before[i - 1] not in written), None)
+        if e1 is None:
+            continue
+        old = before[e1 - 1]
         old_open, new_open = _unclosed(old), _unclosed(new)
         if not old_open or len(old_open) != len(new_open) or old_open == new_open:
             continue
         shift = new_open[-1] - old_open[-1]
         column = old_open[-1] + 1
-        _, e1, e2, f1, _ = opcodes[n + 1]
-        if e1 >= e2 or _indent_width(before[e1]) != column or not before[e1].strip():
+        if _indent_width(before[e1]) != column or not before[e1].strip():
             continue
-        if any('"""' in line or "'''" in line for line in (old, *before[e1:e2])):
+        e2 = e1
+        while e2 < len(before) and j + 1 + e2 - e1 < len(after) and after[j + 1 + e2 - e1] == before[e2]:
+            e2 += 1
+        if any('"""' in line or "\'\'\'" in line for line in (old, *before[e1:e2])):
             continue  # a string across lines: its text would move too
+        last = e1
         depth = len(old_open)
         for k in range(e2 - e1):
             line = before[e1 + k]
@@ -562,8 +570,7 @@ def realign_continuations(text: str, original: str) -> str:
             width = _indent_width(line)
             if width < column:
                 break
-            moved = line[width:]
-            out[f1 + k] = " " * (width + shift) + moved
+            out[j + 1 + k] = " " * (width + shift) + line[width:]
             depth += _balance(line)
             if depth <= 0:
                 break
