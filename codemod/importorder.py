@@ -114,6 +114,9 @@ def add_import(module: cst.Module, spec, order: ImportOrder, block: tuple[int, i
     ``body[start:end]`` of ``block`` (default: its leading block); None: there are none (the
     caller's placement applies)."""
     start, end = block if block is not None else leading_block(module)
+    markers = [k for k in range(start, end) if _is_cell_marker(module.body[k])]
+    if markers:  # a notebook (pmap_migrate.notebooks): the imports of the block's last cell
+        start = markers[-1] + 1
     if start == end:
         return None
     body = list(module.body)
@@ -171,6 +174,16 @@ def _force_sorted(lines: list[_Line]) -> bool:
             if a.key[1:] > b.key[1:]:
                 return False
     return mixed
+
+
+# The import statement pmap_migrate.notebooks puts before each cell of a notebook's leading imports.
+CELL_MARKER_PREFIX = "__pmap_migrate_cell_"
+
+
+def _is_cell_marker(statement: cst.SimpleStatementLine) -> bool:
+    small = statement.body[0]
+    return isinstance(small, cst.Import) and (get_full_name_for_node(small.names[0].name) or "").startswith(
+        CELL_MARKER_PREFIX)
 
 
 def _combines_as(statement: cst.SimpleStatementLine) -> bool:
