@@ -2,7 +2,10 @@
 
 Stored under the project (``.pmap_migrate_cache/``, which git-ignores itself). An unchanged file
 (same size and mtime) is answered without being read; a touched but identical file is answered
-after hashing; anything else is checked again.
+after hashing; anything else is checked again. A result that used what other modules define (the
+project index: an alias of pmap imported from ``constants.py``) is kept with the fingerprints of
+those modules' facts, and holds only while they are unchanged: editing ``constants.py`` re-checks
+its importers.
 """
 
 from __future__ import annotations
@@ -28,9 +31,14 @@ def digest(data: bytes) -> bytes:
     return blake2b(data, digest_size=16).digest()
 
 
-# An entry: (size, mtime_ns, content digest, result); the result is None for a file without findings
-# or errors (most files), which keeps the pickle small and quick to load.
-Entry = tuple[int, int, bytes, "FileResult | None"]
+# An entry: (size, mtime_ns, content digest, result[, dependencies]); the result is None for a file
+# without findings or errors (most files), which keeps the pickle small and quick to load. The
+# dependencies, for a result that used the project index: ((path, module name, facts fingerprint), ...).
+Entry = tuple
+
+# The key (no file's path) under which the entries keep the facts fingerprints of the modules results
+# depend on: {path: (size, mtime_ns, module name, fingerprint)}.
+FACTS_KEY = "\0facts"
 
 
 class ResultCache:
@@ -39,6 +47,8 @@ class ResultCache:
         self.file = directory / f"results-{key}.pickle"
         loaded = load_pickle(self.file)
         self.entries: dict[str, Entry] = loaded if isinstance(loaded, dict) else {}
+        facts = self.entries.pop(FACTS_KEY, None)
+        self.facts: dict[str, tuple[int, int, str, str]] = facts if isinstance(facts, dict) else {}
         self.dirty = False
 
     @staticmethod
@@ -60,10 +70,47 @@ class ResultCache:
             return self._result(entry, shown)
         return None
 
-    def store(self, key: str, stat: os.stat_result, content_digest: bytes, result: FileResult) -> None:
+    def store(self, key: str, stat: os.stat_result, content_digest: bytes, result: FileResult,
+              dependencies: tuple = ()) -> None:
+        """``dependencies``: ((path, module name, fingerprint, size, mtime_ns), ...) of the modules
+        whose facts the result used."""
         empty = not result.diagnostics and result.error is None
-        self.entries[key] = (stat.st_size, stat.st_mtime_ns, content_digest, None if empty else result)
+        entry = (stat.st_size, stat.st_mtime_ns, content_digest, None if empty else result)
+        if dependencies:
+            entry += (tuple((path, name, fingerprint) for path, name, fingerprint, _, _ in dependencies),)
+            for path, name, fingerprint, size, mtime in dependencies:
+                self.facts[path] = (size, mtime, name, fingerprint)
+        self.entries[key] = entry
         self.dirty = True
+
+    def dependencies_changed(self, key: str) -> bool:
+        """Whether a module whose facts the result of ``key`` used defines something else now."""
+        entry = self.entries.get(key)
+        if entry is None or len(entry) < 5:
+            return False
+        return any(self._fingerprint(path, name) != fingerprint for path, name, fingerprint in entry[4])
+
+    def _fingerprint(self, path: str, name: str) -> str | None:
+        """The fingerprint of the facts of module ``name`` in ``path`` now: from the cache while the
+        file's size and mtime are unchanged, else read again."""
+        try:
+            stat = os.stat(path)
+        except OSError:
+            return None
+        known = self.facts.get(path)
+        if known is not None and known[:3] == (stat.st_size, stat.st_mtime_ns, name):
+            return known[3]
+        from pmap_migrate.rules.analysis.project import facts_fingerprint, module_facts
+
+        try:
+            with open(path, "rb") as handle:
+                data = handle.read()
+        except OSError:
+            return None
+        fingerprint = facts_fingerprint(module_facts(data, name, path.endswith("__init__.py")))
+        self.facts[path] = (stat.st_size, stat.st_mtime_ns, name, fingerprint)
+        self.dirty = True
+        return fingerprint
 
     def _prune(self) -> None:
         """Results of other versions or selections: keep the few most recently written."""
@@ -73,7 +120,8 @@ class ResultCache:
             stale.unlink(missing_ok=True)
 
     def save(self) -> None:
-        if self.dirty and store_pickle(self.file, self.entries):
+        entries = {**self.entries, FACTS_KEY: self.facts} if self.facts else self.entries
+        if self.dirty and store_pickle(self.file, entries):
             self._prune()
 
 

@@ -323,11 +323,23 @@ def _fix(session, *, no_cache, jobs, stdin_filename, quiet, unsafe_fixes, diff, 
     # `check` found in it, with the line saying why.
     left = [e for e in session.problems]
     remaining = []
+    if changed and not diff:
+        # What is left once the fixed files are written is what `check` finds in them then: a use of
+        # an alias another module defines (the project index) is left or gone depending on that
+        # module's fix, which the file's own fix does not see. (The cache answers for the files
+        # no fix and no index entry changed.)
+        after = session.check_files([path for path, outcome in outcomes if outcome.error is None],
+                                    use_cache=not no_cache, jobs=jobs)
+        remaining += [d for result in after.results for d in result.active]
+        left += [result.error for result in after.results if result.error is not None]
     for _, outcome in outcomes:
         if outcome.error is not None:
             left.append(outcome.error)
             remaining += found_before.get(outcome.path, [])
-        else:
+        elif not outcome.changed:
+            if not changed or diff:
+                remaining += found_before.get(outcome.path, [])  # what `check` found: nothing changed
+        elif diff:
             remaining += outcome.remaining
     remaining = sorted(remaining + [e.as_diagnostic() for e in left], key=lambda d: d.sort_key())
     counts = FixCounts(Counts.of(before.active_with_errors), Counts.of(remaining), len(changed))

@@ -14,6 +14,7 @@ from pmap_migrate.positions import positions as node_positions
 from pmap_migrate.positions import statement_positions
 from pmap_migrate.prefilter import gate_of
 from pmap_migrate.rules.analysis.model import SemanticModel
+from pmap_migrate.rules.analysis.project import ModuleView
 from pmap_migrate.rules.base import Rule, RuleContext
 from pmap_migrate.rules.fixes.choices import RuleOptions
 from pmap_migrate.rules.fixes.spec import FixSpec
@@ -112,7 +113,8 @@ class Analysis:
 def analyse(module: cst.Module, path: str, rules: Sequence[type[Rule]],
             options: RuleOptions | None = None, source: str | None = None, *,
             all_positions: bool = True, sliced: Slice | None = None, edit_targets: bool = True,
-            refused: Mapping[tuple[str, str], str] | None = None) -> Analysis:
+            refused: Mapping[tuple[str, str], str] | None = None,
+            project: ModuleView | None = None) -> Analysis:
     """Every finding of ``rules`` on ``module``, with suppression and guard states set. ``source``:
     the file's text when ``module`` is a slice of it (its `noqa` comments count), ``sliced`` that
     slice (findings are placed on the file's lines). The analysis has every node's position unless
@@ -120,14 +122,19 @@ def analyse(module: cst.Module, path: str, rules: Sequence[type[Rule]],
     and of whatever precedes the last of them; without ``edit_targets``, only of the reported nodes:
     `check` places findings, it does not apply fixes). ``refused``: fixes `fix` refused to write
     (``RuleContext.refused``): a rule may offer another (a shim); any other fix of such a site is
-    dropped, and its finding says why."""
+    dropped, and its finding says why. ``project``: the project index as the module sees it
+    (rules/analysis/project.py); findings it leads to carry no fix (fixes through the index are not
+    written yet): a finding's fix is the one the module's analysis on its own gives it."""
     if not rules:
         return Analysis(module, [], {})
     wrapper = MetadataWrapper(module, unsafe_skip_copy=True)
-    context = RuleContext(path, SemanticModel(wrapper), options=options or RuleOptions(), refused=refused or {})
+    context = RuleContext(path, SemanticModel(wrapper, project), options=options or RuleOptions(),
+                          refused=refused or {})
     wrapper.visit_batched([rule(context) for rule in rules])
     if not context.reports:
         return Analysis(module, [], {})
+    if context.model.uses_project:
+        _fixes_without_project(context, module, path, rules, options, refused)
     # The reported nodes, and the targets of their fixes' edits (where `fix` needs to know which
     # edits overlap): code generation for positions stops after the last of them.
     needed = None if all_positions else [
@@ -179,6 +186,21 @@ def analyse(module: cst.Module, path: str, rules: Sequence[type[Rule]],
                     context.model.scopes() if sliced is None else None)
 
 
+def _fixes_without_project(context: RuleContext, module: cst.Module, path: str, rules: Sequence[type[Rule]],
+                           options: RuleOptions | None, refused: Mapping[tuple[str, str], str] | None) -> None:
+    """The reports of an analysis that used the project index, each with the fix the module's
+    analysis on its own gives the same finding (none for a finding only the index shows); reports
+    of nodes outside the module (an option another module binds) are left out."""
+    wrapper = MetadataWrapper(module, unsafe_skip_copy=True)
+    alone = RuleContext(path, SemanticModel(wrapper), options=options or RuleOptions(), refused=refused or {})
+    wrapper.visit_batched([rule(alone) for rule in rules])
+    fixes = {(rule.CODE, id(report.node)): report.fix for rule, report in alone.reports}
+    parents = context.model.parents
+    context.reports[:] = [
+        (rule, replace(report, fix=fixes.get((rule.CODE, id(report.node)))))
+        for rule, report in context.reports if report.node is module or report.node in parents]
+
+
 # Nesting beyond this many tree levels is the code's own: Python's compiler gives up well before
 # the engine does (a RecursionError at ~3000 levels on its deep stack). Shallower code that
 # exhausts the stack points at a bug in a rule.
@@ -204,10 +226,11 @@ def recursion_error(path: str, module: cst.Module | FileError | None) -> FileErr
 
 def lint_module(module: cst.Module, path: str, rules: Sequence[type[Rule]],
                 options: RuleOptions | None = None, source: str | None = None,
-                sliced: Slice | None = None, refused: Mapping[tuple[str, str], str] | None = None
-                ) -> list[Diagnostic]:
+                sliced: Slice | None = None, refused: Mapping[tuple[str, str], str] | None = None,
+                project: ModuleView | None = None) -> list[Diagnostic]:
     return [f.diagnostic for f in analyse(module, path, rules, options, source, all_positions=False,
-                                          sliced=sliced, edit_targets=False, refused=refused).findings]
+                                          sliced=sliced, edit_targets=False, refused=refused,
+                                          project=project).findings]
 
 
 def sliced_module(data: bytes | str, path: str, rules: Sequence[type[Rule]],
@@ -235,24 +258,33 @@ def sliced_module(data: bytes | str, path: str, rules: Sequence[type[Rule]],
 @on_deep_stack
 def lint_bytes(data: bytes | str, path: str, rules: Sequence[type[Rule]],
                options: RuleOptions | None = None, *, whole: bool = False,
-               parsed: Parsed | None = None) -> FileResult:
+               parsed: Parsed | None = None, project: ModuleView | None = None) -> FileResult:
     """Check one file's contents. Never raises: failures become the result's ``error``.
 
     Large modules are analysed through their relevant slice unless ``whole`` (same findings:
-    codemod/slices.py); ``parsed``: the file's `ast`, when the caller has it already."""
+    codemod/slices.py); ``parsed``: the file's `ast`, when the caller has it already. ``project``:
+    the project index as the module sees it, consulted when the module imports what it knows (then
+    the module is analysed whole: a use of an imported alias need not spell `pmap`)."""
     result = FileResult(path, parsed=True)
     module = None
     try:
+        if project is not None and rules:
+            if parsed is None and isinstance(data, bytes) and bracket_depth(data) <= MAX_BRACKET_DEPTH:
+                parsed = parse_python(data)
+            if parsed is not None and project.refers_to_exports(parsed.tree):
+                whole = True
+            else:
+                project = None
         sliced = None if whole or not rules else sliced_module(data, path, rules, parsed)
         if sliced is not None:
             module, source, kept = sliced
-            result.diagnostics = lint_module(module, path, rules, options, source, kept)
+            result.diagnostics = lint_module(module, path, rules, options, source, kept, project=project)
             return result
         module = parse(data, path)
         if isinstance(module, FileError):
             result.error = module
             return result
-        result.diagnostics = lint_module(module, path, rules, options)
+        result.diagnostics = lint_module(module, path, rules, options, project=project)
     except RecursionError:
         result.error = recursion_error(path, module)
     except Exception as error:  # a rule bug must not end the run or show a traceback

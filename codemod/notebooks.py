@@ -504,9 +504,9 @@ def _source_spans(text: str) -> list[tuple[int, int] | None]:
 # Checking and fixing
 
 
-def lint_notebook(data: bytes, path: str, rules: Sequence[type[Rule]], options: RuleOptions | None = None) -> FileResult:
-    """Check one notebook's contents. Never raises: failures become the result's ``error``.
-    ``options`` as for a module (`idiomatic`: which fix PM101 offers)."""
+def lint_notebook(data: bytes, path: str, rules: Sequence[type[Rule]], options: RuleOptions | None = None,
+                  project=None) -> FileResult:
+    """Check one notebook's contents (an importer of the ``project`` index's modules). Never raises."""
     from pmap_migrate.engine import lint_module
     from pmap_migrate.prefilter import gate_of
 
@@ -517,11 +517,11 @@ def lint_notebook(data: bytes, path: str, rules: Sequence[type[Rule]], options: 
         sliced = notebook.sliced(rules)
         if sliced is not None:  # as a large module is: through its relevant slice
             module, python, cut = sliced
-            found = lint_module(module, path, rules, options, python, cut)
+            found = lint_module(module, path, rules, options, python, cut, project=project)
         else:
             python = notebook.settle()
             if notebook.included:
-                found = lint_module(notebook.tree, path, rules, options)
+                found = lint_module(notebook.tree, path, rules, options, project=project)
         locate = notebook.locator(python)
         found = [notebook.place(d, locate) for d in found]
         result.diagnostics = sorted(found + notebook.cell_errors(gate_of(tuple(rules))), key=Diagnostic.sort_key)

@@ -22,6 +22,7 @@ from pmap_migrate.stack import on_deep_stack
 if TYPE_CHECKING:  # rule classes (and libcst) load only when a file needs analysing; the
     # prefilter and the slicer only when a file needs reading (a warm run reads none)
     from pmap_migrate.prefilter import Gate
+    from pmap_migrate.rules.analysis.project import ModuleView, ProjectIndex
     from pmap_migrate.rules.base import Rule
     from pmap_migrate.slices import Parsed
 
@@ -147,17 +148,59 @@ def _install_libcst_patches() -> None:
 
 @on_deep_stack
 def lint_file(data: bytes, shown: str, rules: Sequence[type[Rule]], options: RuleOptions | None = None,
-              parsed: Parsed | None = None, *, whole: bool = False) -> FileResult:
+              parsed: Parsed | None = None, *, whole: bool = False, project: ModuleView | None = None) -> FileResult:
     """Check one file's contents by its kind: a notebook's code cells, or a Python module (through
-    its relevant slice unless ``whole``: codemod/slices.py)."""
+    its relevant slice unless ``whole``: codemod/slices.py). ``project``: the project index as the
+    file sees it (rules/analysis/project.py)."""
     _install_libcst_patches()
     if _is_notebook(shown):
         from pmap_migrate.notebooks import lint_notebook
 
-        return lint_notebook(data, shown, rules, options)
+        return lint_notebook(data, shown, rules, options, project)
     from pmap_migrate.engine import lint_bytes
 
-    return lint_bytes(data, shown, rules, options, parsed=parsed, whole=whole)
+    return lint_bytes(data, shown, rules, options, parsed=parsed, whole=whole, project=project)
+
+
+# The project index of the run's root, in each process (workers read the modules they need).
+_INDEXES: dict[str, ProjectIndex] = {}
+
+# A dependency of a file's result: (path of a module the index read, its module name, the
+# fingerprint of its facts, its size, its mtime).
+Dependency = tuple[str, str, str, int, int]
+
+
+def _project_view(path: str, shown: str, root: str | None) -> ModuleView | None:
+    """The index as the file ``path`` sees it: its module name from the package structure."""
+    if root is None:
+        return None
+    from pmap_migrate.rules.analysis.project import ModuleView, ProjectIndex, module_identity
+
+    index = _INDEXES.get(root)
+    if index is None:
+        index = _INDEXES[root] = ProjectIndex((root,))
+    if _is_notebook(shown):
+        return ModuleView(index, os.path.dirname(os.path.abspath(path)), "__notebook__")
+    base, name, package = module_identity(path)
+    return ModuleView(index, base, name, package)
+
+
+def _dependencies(view: ModuleView | None) -> tuple[Dependency, ...]:
+    """What the file's result depends on in other files: the facts of every module it asked about."""
+    if view is None or not view.used:
+        return ()
+    found = []
+    for used in sorted(view.used):
+        facts = view.index.facts_for(used)
+        try:
+            stat = os.stat(used)
+        except OSError:
+            continue
+        if facts is not None:
+            from pmap_migrate.rules.analysis.project import facts_fingerprint
+
+            found.append((used, facts.name, facts_fingerprint(facts), stat.st_size, stat.st_mtime_ns))
+    return tuple(found)
 
 
 @on_deep_stack
@@ -178,28 +221,33 @@ def _gate_for(codes: tuple[str, ...]) -> Gate:
     return gate_of_codes(codes)
 
 
-def _check_job(job: tuple[str, str, tuple[str, ...], RuleOptions, bool, bytes | None]
-               ) -> tuple[FileResult | None, bytes | None, bool]:
-    """One file of `run`: ``(result, content digest, unchanged)``. The digest is None for a file that
-    could not be read (its result says why; nothing to cache), ``b""`` without a cache; unchanged:
-    its content has the digest the cache holds for it (no result: the cache's is the answer)."""
-    path, shown, codes, options, want_digest, cached_digest = job
+def _check_job(job: tuple[str, str, tuple[str, ...], RuleOptions, bool, bytes | None, str | None]
+               ) -> tuple[FileResult | None, bytes | None, bool, tuple[Dependency, ...]]:
+    """One file of `run`: ``(result, content digest, unchanged, dependencies)``. The digest is None
+    for a file that could not be read (its result says why; nothing to cache), ``b""`` without a
+    cache; unchanged: its content has the digest the cache holds for it (no result: the cache's is
+    the answer); dependencies: the other modules whose facts the result used (the project index of
+    the configuration's root, when the job names one)."""
+    path, shown, codes, options, want_digest, cached_digest, root = job
     try:
         with open(path, "rb") as handle:
             data = handle.read()
     except OSError as error:
-        return FileResult(shown, error=FileError.unreadable(shown, error)), None, False
+        return FileResult(shown, error=FileError.unreadable(shown, error)), None, False, ()
     content_digest = digest(data) if want_digest else b""
     if cached_digest is not None and content_digest == cached_digest:
-        return None, content_digest, True
+        return None, content_digest, True, ()
     gate = _gate_for(codes)
     text_matched = gate.text_match(data)
     if not text_matched and not gate.names and not gate.keywords:
-        return FileResult(shown), content_digest, False
-    result = _checked(data, shown, codes, options, text_matched)
+        return FileResult(shown), content_digest, False, ()
+    # An importer of an alias the project defines (`from .constants import pmap as p`) need not
+    # refer to jax: the index is asked about the files that spell `pmap` at all.
+    view = _project_view(path, shown, root) if b"pmap" in data else None
+    result = _checked(data, shown, codes, options, text_matched, view)
     if result.diagnostics or result.error is not None:
         with_source_lines(result, data)
-    return result, content_digest, False
+    return result, content_digest, False, _dependencies(view)
 
 
 def with_source_lines(result: FileResult, data: bytes) -> FileResult:
@@ -211,13 +259,14 @@ def with_source_lines(result: FileResult, data: bytes) -> FileResult:
     return result
 
 
-def _checked(data: bytes, shown: str, codes: tuple[str, ...], options: RuleOptions, text_matched: bool) -> FileResult:
+def _checked(data: bytes, shown: str, codes: tuple[str, ...], options: RuleOptions, text_matched: bool,
+             project: ModuleView | None = None) -> FileResult:
     gate = _gate_for(codes)
     if _is_notebook(shown):
-        if not text_matched and not gate.refers_to_names(data, notebook=True):
+        if not text_matched and project is None and not gate.refers_to_names(data, notebook=True):
             return FileResult(shown)
-        return lint_file(data, shown, rules_for(codes), options)
-    if not text_matched and not gate.spells_names(data):
+        return lint_file(data, shown, rules_for(codes), options, project=project)
+    if not text_matched and project is None and not gate.spells_names(data):
         return FileResult(shown)
     # The `ast` half of the prefilter, in the worker; the same tree serves to slice the module.
     from pmap_migrate.slices import parse_python
@@ -228,12 +277,13 @@ def _checked(data: bytes, shown: str, codes: tuple[str, ...], options: RuleOptio
         if not text_matched:
             # Without a tree of its own: Python 3.12's type parameters on an older Python, say.
             tree, scanned = (parsed.tree, parsed.names) if parsed is not None else (gate.newer_grammar_tree(data), None)
-            if tree is not None and not gate.tree_refers_to_names(tree, scanned):
+            if tree is not None and not gate.tree_refers_to_names(tree, scanned) \
+                    and (project is None or not project.refers_to_exports(tree)):
                 # Freed while the collector is paused (`ast` trees hold no cycles): the objects the
                 # parse made then no longer count towards a collection, which would walk them.
                 parsed = tree = scanned = None
                 return FileResult(shown)
-    return lint_file(data, shown, rules_for(codes), options, parsed)
+    return lint_file(data, shown, rules_for(codes), options, parsed, project=project)
 
 
 @lru_cache(maxsize=1)
@@ -279,6 +329,8 @@ def run(
     slots: list[FileResult | None] = []
     cwd = os.path.join(os.getcwd(), "")
     shower = PathDisplay()
+    root = os.fspath(settings.root)
+    _INDEXES.clear()  # files may have changed since an earlier run in this process
     for path in files:
         text = os.fspath(path)
         # The cache key: the absolute path (discovery already merged the names of one file). A
@@ -298,7 +350,11 @@ def run(
         if stat is None:
             slots.append(FileResult(shown, error=FileError.unreadable(shown, failure)))
             continue
-        if cache is not None:
+        entry = cache.entries.get(key) if cache is not None else None
+        # A result that used other modules' facts (the project index) holds while those do.
+        if entry is not None and cache.dependencies_changed(key):
+            entry = None
+        if entry is not None:
             hit = cache.lookup_stat(key, stat, shown)
             if hit is not None:
                 outcome.cached += 1
@@ -308,15 +364,15 @@ def run(
         slots.append(None)
         # A file whose size or mtime changed may hold what the cache has (a checkout touches files):
         # the worker compares digests before checking it.
-        entry = cache.entries.get(key) if cache is not None else None
-        work.append((text, shown, codes, options, cache is not None, entry[2] if entry is not None else None))
+        work.append((text, shown, codes, options, cache is not None, entry[2] if entry is not None else None, root))
 
     if on_total is not None:
         on_total(len(pending))
     # The workers read the files: the pool starts at once, and no file's bytes travel through a pipe.
     # The results first: zip then runs the pool's generator to its end, which shuts the pool down
     # (stopped at its last result, it would be closed, and the idle workers killed, later).
-    for (result, content_digest, unchanged), (index, key, stat, shown) in zip(execute(_check_job, work, jobs, progress), pending):
+    for (result, content_digest, unchanged, dependencies), (index, key, stat, shown) in zip(
+            execute(_check_job, work, jobs, progress), pending):
         if unchanged:
             result = cache.lookup_digest(key, stat, content_digest, shown)
             outcome.cached += 1
@@ -326,7 +382,7 @@ def run(
         stored = content_digest is not None and not unchanged
         internal_error = result.error is not None and result.error.code == "PM002"
         if cache is not None and stored and not internal_error:  # a crash is retried on the next run
-            cache.store(key, stat, content_digest, result)
+            cache.store(key, stat, content_digest, result, dependencies)
     if cache is not None:
         cache.save()
     outcome.results = [r for r in slots if r is not None]

@@ -102,6 +102,10 @@ class Session:
         outcome.results = [FileResult(problem.path, error=problem) for problem in self.problems] + outcome.results
         return CheckOutcome(outcome)
 
+    def check_files(self, files, *, use_cache: bool = True, jobs: int | None = None) -> RunResult:
+        """`check` of ``files`` (paths this session discovered), without progress display."""
+        return self._run(files, use_cache=use_cache, jobs=jobs, progress=False)
+
     def files(self, *, use_cache: bool = True) -> list[str]:
         """The files this invocation looks at; the paths it cannot look into are kept in
         ``problems`` (a named path that does not exist, a directory that cannot be listed).

@@ -144,12 +144,17 @@ class PmapCall(Rule):
             return
         via = site.callee.via
         patched = self.context.fixes.pmap_patched
-        if patched is not None:
+        if site.callee.origin is not None:
+            # An alias another module defines (the project index): its rewrite is the next step;
+            # until then the finding carries no fix.
+            fix, note = None, ""
+        elif patched is not None:
             fix, note = None, f"; not rewritten: {patched}"
         else:
             fix = self.context.fixes.idiomatic.fix_for(site) if self.context.options.idiomatic else None
             note = "; idiomatic fix: the whole data-parallel loop, without the stacked device axis" if fix else ""
-        if fix is None and patched is None:  # not asked for, or the module's loop does not fit the pattern exactly
+        # not asked for, or the module's loop does not fit the pattern exactly
+        if fix is None and patched is None and site.callee.origin is None:
             fix = self.context.fixes.pmap_fix(site)
         if via:
             message = f"`{via[0]}` applies the legacy `jax.pmap` (alias); migrate to `jax.jit(jax.shard_map(...))`"
@@ -205,6 +210,7 @@ class PmapCall(Rule):
             if reference is None:
                 return None
             return self.rewriter.shim_reference(
-                reference, f"keep the public alias `{target.value}` working for importers through `runtime_shim.pmap`")
+                reference, f"keep the public alias `{target.value}` working for importers through `runtime_shim.pmap`",
+                f"the public alias `{target.value}` keeps working for importers")
         return FixSpec(Applicability.SAFE, f"remove the unused alias `{target.value}`", edits=delete_line(self.model, line),
                        remove_imports=self.rewriter.pmap_imports(value))

@@ -149,6 +149,7 @@ class DevicePutReplicated(Rule):
                 "import jax\n"
                 "\n"
                 "import runtime_shim\n"
+                "# pmap-migrate: kept on the legacy shim: the function is used as a value\n"
                 "place = [runtime_shim.device_put_replicated]\n"
             ),
         ),
@@ -159,6 +160,8 @@ class DevicePutReplicated(Rule):
                 "\n"
                 "import runtime_shim\n"
                 "jax.distributed.initialize()\n"
+                "# pmap-migrate: kept on the legacy shim: a multi-process program (host-local\n"
+                "#   stacks for runtime_shim.pmap)\n"
                 "x = runtime_shim.device_put_replicated(p, jax.local_devices())\n"),
         ),
         # A local alias goes once its uses are rewritten.

@@ -144,6 +144,7 @@ class DevicePutSharded(Rule):
                 "import jax\n"
                 "\n"
                 "import runtime_shim\n"
+                "# pmap-migrate: kept on the legacy shim: the function is used as a value\n"
                 "place = {'sharded': runtime_shim.device_put_sharded}\n"
             ),
         ),

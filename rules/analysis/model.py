@@ -27,6 +27,7 @@ from libcst.metadata import (
 from pmap_migrate.rules.analysis.bindings import Bindings
 from pmap_migrate.rules.analysis.index import Indexer, indent_unit, resolve_scopes
 from pmap_migrate.rules.analysis.nesting import Nesting
+from pmap_migrate.rules.analysis.project import AliasFact, ModuleView, PmappedFact
 from pmap_migrate.rules.analysis.sites import JIT, PMAP, Callee, TransformSite
 from pmap_migrate.rules.analysis.values import ValueFlow
 from pmap_migrate.rules.knowledge import tables
@@ -35,8 +36,13 @@ from pmap_migrate.rules.knowledge import tables
 class SemanticModel(Bindings, ValueFlow, Nesting):
     """Facts about one module's use of pmap, jit and the pmap-era helpers."""
 
-    def __init__(self, wrapper: MetadataWrapper) -> None:
+    def __init__(self, wrapper: MetadataWrapper, project: ModuleView | None = None) -> None:
         self.module = wrapper.module
+        # The project index as this module sees it (rules/analysis/project.py): what names imported
+        # from other modules of the project are. None: the module is analysed on its own.
+        self.project = project
+        self._project_facts: dict[str, AliasFact | PmappedFact | None] = {}
+        self._external_sites: dict[PmappedFact, TransformSite] = {}
         index = Indexer()
         self.module.visit(index)
         # Qualified names are asked of the scopes directly, for the few nodes that need them:
@@ -107,16 +113,55 @@ class SemanticModel(Bindings, ValueFlow, Nesting):
                 return Callee(PMAP)
             if not names.isdisjoint(tables.JIT):
                 return Callee(JIT)
+            fact = self._project_fact(names)
+            if isinstance(fact, AliasFact):
+                return Callee(PMAP, _parsed_arguments(fact.options), (_code(expr),), origin=fact.module)
         if isinstance(expr, cst.Call) and self.matches(expr.func, tables.PARTIAL) and expr.args:
             first = expr.args[0]
             if first.keyword is None and not first.star:
                 inner = self.callee(first.value)
                 if inner is not None:
                     return Callee(inner.transform, inner.bound_args + tuple(expr.args[1:]), inner.via,
-                                  inner.ambiguous)
+                                  inner.ambiguous, inner.origin)
         if isinstance(expr, cst.Name):
             return self._alias_callee(expr)
         return None
+
+    def _project_fact(self, names: frozenset[str]) -> AliasFact | PmappedFact | None:
+        """What the project index says one of ``names`` (an imported name's qualified names) is."""
+        if self.project is None:
+            return None
+        for name in names:
+            if name not in self._project_facts:
+                self._project_facts[name] = self.project.lookup(name)
+            fact = self._project_facts[name]
+            if fact is not None:
+                return fact
+        return None
+
+    @property
+    def uses_project(self) -> bool:
+        """Whether the project index told this module's analysis anything (an imported alias or
+        pmapped function was found)."""
+        return any(fact is not None for fact in self._project_facts.values())
+
+    def _external_site(self, expr: cst.BaseExpression) -> TransformSite | None:
+        """The site of a function that another module of the project pmaps (``from .train import
+        step``, ``train.step``), named by ``expr``."""
+        if self.project is None or not isinstance(expr, (cst.Name, cst.Attribute)):
+            return None
+        fact = self._project_fact(self.qualified_names(expr))
+        if not isinstance(fact, PmappedFact):
+            return None
+        site = self._external_sites.get(fact)
+        if site is None:
+            call = _parsed_call(f"jax.pmap({fact.name}, {fact.options})" if fact.options else f"jax.pmap({fact.name})")
+            if call is None:
+                return None
+            site = TransformSite(PMAP, call, Callee(PMAP, via=(_code(expr),), origin=fact.module), tuple(call.args),
+                                 origin=fact.module, tuple_output=fact.returns_tuple)
+            self._external_sites[fact] = site
+        return site
 
     def _alias_callee(self, name: cst.Name) -> Callee | None:
         found: list[Callee] = []
@@ -132,7 +177,8 @@ class SemanticModel(Bindings, ValueFlow, Nesting):
             return None
         first = found[0]
         ambiguous = other or any(c.transform != first.transform for c in found)
-        return Callee(first.transform, first.bound_args, (name.value,) + first.via, ambiguous or first.ambiguous)
+        return Callee(first.transform, first.bound_args, (name.value,) + first.via, ambiguous or first.ambiguous,
+                      first.origin)
 
     # ------------------------------------------------------------------ sites
     def _find_sites(self) -> None:
@@ -257,7 +303,12 @@ class SemanticModel(Bindings, ValueFlow, Nesting):
         """The site whose transformed function ``expr`` names: ``p`` after ``p = jax.pmap(f)`` or
         ``@jax.pmap def p``, ``self.p`` after ``self.p = jax.pmap(...)`` in the same class. When a
         function is both jitted and pmapped (stacked decorators), the pmap site wins: the pmap is
-        what runs on the devices and what needs migrating."""
+        what runs on the devices and what needs migrating. A function that another module of the
+        project pmaps (``from .train import step``) has a site of its own (``_external_site``)."""
+        site = self._local_callable_site(expr)
+        return site if site is not None else self._external_site(expr)
+
+    def _local_callable_site(self, expr: cst.BaseExpression) -> TransformSite | None:
         if isinstance(expr, cst.Name):
             if not self._callable_by_assignment:
                 return None
@@ -394,6 +445,27 @@ class SemanticModel(Bindings, ValueFlow, Nesting):
     @property
     def subscripts(self) -> list[cst.Subscript]:
         return self.index.subscripts
+
+
+def _code(node: cst.CSTNode) -> str:
+    return cst.Module([]).code_for_node(node)
+
+
+def _parsed_call(text: str) -> cst.Call | None:
+    try:
+        call = cst.parse_expression(text)
+    except cst.ParserSyntaxError:  # options libcst cannot read back (the other module's Python is newer)
+        return None
+    return call if isinstance(call, cst.Call) else None
+
+
+def _parsed_arguments(options: str) -> tuple[cst.Arg, ...]:
+    """The arguments an alias of another module binds (its ``functools.partial``'s), as nodes of
+    their own: they are read (options), never edited (they are not in this module)."""
+    if not options:
+        return ()
+    call = _parsed_call(f"f({options})")
+    return tuple(call.args) if call is not None else ()
 
 
 def _prefer_pmap(table: dict, key, site: TransformSite) -> None:

@@ -54,6 +54,7 @@ class Callee:
     bound_args: tuple[cst.Arg, ...] = ()  # arguments fixed by functools.partial
     via: tuple[str, ...] = ()  # alias names followed to get here
     ambiguous: bool = False  # an alias that is also bound to something else
+    origin: str | None = None  # the module of the project that defines the alias (the project index)
 
 
 @dataclass
@@ -67,6 +68,11 @@ class TransformSite:
     decorated: cst.FunctionDef | None = None
     bound_names: list[BaseAssignment] = field(default_factory=list)
     bound_attribute: tuple[cst.ClassDef, str] | None = None
+    # A function pmapped in another module of the project (the project index): ``node`` is then not
+    # in this module (it spells the pmap the other module applies), ``origin`` names that module
+    # and ``tuple_output`` says whether the function returns a tuple or list display.
+    origin: str | None = None
+    tuple_output: bool = False
 
     @property
     def is_decorator(self) -> bool:

@@ -213,6 +213,8 @@ class ValueFlow:
     def returns_tuple(self, site: TransformSite) -> bool:
         """Whether every function ``site`` may transform returns a tuple/list display, so its
         output is a Python sequence of arrays (``step(x)[0]`` picks an output, not a device)."""
+        if site.origin is not None:
+            return site.tuple_output  # pmapped in another module: the index read its returns
         cached = self._tuple_sites.get(id(site))
         if cached is None:
             functions = self.mapped_functions(site)

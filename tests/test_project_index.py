@@ -1,0 +1,273 @@
+"""The project index (rules/analysis/project.py): pmap aliases and pmapped functions that other modules
+of the project define, found where they are used; the cache re-checks importers when they change.
+
+`fixtures/projects/<case>/` are small projects (a `pyproject.toml` makes each its own root);
+`expected.txt` holds what `check` reports on the whole tree. Regenerate with
+`pytest tests/test_project_index.py --update-fixtures` and review the diff.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+from collections import Counter
+from pathlib import Path
+
+import pytest
+
+from pmap_migrate.config import load_settings
+from pmap_migrate.diagnostics import State
+from pmap_migrate.rules import rules_by_code
+from pmap_migrate.rules.analysis.project import (
+    AliasFact,
+    ModuleView,
+    PmappedFact,
+    ProjectIndex,
+    absolute_name,
+    module_facts,
+    module_identity,
+)
+from pmap_migrate.runner import run
+
+PROJECTS = Path(__file__).resolve().parents[1] / "fixtures" / "projects"
+CASES = sorted(p for p in PROJECTS.iterdir() if p.is_dir())
+CODES = tuple(rules_by_code())
+
+
+def _files(root: Path) -> list[str]:
+    return sorted(str(p.relative_to(root)) for p in root.rglob("*") if p.suffix in (".py", ".ipynb"))
+
+
+def _check(root: Path, files: list[str] | None = None, *, use_cache: bool = False):
+    """`check` of ``files`` (default: every file) from ``root``, as the CLI runs it there."""
+    previous = os.getcwd()
+    os.chdir(root)
+    try:
+        return run(files if files is not None else _files(root), load_settings(None, root), CODES,
+                   jobs=1, use_cache=use_cache)
+    finally:
+        os.chdir(previous)
+
+
+def _render(outcome) -> str:
+    lines = []
+    for d in outcome.diagnostics:
+        if d.state is State.ACTIVE:
+            where = f"{d.path}:" + (f"cell {d.cell}:" if d.cell is not None else "")
+            fix = " [fix]" if d.fix is not None else ""
+            lines.append(f"{where}{d.line}:{d.column} {d.code} {d.message}{fix}")
+    return "\n".join(lines) + "\n"
+
+
+# ------------------------------------------------------------------ facts and names
+def test_module_facts_read_aliases_and_pmapped_functions():
+    source = (
+        "import functools, jax\n"
+        "from jax import pmap as jp\n"
+        "from . import utils\n"
+        "pmap = functools.partial(jax.pmap, axis_name='batch')\n"
+        "again = pmap\n"
+        "plain = jax.pmap\n"
+        "def moments(x):\n    return x.mean(), x.var()\n"
+        "p_moments = pmap(moments, donate_argnums=0)\n"
+        "@functools.partial(jax.pmap, axis_name='i')\ndef step(x):\n    return x\n"
+        "@jp\ndef single(x):\n    return (x,)\n"
+        "shadowed = jax.pmap\nshadowed = None\n"
+    )
+    facts = module_facts(source, "pkg.constants", False)
+    assert facts.aliases == {
+        "pmap": AliasFact("pkg.constants", "pmap", "axis_name='batch'"),
+        "again": AliasFact("pkg.constants", "again", "axis_name='batch'"),
+        "plain": AliasFact("pkg.constants", "plain", ""),
+    }
+    assert facts.pmapped == {
+        "p_moments": PmappedFact("pkg.constants", "p_moments", "axis_name='batch', donate_argnums=0", True),
+        "step": PmappedFact("pkg.constants", "step", "axis_name='i'", False),
+        "single": PmappedFact("pkg.constants", "single", "", True),
+    }
+    assert facts.imports["utils"] == "pkg.utils"
+    assert facts.imports["jp"] == "jax.pmap"
+
+
+def test_module_without_pmap_has_no_facts():
+    facts = module_facts("from .constants import helper\n", "pkg.train", False)
+    assert not facts.exports_pmap and facts.imports == {}
+
+
+@pytest.mark.parametrize("relative, module, package, expected", [
+    (".constants.pmap", "pkg.train", False, "pkg.constants.pmap"),
+    ("..constants.pmap", "pkg.sub.loop", False, "pkg.constants.pmap"),
+    (".constants", "pkg", True, "pkg.constants"),
+    (".", "pkg.train", False, "pkg"),
+    ("...x", "pkg.train", False, None),
+    ("pkg.constants", "anything", False, "pkg.constants"),
+])
+def test_absolute_name(relative, module, package, expected):
+    assert absolute_name(relative, module, package) == expected
+
+
+def test_module_identity_follows_packages(tmp_path: Path):
+    (tmp_path / "pkg" / "sub").mkdir(parents=True)
+    for init in ("pkg/__init__.py", "pkg/sub/__init__.py"):
+        (tmp_path / init).write_text("")
+    (tmp_path / "pkg" / "sub" / "loop.py").write_text("")
+    assert module_identity(str(tmp_path / "pkg" / "sub" / "loop.py")) == (str(tmp_path), "pkg.sub.loop", False)
+    assert module_identity(str(tmp_path / "pkg" / "__init__.py")) == (str(tmp_path), "pkg", True)
+
+
+def test_lookup_follows_re_exports_and_records_what_it_read(tmp_path: Path):
+    (tmp_path / "pkg").mkdir()
+    (tmp_path / "pkg" / "__init__.py").write_text("from .constants import pmap as shared\n")
+    (tmp_path / "pkg" / "constants.py").write_text("import jax\npmap = jax.pmap\n")
+    view = ModuleView(ProjectIndex((str(tmp_path),)), str(tmp_path), "main")
+    assert view.lookup("pkg.shared") == AliasFact("pkg.constants", "pmap", "")
+    assert view.used == {str(tmp_path / "pkg" / "__init__.py"), str(tmp_path / "pkg" / "constants.py")}
+    assert view.lookup("pkg.constants.other") is None
+    assert view.lookup("numpy.mean") is None
+
+
+def test_a_repository_root_with_an_init_file_still_finds_its_packages(tmp_path: Path):
+    """`repo/__init__.py` makes `repo` part of every module's name, yet the repository runs from
+    its root: `from pkg import utils` in `repo/pkg/train.py` is `repo/pkg/utils.py`."""
+    (tmp_path / "repo" / "pkg").mkdir(parents=True)
+    (tmp_path / "repo" / "__init__.py").write_text("")
+    (tmp_path / "repo" / "pkg" / "__init__.py").write_text("")
+    (tmp_path / "repo" / "pkg" / "utils.py").write_text("import jax\np_split = jax.pmap(lambda k: k)\n")
+    base, name, package = module_identity(str(tmp_path / "repo" / "pkg" / "train.py"))
+    assert (base, name) == (str(tmp_path), "repo.pkg.train")
+    view = ModuleView(ProjectIndex(), base, name, package)
+    assert view.lookup("pkg.utils.p_split") == PmappedFact("pkg.utils", "p_split", "", False)
+
+
+# ------------------------------------------------------------------ fixture projects
+@pytest.mark.parametrize("case", CASES, ids=[c.name for c in CASES])
+def test_fixture_project(case: Path, request):
+    expected_file = case / "expected.txt"
+    actual = _render(_check(case))
+    if request.config.getoption("--update-fixtures"):
+        expected_file.write_text(actual)
+    assert actual == expected_file.read_text()
+
+
+@pytest.mark.parametrize("case", CASES, ids=[c.name for c in CASES])
+def test_one_file_sees_the_rest_of_the_project(case: Path):
+    """pre-commit passes only the changed files: each importer alone gets the findings it gets in
+    the whole tree's run (the modules it imports are read from the tree)."""
+    whole = _check(case).diagnostics
+    for file in _files(case):
+        alone = _check(case, [file]).diagnostics
+        assert alone == [d for d in whole if d.path == file], file
+
+
+def test_findings_through_the_index_carry_no_fix():
+    outcome = _check(PROJECTS / "shared_alias", ["pkg/train.py"])
+    local = 25  # `@jax.pmap`: a local site
+    through_index = [d for d in outcome.diagnostics if d.line != local]
+    assert {d.code for d in through_index} == {"PM101", "PM201", "PM102"}
+    assert all(d.fix is None for d in through_index)
+    assert [d.fix is not None for d in outcome.diagnostics if d.line == local] == [True]
+
+
+def test_without_the_index_nothing_is_found_across_modules(monkeypatch):
+    """The importers' findings come from the index: the modules analysed alone show none of them."""
+    from pmap_migrate.engine import lint_bytes
+
+    data = (PROJECTS / "shared_alias" / "pkg" / "sub" / "loop.py").read_bytes()
+    assert lint_bytes(data, "loop.py", tuple(rules_by_code().values())).diagnostics == []
+
+
+# ------------------------------------------------------------------ the cache
+def _copy(tmp_path: Path) -> Path:
+    root = tmp_path / "project"
+    shutil.copytree(PROJECTS / "shared_alias", root, ignore=shutil.ignore_patterns("expected.txt"))
+    return root
+
+
+def _touch_later(path: Path, text: str) -> None:
+    """Write ``text`` with an mtime the cache cannot mistake for the old one."""
+    stat = path.stat()
+    path.write_text(text)
+    os.utime(path, ns=(stat.st_atime_ns, stat.st_mtime_ns + 10_000_000_000))
+
+
+def test_changing_the_alias_module_re_checks_its_importers(tmp_path: Path):
+    root = _copy(tmp_path)
+    cold = _check(root, use_cache=True)
+    warm = _check(root, use_cache=True)
+    assert warm.cached == warm.files and warm.diagnostics == cold.diagnostics
+    importer = [d for d in cold.diagnostics if d.path == "pkg/sub/loop.py"]
+    assert {d.code for d in importer} == {"PM101", "PM201", "PM202"}
+
+    # `C.plain` no longer an alias of jax.pmap: the importer's PM101 on it goes on the next warm run.
+    constants = root / "pkg" / "constants.py"
+    _touch_later(constants, constants.read_text().replace("plain = jax.pmap", "plain = jax.vmap"))
+    after = _check(root, use_cache=True)
+    assert [d for d in after.diagnostics if d.path == "pkg/sub/loop.py" and "C.plain" in d.message] == []
+    assert after.diagnostics == _check(root).diagnostics  # what a run without the cache says
+    # Re-checked: the alias module and every module that asked the index about it (the importers,
+    # and `pkg/__init__.py`, which re-exports); from the cache: pkg/utils.py, pkg/sub/__init__.py.
+    assert (after.files, after.cached) == (8, 2)
+
+
+def test_a_change_that_keeps_the_facts_keeps_the_importers_cached(tmp_path: Path):
+    root = _copy(tmp_path)
+    _check(root, use_cache=True)
+    constants = root / "pkg" / "constants.py"
+    _touch_later(constants, constants.read_text() + "\n# a comment\n")
+    after = _check(root, use_cache=True)
+    assert after.files - after.cached == 1  # constants.py only
+
+
+def test_a_notebook_importer_follows_the_alias_module(tmp_path: Path):
+    root = _copy(tmp_path)
+    before = _check(root, use_cache=True)
+    assert [d.code for d in before.diagnostics if d.path == "notebooks/demo.ipynb"] == ["PM101", "PM201"]
+    constants = root / "pkg" / "constants.py"
+    _touch_later(constants, constants.read_text().replace(
+        'pmap = functools.partial(jax.pmap, axis_name="batch")', "pmap = jax.vmap"))
+    after = _check(root, use_cache=True)
+    assert [d for d in after.diagnostics if d.path == "notebooks/demo.ipynb"] == []
+
+
+# ------------------------------------------------------------------ fix's counts
+def _cli(root: Path, *args: str):
+    from click.testing import CliRunner
+
+    from pmap_migrate.cli import main
+
+    previous = os.getcwd()
+    os.chdir(root)
+    try:
+        return CliRunner().invoke(main, [*args], catch_exceptions=False)
+    finally:
+        os.chdir(previous)
+
+
+def test_fix_of_an_importer_alone_counts_its_imported_uses_as_left(tmp_path: Path):
+    """`fix` on one importer (pre-commit passes only the changed files) leaves the uses of an alias
+    another module defines: they are counted as left, not as fixed, and listed."""
+    root = _copy(tmp_path)
+    before = [d for d in _check(root, ["pkg/train.py"]).results[0].active]
+    imported = [d for d in before if d.fix is None and d.code == "PM101"]  # uses of `constants.pmap`, `p`
+    assert imported, "the fixture's importer uses an imported alias"
+    result = _cli(root, "fix", "--no-cache", "pkg/train.py")
+    left = [d for d in _check(root, ["pkg/train.py"]).results[0].active]
+    still = Counter((d.code, d.message) for d in left)  # (lines move: the fix adds code above them)
+    assert not Counter((d.code, d.message) for d in imported) - still
+    assert 0 < len(left) < len(before)
+    assert f"Fixed {len(before) - len(left)} of {len(before)} legacy patterns" in result.output
+    assert f"Found {len(left)} legacy patterns in 1 file." in result.output
+    for d in left:
+        assert f"pkg/train.py:{d.line}:{d.column}: {d.code}" in result.output
+
+
+def test_fix_of_the_whole_project_counts_what_check_finds_after_it(tmp_path: Path):
+    root = _copy(tmp_path)
+    result = _cli(root, "fix", "--no-cache", ".")
+    after = _cli(root, "check", "--no-cache", ".")
+    left = sum(len(r.active) for r in _check(root).results)
+    if left:
+        assert f"Found {left} legacy pattern" in after.output
+        assert f"Found {left} legacy pattern" in result.output
+    else:
+        assert "All checks passed!" in after.output and "All checks passed!" in result.output
