@@ -47,7 +47,6 @@ usage error.
 from __future__ import annotations
 
 import argparse
-import configparser
 import datetime
 import difflib
 import json
@@ -64,11 +63,6 @@ from collections import Counter, defaultdict
 from dataclasses import dataclass, field
 from pathlib import Path
 
-if sys.version_info >= (3, 11):
-    import tomllib
-else:  # pragma: no cover
-    import tomli as tomllib
-
 # run as a script, so benchmarks/ is sys.path[0]
 from _corpus_report import print_list, print_table
 from corpus_fix import (
@@ -82,71 +76,17 @@ from corpus_fix import (
     source_files,
 )
 
-DEFAULT_LINE_LENGTH = 88
+from pmap_migrate.projectstyle import CONFIG_FILES, DEFAULT_LINE_LENGTH, PROJECT_MARKERS, line_length_in
+
 TARGET_LINES_PER_SITE = 6  # issue 25: all added lines / PM101 sites found before the fix
 RUFF_SELECT = "E,W,F,I"
-RUFF_FILES = ("ruff.toml", ".ruff.toml")
-FLAKE8_FILES = ("setup.cfg", "tox.ini", ".flake8")
-CONFIG_FILES = (*RUFF_FILES, "pyproject.toml", *FLAKE8_FILES)
-PROJECT_MARKERS = ("pyproject.toml", "setup.py", "setup.cfg", ".git")
 SHIM_IMPORT = re.compile(r"\b(?:import\s+runtime_shim\b|from\s+runtime_shim[\w.]*\s+import\b)")
 TREES = ("before", "safe", "unsafe")
 
 
 # --------------------------------------------------------------------------- each file's settings
-def _toml(path: Path) -> dict:
-    try:
-        return tomllib.loads(path.read_text(encoding="utf-8"))
-    except (OSError, UnicodeDecodeError, tomllib.TOMLDecodeError):
-        return {}
-
-
-def _ruff_length(table: dict) -> int | None:
-    """E501's limit in a ruff settings table: ``lint.pycodestyle.max-line-length`` (or the older
-    top-level ``pycodestyle``) wins over ``line-length``."""
-    lint = table.get("lint") if isinstance(table.get("lint"), dict) else {}
-    for section in (lint.get("pycodestyle"), table.get("pycodestyle")):
-        if isinstance(section, dict) and isinstance(section.get("max-line-length"), int):
-            return section["max-line-length"]
-    length = table.get("line-length")
-    return length if isinstance(length, int) else None
-
-
-def line_length_in(directory: Path) -> tuple[int, str] | None:
-    """The line length this directory's own configuration sets, and where; None: it sets none."""
-    for name in RUFF_FILES:
-        if (directory / name).is_file():
-            length = _ruff_length(_toml(directory / name))
-            if length is not None:
-                return length, f"{name} line-length"
-    if (directory / "pyproject.toml").is_file():
-        tool = _toml(directory / "pyproject.toml").get("tool", {})
-        tool = tool if isinstance(tool, dict) else {}
-        if isinstance(tool.get("ruff"), dict):
-            length = _ruff_length(tool["ruff"])
-            if length is not None:
-                return length, "pyproject.toml [tool.ruff]"
-        for formatter in ("black", "pyink"):
-            table = tool.get(formatter)
-            if isinstance(table, dict) and isinstance(table.get("line-length"), int):
-                return table["line-length"], f"pyproject.toml [tool.{formatter}]"
-    for name in FLAKE8_FILES:
-        if not (directory / name).is_file():
-            continue
-        parser = configparser.RawConfigParser()
-        try:
-            parser.read(directory / name, encoding="utf-8")
-        except (configparser.Error, UnicodeDecodeError, OSError):
-            continue
-        for option in ("max-line-length", "max_line_length"):
-            if parser.has_option("flake8", option):
-                try:
-                    return int(parser.get("flake8", option).strip()), f"{name} [flake8]"
-                except ValueError:
-                    pass
-    return None
-
-
+# `line_length_in`, the line length a directory's configuration sets, is the fixer's own reading
+# (pmap_migrate.projectstyle): the figures measure against the limit the fix wrote for.
 @dataclass(frozen=True)
 class LintSettings:
     line_length: int

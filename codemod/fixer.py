@@ -23,12 +23,15 @@ from libcst.helpers import get_full_name_for_node
 
 from pmap_migrate.diagnostics import Applicability, Diagnostic, FileError, State
 from pmap_migrate.engine import Analysis, Finding, analyse, lint_module, one_line, parse, recursion_error, sliced_module
+from pmap_migrate.importorder import ImportOrder, add_import
+from pmap_migrate.layout import styled
 from pmap_migrate.names import name_facts, name_problems
+from pmap_migrate.projectstyle import import_order, line_length
 from pmap_migrate.rules.analysis.imports import imported_names
 from pmap_migrate.rules.analysis.index import indent_unit
 from pmap_migrate.rules.base import Rule
 from pmap_migrate.rules.fixes.choices import RuleOptions
-from pmap_migrate.rules.fixes.edits import EditApplier, shim_comments
+from pmap_migrate.rules.fixes.edits import EditApplier, shim_comments, spaced_definitions
 from pmap_migrate.rules.fixes.spec import Edit, ImportSpec
 from pmap_migrate.shared_module import SharedLocation, location_for
 from pmap_migrate.stack import on_deep_stack
@@ -234,6 +237,19 @@ def _import_window(module: cst.Module, names: frozenset[str]) -> tuple[int, int]
     return use, use + 1
 
 
+def _import_block(module: cst.Module, names: frozenset[str]) -> tuple[int, int] | None:
+    """The import lines new imports join, as a slice of the module's statements: those at the top
+    (None), or, where code runs before jax is imported, those before the first statement that
+    reads them (``_import_window``); (k, k): none there."""
+    window = _import_window(module, names) if names else None
+    if window is None:
+        return None
+    start, end = window
+    while end > start and not _is_import_line(module.body[end - 1]):
+        end -= 1
+    return start, end
+
+
 def _is_docstring(statement: cst.CSTNode) -> bool:
     return isinstance(statement, cst.SimpleStatementLine) and len(statement.body) == 1 and isinstance(
         statement.body[0], cst.Expr) and isinstance(statement.body[0].value, (cst.SimpleString, cst.ConcatenatedString))
@@ -327,8 +343,8 @@ _NO_IMPORTS_INSIDE = (cst.BaseExpression, cst.Decorator, cst.Parameters, cst.Ann
 def _helper_edits(module: cst.Module, helpers: list, edits: list[Edit],
                   parents: Mapping[cst.CSTNode, cst.CSTNode] | None) -> list[Edit]:
     """The insertion of the helpers the module does not define yet: after the last top-level import
-    before the first statement the fixes edit (just before that statement when no jax import
-    precedes it), two blank lines around them."""
+    before the first statement the fixes edit (or that code runs; just before that statement when
+    no jax import precedes it), not inside a block of import lines, two blank lines around them."""
     bound = {name for statement in module.body for name in _top_level_names(statement)}
     missing = [helper for helper in helpers if helper.name not in bound]
     if not missing:
@@ -340,6 +356,8 @@ def _helper_edits(module: cst.Module, helpers: list, edits: list[Edit],
         while parents is not None and id(node) not in tops and node in parents:
             node = parents[node]
         first = min(first, tops.get(id(node), first))
+    while first < len(module.body) and _is_import_line(module.body[first]):
+        first += 1  # an edited import line (a renamed module): after the rest of its block (E402)
     imports = [k for k in range(first) if _is_import_line(module.body[k])]
     at = imports[-1] + 1 if imports else (1 if module.body and _is_docstring(module.body[0]) else 0)
     if not any(_imports_jax(module.body[k]) for k in imports):
@@ -413,10 +431,11 @@ def imported_helpers(module: cst.Module, chosen: Sequence[Finding], shared: Shar
 
 def apply(module: cst.Module, chosen: Sequence[Finding],
           parents: Mapping[cst.CSTNode, cst.CSTNode] | None = None,
-          shared: SharedLocation | None = None) -> cst.Module:
+          shared: SharedLocation | None = None, order: ImportOrder | None = None) -> cst.Module:
     """The module with the fixes of ``chosen`` applied (with ``parents``, the analysis' map of
     ``module``'s nodes, only the paths to the edits' targets are rebuilt). With ``shared``, the
-    helpers that have a shared form are imported from that module instead of written here."""
+    helpers that have a shared form are imported from that module instead of written here; with
+    ``order``, new imports go where isort would put them: ``pmap_migrate.importorder``."""
     edits = [edit for finding in chosen for edit in finding.fix.all_edits(finding.node)]
     helpers = {helper.name: helper for finding in chosen for helper in finding.fix.helpers}
     imported = imported_helpers(module, chosen, shared)
@@ -425,6 +444,8 @@ def apply(module: cst.Module, chosen: Sequence[Finding],
     helpers = {name: helper for name, helper in helpers.items() if name not in imported}
     if helpers:  # first: code that runs at import may call them
         edits = _helper_edits(module, list(helpers.values()), edits, parents) + edits
+    if edits and parents:
+        edits = spaced_definitions(parents, edits)
     comments = None
     shimmed = [(finding.fix.target or finding.node, finding.fix.why) for finding in chosen
                if finding.fix.shimmed and finding.fix.why and finding.fix.replacement is not None]
@@ -449,10 +470,20 @@ def apply(module: cst.Module, chosen: Sequence[Finding],
         adds = [spec for spec in dict.fromkeys(adds)
                 if ("." * spec.relative + spec.module, spec.name, spec.asname) not in present
                 and bound.get(_binding(spec)[0]) != _binding(spec)[1]]
+        names = _bound_names(adds)
+        if adds and order is not None:
+            left = []
+            for spec in adds:  # at isort's place in the import block they go to, merged where it can be
+                added = add_import(module, spec, order, _import_block(module, names))
+                if added is None:
+                    left.append(spec)
+                else:
+                    module = added
+            adds = left
         for spec in adds:
             AddImportsVisitor.add_needed_import(context, spec.module, spec.name, spec.asname, spec.relative)
         if adds:
-            module = _add_imports(module, context, _bound_names(adds))
+            module = _add_imports(module, context, names)
     if removes:
         for spec in dict.fromkeys(removes):
             RemoveImportsVisitor.remove_unused_import(context, spec.module, spec.name, spec.asname)
@@ -552,6 +583,22 @@ def _refusals(analysis: Analysis, chosen: Sequence[Finding], candidate: cst.Modu
     return refused
 
 
+def in_project_style(original: bytes, fixed: bytes, path: str, module: cst.Module) -> bytes:
+    """``fixed`` laid out in the project's style (``pmap_migrate.layout``): its new lines within the
+    project's line length, continuation lines aligned after renames; ``fixed`` as it is when the
+    result would not compile."""
+    encoding = module.encoding
+    try:
+        before, after = original.decode(encoding), fixed.decode(encoding)
+    except (UnicodeDecodeError, LookupError):
+        return fixed
+    text = styled(after, before, line_length(path), indent_unit(module))
+    if text == after:
+        return fixed
+    styled_bytes = text.encode(encoding)
+    return fixed if python_rejects(original, styled_bytes) is not None else styled_bytes
+
+
 @on_deep_stack
 def fix_bytes(data: bytes, path: str, rules: Sequence[type[Rule]], *, unsafe: bool = False,
               max_rounds: int = MAX_ROUNDS, options: RuleOptions | None = None, shared: bool = False) -> FixOutcome:
@@ -572,6 +619,7 @@ def fix_bytes(data: bytes, path: str, rules: Sequence[type[Rule]], *, unsafe: bo
 
     if options is not None and options.idiomatic and not unsafe:
         options = replace(options, idiomatic=False)
+    order = import_order(path)
     module = None
     final: bytes | None = None
     remaining: list[Diagnostic] = []
@@ -588,7 +636,7 @@ def fix_bytes(data: bytes, path: str, rules: Sequence[type[Rule]], *, unsafe: bo
             chosen = choose(analysis, [f for f in analysis.findings if applicable(f, unsafe)])
             if not chosen:
                 break
-            candidate = apply(analysis.module, chosen, analysis.parents, location)
+            candidate = apply(analysis.module, chosen, analysis.parents, location, order)
             new_bytes = candidate.bytes
             if new_bytes == rendered(analysis.module):
                 break
@@ -632,6 +680,7 @@ def fix_bytes(data: bytes, path: str, rules: Sequence[type[Rule]], *, unsafe: bo
                                           "byte for byte; file left unchanged")
                 return outcome
         if final != data:
+            final = in_project_style(data, final, path, module)
             refusal = python_rejects(data, final)
             if refusal is not None:
                 outcome.error = FileError(path, "PM002", one_line(

@@ -33,11 +33,13 @@ from pmap_migrate.fixer import (
     choose,
     clean_indent,
     imported_helpers,
+    in_project_style,
     python_rejects,
     restore_lost_lines,
 )
 from pmap_migrate.notebooks import Notebook, NotebookError, is_notebook, load, notebook_diff
 from pmap_migrate.prefilter import gate_of
+from pmap_migrate.projectstyle import import_order
 from pmap_migrate.rules.base import Rule
 from pmap_migrate.rules.fixes.choices import RuleOptions
 from pmap_migrate.runner import apply_per_file_ignores, display_path, rule_options
@@ -212,6 +214,7 @@ def review_file(data: bytes, shown: str, rules: Sequence[type[Rule]], settings: 
     refused, kept = answers.refused, answers.kept
     quit_ = False
     analysis = None
+    order = import_order(shown)
     for number in range(MAX_ROUNDS):
         module = parse(current, shown)
         if isinstance(module, FileError):
@@ -228,9 +231,11 @@ def review_file(data: bytes, shown: str, rules: Sequence[type[Rule]], settings: 
                                       "byte for byte; file left unchanged")
             return result
 
-        def rendered(findings: Sequence[Finding], analysis=analysis, current=current, roundtrip=roundtrip) -> bytes:
-            fixed = apply(analysis.module, findings, analysis.parents, location).bytes
-            return fixed if roundtrip == current else restore_lost_lines(current, roundtrip, fixed)
+        def rendered(findings: Sequence[Finding], analysis=analysis, current=current, roundtrip=roundtrip,
+                     module=module) -> bytes:
+            fixed = apply(analysis.module, findings, analysis.parents, location, order).bytes
+            fixed = fixed if roundtrip == current else restore_lost_lines(current, roundtrip, fixed)
+            return fixed if fixed is None or fixed == current else in_project_style(current, fixed, shown, module)
 
         keys = _keys(analysis, analysis.findings)
         answers.land(keys)

@@ -117,8 +117,11 @@ class ImplicitReshard(Rule):
         Invalid(
             "import jax\nstep = jax.pmap(f)\nx = jax.device_put(batch, jax.devices()[0])\nout = step(x)\n", lines=(4,),
             expected=(
-                "import jax\nfrom jax.sharding import Mesh, NamedSharding, PartitionSpec as P\n\n"
-                "step = jax.pmap(f)\nx = jax.device_put(batch, jax.devices()[0])\n"
+                "import jax\n"
+                "from jax.sharding import Mesh, NamedSharding\n"
+                "from jax.sharding import PartitionSpec as P\n"
+                "step = jax.pmap(f)\n"
+                "x = jax.device_put(batch, jax.devices()[0])\n"
                 "out = step(jax.device_put(\n"
                 "    x, NamedSharding(Mesh(jax.local_devices()[: x.shape[0]], (\"i\",)), P(\"i\"))))\n"
             ),
@@ -129,11 +132,16 @@ class ImplicitReshard(Rule):
             "x = jax.device_put(batch, dev)\nout = step(w, x)\n",
             lines=(5, 5),
             expected=(
-                "import jax\nfrom jax.sharding import Mesh, NamedSharding, PartitionSpec as P\n\n"
-                "step = jax.pmap(f, axis_name='b', in_axes=(None, 1))\nw = jax.device_put(w, dev)\n"
+                "import jax\n"
+                "from jax.sharding import Mesh, NamedSharding\n"
+                "from jax.sharding import PartitionSpec as P\n"
+                "step = jax.pmap(f, axis_name='b', in_axes=(None, 1))\n"
+                "w = jax.device_put(w, dev)\n"
                 "x = jax.device_put(batch, dev)\n"
-                "out = step(jax.device_put(w, NamedSharding(Mesh(jax.local_devices()[: x.shape[1]], ('b',)), P())), "
-                "jax.device_put(x, NamedSharding(Mesh(jax.local_devices()[: x.shape[1]], ('b',)), P(None, 'b'))))\n"
+                "out = step(\n"
+                "    jax.device_put(w, NamedSharding(Mesh(jax.local_devices()[: x.shape[1]], ('b',)), P())),\n"
+                "    jax.device_put(x, NamedSharding(Mesh(jax.local_devices()[: x.shape[1]], ('b',)), P(None, 'b'))),\n"
+                ")\n"
             ),
         ),
         # A stack built on other devices than the pmap's first ones.
@@ -141,8 +149,11 @@ class ImplicitReshard(Rule):
             "import jax\nstep = jax.pmap(f)\nstacked = jax.device_put_replicated(p, jax.devices()[::-1])\nout = step(stacked)\n",
             lines=(4,),
             expected=(
-                "import jax\nfrom jax.sharding import Mesh, NamedSharding, PartitionSpec as P\n\n"
-                "step = jax.pmap(f)\nstacked = jax.device_put_replicated(p, jax.devices()[::-1])\n"
+                "import jax\n"
+                "from jax.sharding import Mesh, NamedSharding\n"
+                "from jax.sharding import PartitionSpec as P\n"
+                "step = jax.pmap(f)\n"
+                "stacked = jax.device_put_replicated(p, jax.devices()[::-1])\n"
                 "out = step(jax.device_put(\n"
                 "    stacked, NamedSharding(Mesh(jax.local_devices()[: stacked.shape[0]], (\"i\",)), P(\"i\"))))\n"
             ),
@@ -174,10 +185,14 @@ class ImplicitReshard(Rule):
             "h = a(x)\ny = b(h)\n",
             lines=(5,),
             expected=(
-                "import jax\nfrom jax.sharding import Mesh, NamedSharding, PartitionSpec as P\n\n"
+                "import jax\n"
+                "from jax.sharding import Mesh, NamedSharding\n"
+                "from jax.sharding import PartitionSpec as P\n"
                 "a = jax.pmap(f, devices=jax.local_devices()[:4])\n"
                 "b = jax.pmap(g, devices=jax.local_devices()[4:])\n"
-                "h = a(x)\ny = b(jax.device_put(\n    h, NamedSharding(Mesh(jax.local_devices()[4:], (\"i\",)), P(\"i\"))))\n"
+                "h = a(x)\n"
+                "y = b(jax.device_put(\n"
+                "    h, NamedSharding(Mesh(jax.local_devices()[4:], (\"i\",)), P(\"i\"))))\n"
             ),
         ),
         Invalid("import jax\na = jax.pmap(f, devices=devs)\nb = jax.pmap(g)\ny = b(a(x))\n", lines=(4,)),

@@ -133,7 +133,6 @@ class ExperimentalShardMap(ImportRule):
                 lines=(1,),
                 expected=(
                     "import jax\n"
-                    "\n"
                     "f = jax.shard_map(g, mesh=m, in_specs=P('i'), out_specs=P('i'))\n"
                 )),
         Invalid("from jax.experimental.shard_map import shard_map as smap\n", lines=(1,),
@@ -147,14 +146,12 @@ class ExperimentalShardMap(ImportRule):
                 lines=(2,),
                 expected=(
                     "import jax\n"
-                    "\n"
                     "f = jax.shard_map(g, mesh=m, in_specs=P('i'), out_specs=P('i'))\n"
                 )),
         Invalid("from jax.experimental import shard_map\nf = shard_map.shard_map(g, m, P('i'), P('i'))\n",
                 lines=(2,),
                 expected=(
                     "import jax\n"
-                    "\n"
                     "f = jax.shard_map(g, mesh=m, in_specs=P('i'), out_specs=P('i'))\n"
                 )),
         Invalid("import jax\nf = jax.shard_map(g, mesh=m, in_specs=P('i'), out_specs=P('i'), check_rep=False)\n",
@@ -185,7 +182,6 @@ class ExperimentalShardMap(ImportRule):
             lines=(1, 2),
             expected=(
                 "import jax\n"
-                "\n"
                 "f = jax.shard_map(g, mesh=m, in_specs=P('i'), out_specs=P('i'), check_vma=False)\n"
             ),
         ),
@@ -221,9 +217,8 @@ class ExperimentalShardMap(ImportRule):
             "f = shard_map(g, mesh, P('i'), P('i'), auto=frozenset({'j'}))\n",
             lines=(1, 4),
             expected=(
-                "from jax.sharding import Mesh, PartitionSpec as P\n"
                 "import jax\n"
-                "\n"
+                "from jax.sharding import Mesh, PartitionSpec as P\n"
                 "mesh = Mesh(devices, ('i', 'j'))\n"
                 "f = jax.shard_map(g, mesh=mesh, in_specs=P('i'), out_specs=P('i'), axis_names={'i'})\n"
             ),
@@ -237,7 +232,13 @@ class ExperimentalShardMap(ImportRule):
             expected=(
                 "import jax\n"
                 "def build(self, g):\n"
-                "    return jax.shard_map(g, mesh=self.mesh, in_specs=P('i'), out_specs=P('i'), axis_names=frozenset(self.mesh.axis_names) - {'j'})\n"
+                "    return jax.shard_map(\n"
+                "        g,\n"
+                "        mesh=self.mesh,\n"
+                "        in_specs=P('i'),\n"
+                "        out_specs=P('i'),\n"
+                "        axis_names=frozenset(self.mesh.axis_names) - {'j'},\n"
+                "    )\n"
             ),
         ),
         # Used as a value: its callers may pass the mesh by position; no fix.
@@ -252,7 +253,6 @@ class ExperimentalShardMap(ImportRule):
             expected=(
                 "import functools\n"
                 "import jax\n"
-                "\n"
                 "smap_i = functools.partial(jax.shard_map, mesh=m, in_specs=P('i'), out_specs=P('i'))\n"
             ),
         ),

@@ -141,7 +141,6 @@ class ExperimentalMaps(Rule):
             lines=(1, 2),
             expected=(
                 "import jax\n"
-                "\n"
                 "with jax.sharding.Mesh(devices, ('data',)):\n"
                 "    out = f(x)\n"
             ),

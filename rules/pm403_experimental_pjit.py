@@ -140,7 +140,6 @@ class ExperimentalPjit(ImportRule):
         Invalid("from jax.experimental.pjit import pjit\nstep = pjit(f, in_shardings=s)\n", lines=(1,),
                 expected=(
                     "import jax\n"
-                    "\n"
                     "step = jax.jit(f, in_shardings=s)\n"
                 )),
         Invalid("from jax.experimental.pjit import pjit as pj\n", lines=(1,),
@@ -155,7 +154,6 @@ class ExperimentalPjit(ImportRule):
         Invalid("from jax.experimental import pjit as pjit_lib\nstep = pjit_lib.pjit(f)\n", lines=(2,),
                 expected=(
                     "import jax\n"
-                    "\n"
                     "step = jax.jit(f)\n"
                 )),
         Invalid(
@@ -164,7 +162,6 @@ class ExperimentalPjit(ImportRule):
             lines=(1, 2, 2),
             expected=(
                 "import jax\n"
-                "\n"
                 "step = jax.jit(f, in_shardings=P('data'), out_shardings=None)\n"
             ),
         ),
@@ -180,7 +177,6 @@ class ExperimentalPjit(ImportRule):
             expected=(
                 "import functools\n"
                 "import jax\n"
-                "\n"
                 "@functools.partial(jax.jit,\n"
                 "                   in_shardings=(P('data'), None),\n"
                 "                   out_shardings=P('data'))\n"
@@ -225,7 +221,6 @@ class ExperimentalPjit(ImportRule):
             lines=(1,),
             expected=(
                 "import jax\n"
-                "\n"
                 "@jax.jit\n"
                 "def step(x):\n"
                 "    return x\n"

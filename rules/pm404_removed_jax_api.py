@@ -252,7 +252,6 @@ class RemovedJaxApi(ImportRule):
         Invalid("import jax.tree_util as tu\nout = tu.tree_multimap(f, a, b)\n", lines=(2,),
                 expected=(
                     "import jax\n"
-                    "\n"
                     "out = jax.tree.map(f, a, b)\n"
                 )),
         # The import fails: the import is reported, not each later use.
@@ -260,14 +259,12 @@ class RemovedJaxApi(ImportRule):
                 lines=(1, 1),
                 expected=(
                     "import jax\n"
-                    "\n"
                     "out = jax.tree.map(f, tree)\n"
                     "n = len(jax.tree.leaves(tree))\n"
                 )),
         Invalid("from jax import tree_flatten as flatten\nleaves, treedef = flatten(tree)\n", lines=(1,),
                 expected=(
                     "import jax\n"
-                    "\n"
                     "leaves, treedef = jax.tree.flatten(tree)\n"
                 )),
         Invalid(
@@ -295,7 +292,6 @@ class RemovedJaxApi(ImportRule):
         Invalid("from jax.interpreters import pxla\nisinstance(x, pxla.ShardedDeviceArray)\n", lines=(2,),
                 expected=(
                     "import jax\n"
-                    "\n"
                     "isinstance(x, jax.Array)\n"
                 )),
         Invalid("import jax\nisinstance(x, jax.interpreters.pxla.ShardedDeviceArray)\n", lines=(2,),
@@ -307,7 +303,6 @@ class RemovedJaxApi(ImportRule):
                 lines=(2, 2),
                 expected=(
                     "import jax\n"
-                    "\n"
                     "def f(x: jax.Array) -> jax.Array:\n"
                     "    return x\n"
                 )),
@@ -332,7 +327,6 @@ class RemovedJaxApi(ImportRule):
         Invalid("from jax.experimental import pjit\ny = pjit.with_sharding_constraint(x, spec)\n", lines=(2,),
                 expected=(
                     "import jax\n"
-                    "\n"
                     "y = jax.lax.with_sharding_constraint(x, spec)\n"
                 )),
         Invalid("from jax.experimental.global_device_array import GlobalDeviceArray\n", lines=(1,),
@@ -344,14 +338,12 @@ class RemovedJaxApi(ImportRule):
         Invalid("from jax.lib import xla_bridge\nprint(xla_bridge.get_backend().platform)\n", lines=(1, 2),
                 expected=(
                     "import jax.extend.backend\n"
-                    "\n"
                     "print(jax.extend.backend.get_backend().platform)\n"
                 )),
         Invalid("import jax\nplatform = jax.lib.xla_bridge.get_backend().platform\n", lines=(2,),
                 expected=(
                     "import jax\n"
                     "import jax.extend.backend\n"
-                    "\n"
                     "platform = jax.extend.backend.get_backend().platform\n"
                 )),
         # A name without its own entry is reported through its removed module, once per chain.
@@ -405,7 +397,6 @@ class RemovedJaxApi(ImportRule):
         Invalid("from jax import xla_computation\nc = xla_computation(f, static_argnums=1)(x, 2)\n", lines=(1,),
                 expected=(
                     "import jax\n"
-                    "\n"
                     "c = jax.jit(f, static_argnums=1).lower(x, 2).compiler_ir(\"hlo\")\n"
                 )),
         Invalid("import jax\nc = jax.xla_computation(f, axis_env=[('i', 8)])(x)\n", lines=(2,)),

@@ -34,7 +34,7 @@ def test_fixtures_exist():
 
 @pytest.mark.parametrize("case", CASES, ids=[c.stem for c in CASES])
 def test_fixture_is_fixed_as_expected(case: Path, request):
-    outcome = fix(case.read_bytes(), case.name)
+    outcome = fix(case.read_bytes(), str(case))  # its path: the line length of the repository's configuration
     actual = outcome.fixed if outcome.fixed is not None else case.read_bytes()
     expected_file = fixed_path(case)
     if request.config.getoption("--update-fixtures"):
@@ -48,6 +48,6 @@ def test_fixed_fixture_is_a_fixpoint(case: Path):
     expected_file = fixed_path(case)
     if not expected_file.exists():
         pytest.skip(f"missing {expected_file.name}")
-    again = fix(expected_file.read_bytes(), expected_file.name)
+    again = fix(expected_file.read_bytes(), str(expected_file))
     assert again.fixed is None and again.applied == [], (
         f"fixing {expected_file.name} again changed it:\n{(again.fixed or b'').decode()}")

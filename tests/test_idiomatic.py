@@ -202,10 +202,12 @@ def train(state, batches):
 '''
 
 FLAX_EXPECTED = '''
+import functools
+
 import jax
 from jax import lax
-import functools
-from jax.sharding import Mesh, NamedSharding, PartitionSpec as P
+from jax.sharding import Mesh, NamedSharding
+from jax.sharding import PartitionSpec as P
 
 
 def train_step(state, batch):

@@ -37,7 +37,10 @@ class EditApplier(cst.CSTTransformer):
         self.comments = comments or {}
         self.replacements: dict[int, Edit] = {}
         self.insertions: dict[int, list[cst.BaseStatement]] = {}
+        self.blanks: dict[int, int] = {}
         for edit in edits:
+            if edit.blank_lines:
+                self.blanks[id(edit.target)] = max(edit.blank_lines, self.blanks.get(id(edit.target), 0))
             if edit.replacement is not None:
                 self.replacements[id(edit.target)] = edit
             if edit.before:
@@ -60,6 +63,12 @@ class EditApplier(cst.CSTTransformer):
         before = self.insertions.get(key)
         if edit is not None or before:
             self.done.add(key)
+        lines = self.blanks.get(key)
+        if lines:
+            if isinstance(result, cst.FlattenSentinel) and result.nodes:
+                result = cst.FlattenSentinel([blank(result.nodes[0], lines), *result.nodes[1:]])
+            elif isinstance(result, cst.CSTNode):
+                result = blank(result, lines)
         if before:
             if isinstance(result, cst.FlattenSentinel):
                 return cst.FlattenSentinel([*before, *result.nodes])
@@ -282,6 +291,56 @@ def blank(statement, n: int):
 def _next_statement(model, statement: cst.CSTNode) -> cst.BaseStatement | None:
     block = model.parent(statement)
     body = getattr(block, "body", None)
+    if not isinstance(body, (list, tuple)):
+        return None
+    for k, item in enumerate(body):
+        if item is statement:
+            return body[k + 1] if k + 1 < len(body) else None
+    return None
+
+
+_DEFINITIONS = (cst.FunctionDef, cst.ClassDef)
+
+
+def spaced_definitions(parents: Mapping[cst.CSTNode, cst.CSTNode], edits: list[Edit]) -> list[Edit]:
+    """Blank lines as PEP 8 puts them around the definitions that edits insert (two at module
+    level, one in a block): before each one that is not the first statement of its block, and
+    before the statement after it. Edits that insert no definition are left as they are."""
+    out = list(edits)
+    follow: list[cst.CSTNode] = []
+    for k, edit in enumerate(edits):
+        flattened = isinstance(edit.replacement, cst.FlattenSentinel) and isinstance(edit.target, cst.BaseStatement)
+        nodes = list(edit.before) if edit.before else list(edit.replacement.nodes) if flattened else []
+        if not any(isinstance(node, _DEFINITIONS) for node in nodes):
+            continue
+        parent = parents.get(edit.target)
+        n = 2 if isinstance(parent, cst.Module) else 1
+        body = getattr(parent, "body", None)
+        first = isinstance(body, (list, tuple)) and bool(body) and body[0] is edit.target
+        separated = []
+        for j, node in enumerate(nodes):
+            if j == 0:
+                separated.append(blank(node, n) if isinstance(node, _DEFINITIONS) and not first else node)
+            elif isinstance(node, _DEFINITIONS) or isinstance(nodes[j - 1], _DEFINITIONS):
+                separated.append(_exactly(node, n))
+            else:
+                separated.append(node)
+        if edit.before:
+            out[k] = Edit(edit.target, out[k].replacement, tuple(separated))
+            if isinstance(nodes[-1], _DEFINITIONS):
+                follow.append(edit.target)
+        else:
+            out[k] = Edit(edit.target, cst.FlattenSentinel(separated), edit.before)
+            following = _following(parent, edit.target)
+            if isinstance(nodes[-1], _DEFINITIONS) and following is not None:
+                follow.append(following)
+    for statement in follow:
+        out.append(Edit(statement, blank_lines=2 if isinstance(parents.get(statement), cst.Module) else 1))
+    return out
+
+
+def _following(parent: cst.CSTNode | None, statement: cst.CSTNode) -> cst.BaseStatement | None:
+    body = getattr(parent, "body", None)
     if not isinstance(body, (list, tuple)):
         return None
     for k, item in enumerate(body):

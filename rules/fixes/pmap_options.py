@@ -315,6 +315,9 @@ class SiteReader:
         stem = fun.attr.value.lstrip("_") if isinstance(fun, cst.Attribute) else "_" + target
         hoisted_name = self.names.fresh(stem or "_" + target)
         hoisted = [f"{hoisted_name} = {code_of(fun)}  # evaluated once, where pmap evaluated it"]
+        if isinstance(fun, cst.Lambda):  # a def where the lambda was evaluated (PEP 8: no lambda bound to a name)
+            hoisted = [f"def {hoisted_name}({code_of(fun.params)}):  # the lambda pmap was given",
+                       f"{self.model.indent}return {code_of(fun.body)}"]
         params = self._method_params(fun)
         if params is None:
             params = self._partial_params(fun, site)

@@ -25,11 +25,13 @@ class ImportSpec:
 class Edit:
     """Replace ``target`` (a node of the tree the rule saw) by ``replacement``; or, with
     ``before``, insert statements before the statement ``target`` and keep it (with whatever
-    other fixes change inside it)."""
+    other fixes change inside it); ``blank_lines``: the statement ``target`` (or what replaces
+    it) gets at least that many empty lines before it."""
 
     target: cst.CSTNode
     replacement: cst.CSTNode | cst.RemovalSentinel | cst.FlattenSentinel | None = None
     before: tuple[cst.BaseStatement, ...] = ()
+    blank_lines: int = 0
 
 
 @dataclass(frozen=True)
