@@ -113,6 +113,8 @@ def add_import(module: cst.Module, spec, order: ImportOrder, block: tuple[int, i
     """``module`` with the import ``spec`` (module, name, asname) added to the import lines
     ``body[start:end]`` of ``block`` (default: its leading block); None: there are none (the
     caller's placement applies)."""
+    if getattr(spec, "relative", 0):
+        return None  # a relative import (the package's shared module): the caller's placement
     start, end = block if block is not None else leading_block(module)
     markers = [k for k in range(start, end) if _is_cell_marker(module.body[k])]
     if markers:  # a notebook (pmap_migrate.notebooks): the imports of the block's last cell

@@ -99,14 +99,15 @@ class DevicePutReplicated(Rule):
                 "import jax\n"
                 "import jax.numpy as jnp\n"
                 "import numpy as np\n"
-                "from jax.sharding import Mesh, NamedSharding, PartitionSpec as P\n"
+                "from jax.sharding import Mesh, NamedSharding\n"
+                "from jax.sharding import PartitionSpec as P\n"
                 "\n"
                 "\n"
                 "def _replicate(tree, devices):\n"
-                '    """jax.device_put_replicated(tree, devices): a row per device."""\n'
+                "    \"\"\"jax.device_put_replicated(tree, devices): a row per device.\"\"\"\n"
                 "\n"
                 "    def stack(leaf):\n"
-                '        sharding = NamedSharding(Mesh(devices, ("i",)), P("i"))\n'
+                "        sharding = NamedSharding(Mesh(devices, (\"i\",)), P(\"i\"))\n"
                 "        shape = (len(devices), *np.shape(leaf))\n"
                 "        if jax.typeof(leaf).weak_type:  # stays weakly typed\n"
                 "            return jax.device_put(jnp.broadcast_to(leaf, shape), sharding)\n"
@@ -114,6 +115,8 @@ class DevicePutReplicated(Rule):
                 "        return jax.make_array_from_single_device_arrays(shape, sharding, rows)\n"
                 "\n"
                 "    return jax.tree.map(stack, tree)\n"
+                "\n"
+                "\n"
                 "params = _replicate(params, jax.local_devices())\n"
             ),
         ),
@@ -121,17 +124,18 @@ class DevicePutReplicated(Rule):
         Invalid(
             "from jax import device_put_replicated as dpr\nimport numpy as np\nparams = dpr(p, devs)\n", lines=(3,),
             expected=(
-                "import numpy as np\n"
                 "import jax\n"
                 "import jax.numpy as jnp\n"
-                "from jax.sharding import Mesh, NamedSharding, PartitionSpec as P\n"
+                "from jax.sharding import Mesh, NamedSharding\n"
+                "from jax.sharding import PartitionSpec as P\n"
+                "import numpy as np\n"
                 "\n"
                 "\n"
                 "def _replicate(tree, devices):\n"
-                '    """jax.device_put_replicated(tree, devices): a row per device."""\n'
+                "    \"\"\"jax.device_put_replicated(tree, devices): a row per device.\"\"\"\n"
                 "\n"
                 "    def stack(leaf):\n"
-                '        sharding = NamedSharding(Mesh(devices, ("i",)), P("i"))\n'
+                "        sharding = NamedSharding(Mesh(devices, (\"i\",)), P(\"i\"))\n"
                 "        shape = (len(devices), *np.shape(leaf))\n"
                 "        if jax.typeof(leaf).weak_type:  # stays weakly typed\n"
                 "            return jax.device_put(jnp.broadcast_to(leaf, shape), sharding)\n"
@@ -139,6 +143,8 @@ class DevicePutReplicated(Rule):
                 "        return jax.make_array_from_single_device_arrays(shape, sharding, rows)\n"
                 "\n"
                 "    return jax.tree.map(stack, tree)\n"
+                "\n"
+                "\n"
                 "params = _replicate(p, devs)\n"
             ),
         ),
@@ -149,16 +155,16 @@ class DevicePutReplicated(Rule):
             lines=(5,),
             expected=(
                 "import jax\n"
+                "import jax.numpy as jnp\n"
                 "import numpy as np\n"
                 "from jax.sharding import Mesh, NamedSharding, PartitionSpec as P\n"
-                "import jax.numpy as jnp\n"
                 "\n"
                 "\n"
                 "def _replicate(tree, devices):\n"
-                '    """jax.device_put_replicated(tree, devices): a row per device."""\n'
+                "    \"\"\"jax.device_put_replicated(tree, devices): a row per device.\"\"\"\n"
                 "\n"
                 "    def stack(leaf):\n"
-                '        sharding = NamedSharding(Mesh(devices, ("i",)), P("i"))\n'
+                "        sharding = NamedSharding(Mesh(devices, (\"i\",)), P(\"i\"))\n"
                 "        shape = (len(devices), *np.shape(leaf))\n"
                 "        if jax.typeof(leaf).weak_type:  # stays weakly typed\n"
                 "            return jax.device_put(jnp.broadcast_to(leaf, shape), sharding)\n"
@@ -166,6 +172,8 @@ class DevicePutReplicated(Rule):
                 "        return jax.make_array_from_single_device_arrays(shape, sharding, rows)\n"
                 "\n"
                 "    return jax.tree.map(stack, tree)\n"
+                "\n"
+                "\n"
                 "def main(devs):\n"
                 "    return _replicate({'lr': 0.1}, devs)\n"
             ),
@@ -173,13 +181,24 @@ class DevicePutReplicated(Rule):
         # Used as a value, or in a multi-process program: the shim's drop-in.
         Invalid(
             "import jax\nplace = [jax.device_put_replicated]\n", lines=(2,),
-            expected="import jax\nimport runtime_shim\n\nplace = [runtime_shim.device_put_replicated]\n",
+            expected=(
+                "import jax\n"
+                "\n"
+                "import runtime_shim\n"
+                "# pmap-migrate: kept on the legacy shim: the function is used as a value\n"
+                "place = [runtime_shim.device_put_replicated]\n"
+            ),
         ),
         Invalid(
             "import jax\njax.distributed.initialize()\nx = jax.device_put_replicated(p, jax.local_devices())\n",
             lines=(3,),
-            expected=("import jax\nimport runtime_shim\n\njax.distributed.initialize()\n"
-                      "x = runtime_shim.device_put_replicated(p, jax.local_devices())\n"),
+            expected=("import jax\n"
+                "\n"
+                "import runtime_shim\n"
+                "jax.distributed.initialize()\n"
+                "# pmap-migrate: kept on the legacy shim: a multi-process program (host-local\n"
+                "#   stacks for runtime_shim.pmap)\n"
+                "x = runtime_shim.device_put_replicated(p, jax.local_devices())\n"),
         ),
         # A local alias goes once its uses are rewritten.
         Invalid(
@@ -188,16 +207,17 @@ class DevicePutReplicated(Rule):
             lines=(4, 5),
             expected=(
                 "import jax\n"
-                "import numpy as np\n"
                 "import jax.numpy as jnp\n"
-                "from jax.sharding import Mesh, NamedSharding, PartitionSpec as P\n"
+                "import numpy as np\n"
+                "from jax.sharding import Mesh, NamedSharding\n"
+                "from jax.sharding import PartitionSpec as P\n"
                 "\n"
                 "\n"
                 "def _replicate(tree, devices):\n"
-                '    """jax.device_put_replicated(tree, devices): a row per device."""\n'
+                "    \"\"\"jax.device_put_replicated(tree, devices): a row per device.\"\"\"\n"
                 "\n"
                 "    def stack(leaf):\n"
-                '        sharding = NamedSharding(Mesh(devices, ("i",)), P("i"))\n'
+                "        sharding = NamedSharding(Mesh(devices, (\"i\",)), P(\"i\"))\n"
                 "        shape = (len(devices), *np.shape(leaf))\n"
                 "        if jax.typeof(leaf).weak_type:  # stays weakly typed\n"
                 "            return jax.device_put(jnp.broadcast_to(leaf, shape), sharding)\n"
@@ -205,6 +225,8 @@ class DevicePutReplicated(Rule):
                 "        return jax.make_array_from_single_device_arrays(shape, sharding, rows)\n"
                 "\n"
                 "    return jax.tree.map(stack, tree)\n"
+                "\n"
+                "\n"
                 "def main(p, devs):\n"
                 "    return _replicate(p, devs)\n"
             ),

@@ -109,14 +109,15 @@ class FlaxReplicate(Rule):
                 "import jax\n"
                 "import jax.numpy as jnp\n"
                 "import numpy as np\n"
-                "from jax.sharding import Mesh, NamedSharding, PartitionSpec as P\n"
+                "from jax.sharding import Mesh, NamedSharding\n"
+                "from jax.sharding import PartitionSpec as P\n"
                 "\n"
                 "\n"
                 "def _replicate(tree, devices):\n"
-                '    """jax.device_put_replicated(tree, devices): a row per device."""\n'
+                "    \"\"\"jax.device_put_replicated(tree, devices): a row per device.\"\"\"\n"
                 "\n"
                 "    def stack(leaf):\n"
-                '        sharding = NamedSharding(Mesh(devices, ("i",)), P("i"))\n'
+                "        sharding = NamedSharding(Mesh(devices, (\"i\",)), P(\"i\"))\n"
                 "        shape = (len(devices), *np.shape(leaf))\n"
                 "        if jax.typeof(leaf).weak_type:  # stays weakly typed\n"
                 "            return jax.device_put(jnp.broadcast_to(leaf, shape), sharding)\n"
@@ -124,6 +125,8 @@ class FlaxReplicate(Rule):
                 "        return jax.make_array_from_single_device_arrays(shape, sharding, rows)\n"
                 "\n"
                 "    return jax.tree.map(stack, tree)\n"
+                "\n"
+                "\n"
                 "state = _replicate(state, jax.local_devices())\n"
             ),
         ),
@@ -132,14 +135,17 @@ class FlaxReplicate(Rule):
         Invalid("import flax.jax_utils\nstate = flax.jax_utils.replicate(state)\n", lines=(2,)),
         # A plain `import flax...` goes too once nothing reads `flax` (the fixed code needs no flax).
         Invalid("import flax.training.common_utils\nk = flax.training.common_utils.shard_prng_key(key)\n",
-                lines=(2,), expected="import jax\n\nk = jax.random.split(key, num=jax.local_device_count())\n"),
+                lines=(2,), expected=(
+                    "import jax\n"
+                    "k = jax.random.split(key, num=jax.local_device_count())\n"
+                )),
         Invalid("from flax.jax_utils import replicate as rep\nstate = rep(state)\n", lines=(2,)),
         Invalid("from flax.training import common_utils\nbatch = common_utils.shard(batch)\n", lines=(2,)),
         Invalid(
             "from flax.training.common_utils import shard, shard_prng_key\nb = shard(x)\nk = shard_prng_key(key)\n",
             lines=(2, 3),
             expected=(
-                "import jax\n\n"
+                "import jax\n"
                 "b = jax.tree.map(lambda leaf: leaf.reshape((jax.local_device_count(), -1) + leaf.shape[1:]), x)\n"
                 "k = jax.random.split(key, num=jax.local_device_count())\n"
             ),
