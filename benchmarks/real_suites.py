@@ -24,7 +24,9 @@ file (``*_test.py``, ``test_*.py``) whose text contains ``--grep`` (default ``pm
 3. pytest runs the selected tests in each venv, from the tree it belongs to, with 8 CPU devices
    (``XLA_FLAGS=--xla_force_host_platform_device_count=8``, ``--devices``; ``JAX_PLATFORMS=cpu``):
    one process and one JUnit XML per test file (a module's setup may set the device count itself
-   before jax starts, as chex's ``set_n_cpu_devices`` does; ``--one-process``: one for all).
+   before jax starts, as chex's ``set_n_cpu_devices`` does; ``--one-process``: one for all). A
+   process that dies without a report (jax aborting) is run again under pytest-xdist, which
+   records the test that killed its worker as failed and goes on.
    ``--shim-run`` adds a fourth run, ``shim``: TREE unchanged in ``new`` with
    ``runtime_shim.install()`` called before collection (a pytest plugin; the shim on
    ``PYTHONPATH`` only for that run). ``--fixed-shim-run`` adds ``fixed+shim``: the fixed copy in
@@ -252,21 +254,27 @@ def run_pytest(label: str, python: Path, cwd: Path, tests: list[str], args, scra
     junits = []
     for number, batch in enumerate(batches):
         junit = scratch / f"junit-{label}-{number}.xml"
-        junit.unlink(missing_ok=True)
-        command = [str(python), "-m", "pytest", "-p", "no:cacheprovider", "-q", "-rN",
-                   "-o", "junit_family=xunit1", "-o", "junit_logging=no", f"--junitxml={junit}",
-                   f"--timeout={args.timeout}"]
-        for plugin in plugins:
-            command += ["-p", plugin]
-        if args.jobs > 1:
-            command += ["-n", str(args.jobs)]
-        if args.k:
-            command += ["-k", args.k]
-        command += [*args.pytest_arg, *batch]
-        with open(log, "a") as out:
-            out.write(f"\n$ {' '.join(command)}  (in {cwd})\n")
-            out.flush()
-            done = subprocess.run(command, cwd=cwd, env=env, stdout=out, stderr=subprocess.STDOUT)
+        # A process that dies (jax aborting in a test) writes no report: run the batch again under
+        # pytest-xdist, which records the test that killed its worker as failed and goes on.
+        for workers in ([args.jobs] if args.jobs > 1 else [0, 1]):
+            junit.unlink(missing_ok=True)
+            command = [str(python), "-m", "pytest", "-p", "no:cacheprovider", "-q", "-rN",
+                       "-o", "junit_family=xunit1", "-o", "junit_logging=no", f"--junitxml={junit}",
+                       f"--timeout={args.timeout}"]
+            for plugin in plugins:
+                command += ["-p", plugin]
+            if workers:
+                command += ["-n", str(workers), "--max-worker-restart=100"]
+            if args.k:
+                command += ["-k", args.k]
+            command += [*args.pytest_arg, *batch]
+            with open(log, "a") as out:
+                out.write(f"\n$ {' '.join(command)}  (in {cwd})\n")
+                out.flush()
+                done = subprocess.run(command, cwd=cwd, env=env, stdout=out, stderr=subprocess.STDOUT)
+            if junit.exists():
+                break
+            print(f"  pytest ({label}) died (exit {done.returncode}) without a report, see {log}", flush=True)
         if not junit.exists():
             raise SetupError(f"pytest ({label}) wrote no JUnit XML (exit {done.returncode}), see {log}")
         run.returncode = max(run.returncode, done.returncode)
