@@ -27,6 +27,11 @@ from runtime_shim import _axes, _nesting, _placement
 from runtime_shim._nesting import Plan, Replan
 from runtime_shim._spec import PmapSpec
 
+try:  # jax's mark of a transformed function (filtered tracebacks); legacy pmap's wrapper had it
+    from jax._src.traceback_util import api_boundary as _api_boundary
+except ImportError:  # pragma: no cover - every supported jax has it
+    _api_boundary = None
+
 _unnamed = itertools.count()
 
 
@@ -216,6 +221,13 @@ class _Pmapped:
             except (ValueError, Replan) as error:
                 return recover(call, args, kwargs, error)
 
+        if _api_boundary is not None:
+            # As jax's own transforms are: an API boundary (errors raised below it get jax's
+            # filtered traceback), which tools that tell a transformed function from a plain one
+            # look for (chex's is_traceable follows __wrapped__ to a wrapper defined beside
+            # `api_boundary`). __wrapped__ stays the user's function, as on legacy pmap.
+            pmapped = _api_boundary(pmapped)
+            pmapped.__wrapped__ = spec.fun
         pmapped.lower = self.lower
         pmapped._cache_size = _CacheSize(self.jitted._cache_size)
         pmapped._runtime_shim_spec = spec
