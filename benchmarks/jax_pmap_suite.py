@@ -101,14 +101,17 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0], add_help=True)
     parser.add_argument("jax_tree", type=Path, help="a jax source tree at tag jax-v0.7.2 (a scratch checkout)")
     parser.add_argument("--out", type=Path, default=real_suites.CACHE / "jax-pmap_test" / "src")
+    parser.add_argument("--no-shim-run", action="store_true",
+                        help="leave out the run of the unchanged file with runtime_shim.install()")
     args, rest = parser.parse_known_args(argv)
     original = (args.jax_tree / SUITE).read_text()
     target = args.out / SUITE
     target.parent.mkdir(parents=True, exist_ok=True)
     target.write_text(prepare(original))
     print(f"prepared {target} from {args.jax_tree / SUITE}")
+    shim_runs = ["--fixed-shim-run"] + ([] if args.no_shim_run else ["--shim-run"])
     return real_suites.main([str(args.out), SUITE, "--name", "jax-pmap_test", "--no-install", "--no-shim",
-                             "--fixed-shim-run", "--shim-run", "--pip", "absl-py", *rest])
+                             *shim_runs, "--pip", "absl-py", *rest])
 
 
 if __name__ == "__main__":

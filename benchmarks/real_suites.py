@@ -285,6 +285,20 @@ def run_pytest(label: str, python: Path, cwd: Path, tests: list[str], args, scra
     return run
 
 
+def reused_run(label: str, tests: list[str], args, scratch: Path) -> Run:
+    """The outcomes of the previous ``label`` run, read from its JUnit reports in the cache."""
+    batches = 1 if args.one_process else len(tests)
+    junits = [scratch / f"junit-{label}-{number}.xml" for number in range(batches)]
+    missing = [str(j) for j in junits if not j.exists()]
+    if missing:
+        raise SetupError(f"--reuse {label}: no report {missing[0]} from a previous run")
+    run = Run(label, 0, 0.0, " ".join(map(str, junits)), str(scratch / f"pytest-{label}.log"))
+    for junit in junits:
+        run.tests.update(parse_junit(junit))
+    print(f"reused {label}: {len(run.tests)} test ids from {len(junits)} JUnit reports", flush=True)
+    return run
+
+
 def first_line(text: str) -> str:
     for line in (text or "").splitlines():
         if line.strip():
@@ -413,6 +427,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--devices", type=int, default=8, help="CPU devices (XLA_FLAGS)")
     parser.add_argument("--timeout", type=int, default=900, help="seconds per test (pytest-timeout)")
     parser.add_argument("--pytest-arg", action="append", default=[], help="one more pytest argument (repeatable)")
+    parser.add_argument("--reuse", action="append", default=[], choices=["legacy", "new"],
+                        help="take this run's outcomes from the JUnit reports of the previous run in the"
+                        " cache instead of running it again (repeatable; its venv and the tree must not"
+                        " have changed)")
     parser.add_argument("--brief", action="store_true", help="no line per test id")
     parser.add_argument("--json", dest="json_out", type=Path, default=None)
     args = parser.parse_args(argv)
@@ -454,9 +472,10 @@ def run(args, tests: list[str]) -> int:
     else:
         run_logged([*pip, "--force-reinstall", str(args.shim)], log)
 
-    runs = [run_pytest("legacy", legacy, args.tree, tests, args, scratch),
-            run_pytest("new", new, args.tree, tests, args, scratch),
-            run_pytest("fixed", fixed, copy, tests, args, scratch)]
+    runs = [reused_run(label, tests, args, scratch) if label in args.reuse
+            else run_pytest(label, python, args.tree, tests, args, scratch)
+            for label, python in (("legacy", legacy), ("new", new))]
+    runs.append(run_pytest("fixed", fixed, copy, tests, args, scratch))
     if args.shim_run or args.fixed_shim_run:
         target = scratch / "shim-site"
         if target.exists():
