@@ -196,16 +196,35 @@ def _looks_transformed(fn) -> bool:
         fn = fn.__wrapped__
 
 
+def _typed_as_pmapped(fn) -> bool:
+    """haiku 0.0.15's ``transform.check_not_jax_transformed``, reproduced: the type's name."""
+    return any(t in str(type(fn)) for t in ("PmapFunction", "PjitFunction"))
+
+
 def test_the_pmapped_function_is_recognisable_as_a_jax_transform():
     def plain(x):
         return x
 
-    assert not _looks_transformed(plain)
+    assert not _looks_transformed(plain) and not _typed_as_pmapped(plain)
     assert not _looks_transformed(functools.wraps(plain)(lambda x: x))  # a plain decorator
     assert _looks_transformed(jax.jit(plain)) and _looks_transformed(jax.vmap(plain))
     shimmed = runtime_shim.pmap(plain, axis_name="i")
-    assert _looks_transformed(shimmed)
+    assert _looks_transformed(shimmed) and _typed_as_pmapped(shimmed)
     assert shimmed.__wrapped__ is plain  # as on legacy pmap
+    # A wrapper of it (chex's variants wrap the pmapped function with functools.wraps).
+    assert _looks_transformed(functools.wraps(shimmed)(lambda *a: shimmed(*a)))
+
+
+def test_the_pmapped_function_binds_as_a_method():
+    class Model:
+        scale = 3.0
+
+        @functools.partial(runtime_shim.pmap, static_broadcasted_argnums=0)
+        def apply(self, x):
+            return x * self.scale
+
+    assert Model.apply.__name__ == "apply"
+    assert Model().apply(jax.numpy.ones((1, 2))).tolist() == [[3.0, 3.0]]
 
 
 # ---------------------------------------------------------------------- programs
