@@ -68,6 +68,8 @@ SKIP_DIRS = {".git", "__pycache__", ".pytest_cache", ".venv", "build", "dist"}
 RAISED_AT = re.compile(r"^(\S+\.py):(\d+): (\w[\w.]*)", re.MULTILINE)
 MARKS = {"passed": "+", "failed": "F", "error": "E", "skipped": "s", None: "."}
 SHIM_PLUGIN = "pmap_migrate_suites_shim"
+# A module that imports the shim (generated code also names it in messages: those do not count).
+SHIM_IMPORT = re.compile(rb"^[ \t]*(?:import runtime_shim\b|from runtime_shim\b)", re.MULTILINE)
 
 
 class SetupError(RuntimeError):
@@ -199,7 +201,7 @@ def run_fix(exe: str, copy: Path, paths: list[str], log: Path) -> FixSummary:
                 added += 1
             elif line.startswith("-") and not line.startswith("---"):
                 removed += 1
-    shim = sorted(p for p in changed if b"runtime_shim" in after[p] and b"runtime_shim" not in before.get(p, b""))
+    shim = sorted(p for p in changed if SHIM_IMPORT.search(after[p]) and not SHIM_IMPORT.search(before.get(p, b"")))
     tail = [ln for ln in (done.stdout + done.stderr).splitlines() if ln.strip()][-3:]
     return FixSummary(command, done.returncode, round(seconds, 1), changed, added, removed, shim, tail)
 
