@@ -28,7 +28,7 @@ from pmap_migrate.rules.analysis.imports import imported_names
 from pmap_migrate.rules.analysis.index import indent_unit
 from pmap_migrate.rules.base import Rule
 from pmap_migrate.rules.fixes.choices import RuleOptions
-from pmap_migrate.rules.fixes.edits import EditApplier
+from pmap_migrate.rules.fixes.edits import EditApplier, shim_comments
 from pmap_migrate.rules.fixes.spec import Edit
 from pmap_migrate.stack import on_deep_stack
 
@@ -392,9 +392,14 @@ def apply(module: cst.Module, chosen: Sequence[Finding],
     helpers = {helper.name: helper for finding in chosen for helper in finding.fix.helpers}
     if helpers:  # first: code that runs at import may call them
         edits = _helper_edits(module, list(helpers.values()), edits, parents) + edits
+    comments = None
+    shimmed = [(finding.fix.target or finding.node, finding.fix.why) for finding in chosen
+               if finding.fix.shimmed and finding.fix.why and finding.fix.replacement is not None]
+    if shimmed and parents:
+        comments = shim_comments(shimmed, parents, indent_unit(module))
     if edits:
         toward = None if not parents else _toward(module, [edit.target for edit in edits], parents)
-        module = module.visit(EditApplier(edits, toward))
+        module = module.visit(EditApplier(edits, toward, comments=comments))
     context = CodemodContext()
     # libcst takes the first indented line's indentation as the module's unit, form feed included
     # (`\f    x = 1`); its import visitors reject that unit and generated blocks would repeat the

@@ -17,6 +17,7 @@ from collections import Counter
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from enum import Enum
+from itertools import takewhile
 from pathlib import Path, PurePosixPath
 
 import libcst as cst
@@ -26,6 +27,7 @@ from pmap_migrate import __version__
 from pmap_migrate.counts import Counts, plural
 from pmap_migrate.diagnostics import Applicability, Diagnostic, FileError, State
 from pmap_migrate.rules.base import Rule
+from pmap_migrate.rules.fixes.edits import SHIM_COMMENT
 from pmap_migrate.runner import RunResult
 from pmap_migrate.skips import SKIPS_FILE, SkipStore, recorded_sites
 
@@ -209,7 +211,18 @@ class _ShimUses(cst.CSTVisitor):
 
     def __init__(self) -> None:
         super().__init__()
-        self.found: list[tuple[cst.CSTNode, str]] = []
+        self.found: list[tuple[cst.CSTNode, str, str]] = []
+        self.reasons: list[str] = []  # per enclosing statement: the reason its shim comment gives
+
+    def on_visit(self, node: cst.CSTNode) -> bool:
+        if isinstance(node, (cst.SimpleStatementLine, cst.BaseCompoundStatement)):
+            self.reasons.append(shim_reason(node) or (self.reasons[-1] if self.reasons else ""))
+        return super().on_visit(node)
+
+    def on_leave(self, original_node: cst.CSTNode) -> None:
+        if isinstance(original_node, (cst.SimpleStatementLine, cst.BaseCompoundStatement)):
+            self.reasons.pop()
+        super().on_leave(original_node)
 
     def visit_Import(self, node) -> bool:
         return False
@@ -220,7 +233,7 @@ class _ShimUses(cst.CSTVisitor):
     def _match(self, node: cst.CSTNode) -> bool:
         for qualified in self.get_metadata(QualifiedNameProvider, node, set()):
             if qualified.name in SHIM_NAMES:
-                self.found.append((node, qualified.name))
+                self.found.append((node, qualified.name, self.reasons[-1] if self.reasons else ""))
                 return True
         return False
 
@@ -229,6 +242,17 @@ class _ShimUses(cst.CSTVisitor):
 
     def visit_Name(self, node: cst.Name) -> None:
         self._match(node)
+
+
+def shim_reason(statement: cst.CSTNode) -> str:
+    """The reason a `# pmap-migrate: kept on the legacy shim: ...` comment above ``statement`` gives
+    (its continuation lines joined), or ""."""
+    lines = [line.comment.value for line in statement.leading_lines if line.comment is not None]
+    for start, text in enumerate(lines):
+        if text.startswith(SHIM_COMMENT.rstrip()):
+            rest = [line[1:].strip() for line in takewhile(lambda line: line.startswith("#   "), lines[start + 1:])]
+            return " ".join([text[len(SHIM_COMMENT.rstrip()):].strip(), *rest]).strip()
+    return ""
 
 
 def shim_sites(data: bytes, path: str, codes: dict[str, str]) -> list[Site]:
@@ -255,15 +279,16 @@ def shim_sites(data: bytes, path: str, codes: dict[str, str]) -> list[Site]:
     wrapper.visit(visitor)
     positions = wrapper.resolve(PositionProvider)
     sites = []
-    for node, qualified in visitor.found:
+    for node, qualified, why in visitor.found:
         code = SHIM_NAMES[qualified]
         if code not in codes:
             continue
         where = positions[node].start
         cell, line = locate(where.line) if locate is not None else (None, where.line)
         what = "replaces `jax.pmap` process-wide" if qualified.endswith(".install") else "legacy semantics at run time"
+        reason = f"kept on the legacy shim: {why}" if why else f"uses `{qualified}` ({what})"
         sites.append(Site(path, line, where.column + 1, code, codes[code], SiteState.SHIMMED,
-                          f"uses `{qualified}` ({what}); migrated as far as `check` is concerned",
+                          f"{reason}; migrated as far as `check` is concerned",
                           f"uses `{qualified}`", cell))
     return sites
 

@@ -205,6 +205,7 @@ class PmapCall(Rule):
             if reference is None:
                 return None
             return self.rewriter.shim_reference(
-                reference, f"keep the public alias `{target.value}` working for importers through `runtime_shim.pmap`")
+                reference, f"keep the public alias `{target.value}` working for importers through `runtime_shim.pmap`",
+                f"the public alias `{target.value}` keeps working for importers")
         return FixSpec(Applicability.SAFE, f"remove the unused alias `{target.value}`", edits=delete_line(self.model, line),
                        remove_imports=self.rewriter.pmap_imports(value))

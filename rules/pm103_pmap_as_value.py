@@ -143,4 +143,4 @@ class PmapAsValue(Rule):
             return None
         return rewriter.shim_reference(
             target, "pass `runtime_shim.pmap` (legacy semantics wherever the value is applied; needs "
-                    "pmap-migrate-shim installed at run time)")
+                    "pmap-migrate-shim installed at run time)", "`jax.pmap` passed as a value")

@@ -8,7 +8,8 @@ engine replaces an edit's target whole.
 
 from __future__ import annotations
 
-from collections.abc import Container, Iterable
+import textwrap
+from collections.abc import Container, Iterable, Mapping
 
 import libcst as cst
 
@@ -30,8 +31,10 @@ class EditApplier(cst.CSTTransformer):
     back as it is. ``done`` holds the ids of the targets it met."""
 
     def __init__(self, edits: Iterable[Edit], toward: set[int] | None = None,
-                 original: Container[cst.CSTNode] | None = None) -> None:
+                 original: Container[cst.CSTNode] | None = None,
+                 comments: Mapping[int, tuple[str, ...]] | None = None) -> None:
         super().__init__()
+        self.comments = comments or {}
         self.replacements: dict[int, Edit] = {}
         self.insertions: dict[int, list[cst.BaseStatement]] = {}
         for edit in edits:
@@ -51,6 +54,9 @@ class EditApplier(cst.CSTTransformer):
         key = id(original_node)
         edit = self.replacements.get(key)
         result = edit.replacement if edit is not None else updated_node
+        comment = self.comments.get(key)
+        if comment and isinstance(result, (cst.SimpleStatementLine, cst.BaseCompoundStatement)):
+            result = commented(result, comment)
         before = self.insertions.get(key)
         if edit is not None or before:
             self.done.add(key)
@@ -61,6 +67,51 @@ class EditApplier(cst.CSTTransformer):
                 return cst.FlattenSentinel(before)
             return cst.FlattenSentinel([*before, result])
         return result
+
+
+SHIM_COMMENT = "# pmap-migrate: kept on the legacy shim: "
+
+
+def shim_comments(targets: Iterable[tuple[cst.CSTNode, str]], parents: Mapping[cst.CSTNode, cst.CSTNode],
+                  unit: str, width: int = 79) -> dict[int, tuple[str, ...]]:
+    """The comment lines that say why each shimmed site keeps legacy semantics, by the id of the
+    statement holding the site (its nearest enclosing statement; a decorated definition for a
+    decorator), wrapped to ``width`` columns at the statement's indentation. Sites of one statement
+    share its comment."""
+    whys: dict[int, list[str]] = {}
+    depth: dict[int, int] = {}
+    for target, why in targets:
+        node, statement, level = target, None, 0
+        while node is not None:
+            if statement is None and isinstance(node, (cst.SimpleStatementLine, cst.BaseCompoundStatement)):
+                statement = node
+            elif statement is not None and isinstance(node, cst.IndentedBlock):
+                level += 1
+            node = parents.get(node)
+        if statement is None:
+            continue
+        reasons = whys.setdefault(id(statement), [])
+        if why not in reasons:
+            reasons.append(why)
+        depth[id(statement)] = level
+    comments = {}
+    for key, reasons in whys.items():
+        text = SHIM_COMMENT + "; ".join(reasons)
+        room = max(width - len(unit) * depth[key], 40)
+        comments[key] = tuple(textwrap.wrap(text, room, subsequent_indent="#   ", break_long_words=False,
+                                            break_on_hyphens=False))
+    return comments
+
+
+def commented(statement, lines: tuple[str, ...]):
+    """``statement`` with ``lines`` as comment lines right above it (kept once: a statement that
+    already carries them is returned as it is)."""
+    leading = list(statement.leading_lines)
+    present = [line.comment.value for line in leading if line.comment is not None]
+    if present[-len(lines):] == list(lines):
+        return statement
+    leading.extend(cst.EmptyLine(indent=True, comment=cst.Comment(line)) for line in lines)
+    return statement.with_changes(leading_lines=leading)
 
 
 def compose_edits(model, edits: list[Edit]) -> list[Edit]:

@@ -168,7 +168,7 @@ def shim_swap(placement: Placement, reference: cst.BaseExpression, attribute: st
     spec = removal_spec(placement.model, reference)
     return FixSpec(Applicability.SAFE, f"use `runtime_shim.{attribute}` (the legacy result at run time; needs "
                            f"pmap-migrate-shim installed): {why}", replacement=replacement, target=reference, add_imports=imports,
-                   remove_imports=(spec,) if spec is not None else (), shimmed=True)
+                   remove_imports=(spec,) if spec is not None else (), shimmed=True, why=why)
 
 
 def alias_definition(model: SemanticModel,

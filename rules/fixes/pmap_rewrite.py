@@ -73,16 +73,16 @@ class Rewriter:
         summary = f"use `runtime_shim.pmap` (legacy semantics at run time; needs pmap-migrate-shim installed): {why}"
         if target is None:
             return FixSpec(Applicability.SAFE, summary)  # reference lives elsewhere (an alias); its own fix swaps it
-        return self.shim_reference(target, summary)
+        return self.shim_reference(target, summary, why)
 
-    def shim_reference(self, node: cst.BaseExpression, summary: str) -> FixSpec:
+    def shim_reference(self, node: cst.BaseExpression, summary: str, why: str = "") -> FixSpec:
         replacement = cst.Attribute(cst.Name("runtime_shim"), cst.Name("pmap"))
         replacement = replacement.with_changes(lpar=getattr(node, "lpar", ()), rpar=getattr(node, "rpar", ()))
         removes = ()
         if isinstance(node, cst.Name):
             removes = (ImportSpec("jax", "pmap", None if node.value == "pmap" else node.value),)
         return FixSpec(Applicability.SAFE, summary, replacement=replacement, target=node, add_imports=(SHIM_IMPORT,),
-                       remove_imports=removes, shimmed=True)
+                       remove_imports=removes, shimmed=True, why=why)
 
     def pmap_imports(self, expr: cst.BaseExpression) -> tuple[ImportSpec, ...]:
         """Imports that removing ``expr`` (a pmap callee: `jax.pmap`, `pmap`, `partial(jax.pmap, ..)`,

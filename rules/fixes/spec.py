@@ -46,7 +46,7 @@ class FixSpec:
     ``replacement`` replaces ``target`` (default: the reported node); ``edits`` lists further
     edits applied together with it. ``add_imports`` are added once per file; ``remove_imports``
     are removed only if nothing uses them after the fix. ``shimmed`` marks fixes that route the
-    site to ``runtime_shim`` instead of rewriting it to plain JAX."""
+    site to ``runtime_shim`` instead of rewriting it to plain JAX, ``why`` says why."""
 
     applicability: Applicability
     summary: str
@@ -56,6 +56,9 @@ class FixSpec:
     add_imports: tuple[ImportSpec, ...] = ()
     remove_imports: tuple[ImportSpec, ...] = ()
     shimmed: bool = False
+    # Why a shimmed site keeps legacy semantics: written as a comment above the statement that holds
+    # the site (`# pmap-migrate: kept on the legacy shim: ...`), which `report` reads back.
+    why: str = ""
     helpers: tuple[Helper, ...] = ()
     # Higher goes first when fixes overlap: a rewrite spanning several statements (the idiomatic
     # PM101 fix) before the local fixes of the code it recognises, which would change that code.
