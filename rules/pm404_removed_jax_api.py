@@ -10,6 +10,7 @@ from pmap_migrate.rules.fixes.api import (
     alias_index,
     import_reads,
     in_annotation,
+    isinstance_class,
     parenthesized,
     qualified_expression,
     reads_summary,
@@ -123,8 +124,11 @@ class RemovedJaxApi(ImportRule):
     `jax.Array` outside annotations (isinstance checks accept every array now),
     `jax.xla_computation(f)(*args)` -> `jax.jit(f).lower(*args).compiler_ir("hlo")` (the same
     XlaComputation type; module name and details differ), the `jax.api` / `jax.linear_util`
-    module moves, `jnp.fix` -> `jnp.trunc` (assumes no `out=`). No fix, with the manual route in
-    the message: `PmapSharding` and the other old shardings, `ShardingSpec`, `host_callback`,
+    module moves, `jnp.fix` -> `jnp.trunc` (assumes no `out=`). A removed class without a
+    replacement tested by `isinstance` (`isinstance(x.sharding, jax.sharding.PmapSharding)`) is
+    looked up where it is tested, `getattr(jax.sharding, "PmapSharding", ())`: the same test where
+    jax has it, false where it was removed (safe). No fix, with the manual route in
+    the message: other uses of `PmapSharding` and the other old shardings, `ShardingSpec`, `host_callback`,
     `jax.ops.index_update` & co., `xla_computation` with other options, the pmap machinery,
     `pvary` (its replacement `pcast` is not in 0.7.2), `sph_harm` (arguments reorder). Uses under
     `if hasattr(jax, ...)`, a jax version test (`jax.__version__`, or a call naming the package:
@@ -312,6 +316,13 @@ class RemovedJaxApi(ImportRule):
                     "key: jax.Array = jax.random.PRNGKey(0)\n"
                 )),
         Invalid("import jax\ns = jax.sharding.PmapSharding.default((8,), 0)\n", lines=(2,)),
+        # A class test: false where the class was removed, the same test where jax still has it.
+        Invalid("import jax\nif isinstance(x.sharding, (jax.sharding.PmapSharding, str)):\n    pass\n", lines=(2,),
+                expected=(
+                    "import jax\n"
+                    "if isinstance(x.sharding, (getattr(jax.sharding, \"PmapSharding\", ()), str)):\n"
+                    "    pass\n"
+                )),
         Invalid("from jax.sharding import PmapSharding, NamedSharding\n", lines=(1,),
                 expected="from jax.sharding import NamedSharding\n"),
         Invalid("from jax.experimental import PartitionSpec as P\nspec = P('data')\n", lines=(1,),
@@ -456,7 +467,18 @@ class RemovedJaxApi(ImportRule):
             return self._xla_computation(node), "lower with `jax.jit(f).lower(*args).compiler_ir(\"hlo\")`"
         if entry.name == _TIE_IN:
             return self._tie_in(node), "drop `tie_in` (a no-op since omnistaging)"
+        if isinstance(node, cst.Attribute) and isinstance_class(self.model, node):
+            return self._absent_class(node), (
+                f"test `{node.attr.value}` only where jax has it: nothing is an instance of a removed class")
         raise Unfixable(entry.note)
+
+    @staticmethod
+    def _absent_class(use: cst.Attribute) -> FixParts:
+        """`isinstance(x, jax.sharding.PmapSharding)` -> `isinstance(x, getattr(jax.sharding,
+        "PmapSharding", ()))`: the same test where jax has the class, false where it was removed
+        (an empty tuple of classes), instead of an AttributeError."""
+        absent = cst.parse_expression(f'getattr({code_of(use.value)}, "{use.attr.value}", ())')
+        return FixParts([Edit(use, replace_expression(use, absent))])
 
     def _xla_computation(self, use: cst.BaseExpression) -> FixParts:
         """`xla_computation(f)(*args)` -> `jax.jit(f).lower(*args).compiler_ir("hlo")`: the same

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import functools
 import itertools
+import types
 import warnings
 from collections.abc import Callable, Iterable, Sequence
 from typing import Any
@@ -207,7 +208,6 @@ class _Pmapped:
         call = first_call
 
         # The fast path: two closure reads and a try block around jax's C++ dispatch.
-        @functools.wraps(spec.fun)
         def pmapped(*args, **kwargs):
             if active and frames.stack:  # inside the trace of another shim pmap
                 return call_inner(spec, args, kwargs)
@@ -216,10 +216,30 @@ class _Pmapped:
             except (ValueError, Replan) as error:
                 return recover(call, args, kwargs, error)
 
-        pmapped.lower = self.lower
-        pmapped._cache_size = _CacheSize(self.jitted._cache_size)
-        pmapped._runtime_shim_spec = spec
-        return pmapped
+        return PmapFunction(pmapped, spec, self.lower, _CacheSize(self.jitted._cache_size))
+
+
+class PmapFunction:
+    """What ``pmap(f)`` returns. Its type has the name of legacy pmap's (jaxlib's C++
+    ``PmapFunction``), by which libraries tell a pmapped function from a plain one (haiku's
+    ``check_not_jax_transformed``, chex's ``is_traceable``); like a function (and the C++ type)
+    it carries ``f``'s metadata with ``__wrapped__`` = ``f``, and binds as a method."""
+
+    def __init__(self, call: Callable, spec: PmapSpec, lower: Callable, cache_size: _CacheSize):
+        functools.update_wrapper(self, spec.fun)
+        self._call = call
+        self.lower = lower
+        self._cache_size = cache_size
+        self._runtime_shim_spec = spec
+
+    def __call__(self, *args, **kwargs):
+        return self._call(*args, **kwargs)
+
+    def __get__(self, instance: Any, owner: type | None = None) -> Any:
+        return self if instance is None else types.MethodType(self, instance)
+
+    def __repr__(self) -> str:
+        return f"<PmapFunction of {self.__wrapped__!r}>"
 
 
 class _CacheSize:

@@ -5,6 +5,7 @@ small scripts run under ``python -m runtime_shim`` in the cached jax environment
 
 from __future__ import annotations
 
+import functools
 import json
 import subprocess
 import sys
@@ -175,6 +176,55 @@ def test_decorator_forms_keep_the_function_metadata():
 
     assert (step.__name__, step.__doc__, step.__wrapped__.__name__) == ("step", "Docstring.",
                                                                        "step")
+
+
+def _looks_transformed(fn) -> bool:
+    """How libraries tell a jax-transformed function from a plain one: chex 0.1.91's
+    ``asserts_internal.is_traceable``, reproduced (tokens of jax's wrappers in the function's
+    str or type; else follow ``__wrapped__``, true at a wrapper defined beside ``api_boundary``)."""
+    str_tokens = (".reraise_with_filtered_traceback", "CompiledFunction", "pmap.", "PmapFunction",
+                  "vmap.", "_python_pjit", "_cpp_pjit")
+    type_tokens = ("PmapFunction", "PjitFunction")
+    while True:
+        if any(t in str(fn) for t in str_tokens) or any(t in str(type(fn)) for t in type_tokens):
+            return True
+        if not hasattr(fn, "__wrapped__"):
+            return False
+        fn_globals = getattr(fn, "__globals__", {})
+        if fn_globals.get("__name__") == "jax.api" or "api_boundary" in fn_globals:
+            return True
+        fn = fn.__wrapped__
+
+
+def _typed_as_pmapped(fn) -> bool:
+    """haiku 0.0.15's ``transform.check_not_jax_transformed``, reproduced: the type's name."""
+    return any(t in str(type(fn)) for t in ("PmapFunction", "PjitFunction"))
+
+
+def test_the_pmapped_function_is_recognisable_as_a_jax_transform():
+    def plain(x):
+        return x
+
+    assert not _looks_transformed(plain) and not _typed_as_pmapped(plain)
+    assert not _looks_transformed(functools.wraps(plain)(lambda x: x))  # a plain decorator
+    assert _looks_transformed(jax.jit(plain)) and _looks_transformed(jax.vmap(plain))
+    shimmed = runtime_shim.pmap(plain, axis_name="i")
+    assert _looks_transformed(shimmed) and _typed_as_pmapped(shimmed)
+    assert shimmed.__wrapped__ is plain  # as on legacy pmap
+    # A wrapper of it (chex's variants wrap the pmapped function with functools.wraps).
+    assert _looks_transformed(functools.wraps(shimmed)(lambda *a: shimmed(*a)))
+
+
+def test_the_pmapped_function_binds_as_a_method():
+    class Model:
+        scale = 3.0
+
+        @functools.partial(runtime_shim.pmap, static_broadcasted_argnums=0)
+        def apply(self, x):
+            return x * self.scale
+
+    assert Model.apply.__name__ == "apply"
+    assert Model().apply(jax.numpy.ones((1, 2))).tolist() == [[3.0, 3.0]]
 
 
 # ---------------------------------------------------------------------- programs

@@ -155,6 +155,20 @@ def in_annotation(model: SemanticModel, node: cst.CSTNode) -> bool:
     return any(isinstance(a, cst.Annotation) for a in model.ancestors(node))
 
 
+def isinstance_class(model: SemanticModel, node: cst.BaseExpression) -> bool:
+    """``node`` is the class tested by the builtin ``isinstance(x, node)``, alone or as an element
+    of the tuple of classes there."""
+    parent = model.parent(node)
+    if isinstance(parent, cst.Element) and parent.value is node and isinstance(model.parent(parent), cst.Tuple):
+        node = model.parent(parent)
+        parent = model.parent(node)
+    if not isinstance(parent, cst.Arg) or parent.value is not node or parent.keyword or parent.star:
+        return False
+    call = model.parent(parent)
+    return (isinstance(call, cst.Call) and len(call.args) == 2 and call.args[1] is parent
+            and "builtins.isinstance" in model.qualified_names(call.func))
+
+
 def applying_call(model: SemanticModel, use: cst.BaseExpression) -> cst.Call | None:
     """The call that applies the function ``use`` names: ``use(...)``, or
     ``functools.partial(use, ...)``; None when ``use`` is passed or stored as a value."""

@@ -125,8 +125,12 @@ class Rewriter:
             raise Unsupported("the pmap alias is also bound to something else")
         chain = self._direct_nest(site)
         if chain is not None:
-            return self._nested_fix(chain)
-        if self._inner_of_direct_nest(site):
+            return self._nest_fix_once(chain)
+        enclosing = self._enclosing_direct_nest(site)
+        if enclosing is not None:
+            # Rewritten with its nest, or not at all: alone it would run a shard_map inside the
+            # outer pmap kept on the shim, on a mesh that is not the outer's.
+            self._nest_fix_once(enclosing)
             return FixSpec(Applicability.SAFE, "rewritten together with the enclosing pmap")
         self._check_options(site)
         compact = self._compact_fix(site)
@@ -303,16 +307,34 @@ class Rewriter:
         return chain
 
     def _inner_of_direct_nest(self, site: TransformSite) -> bool:
+        return self._enclosing_direct_nest(site) is not None
+
+    def _enclosing_direct_nest(self, site: TransformSite) -> list[TransformSite] | None:
+        """The chain of the direct nest (``_direct_nest``) ``site`` is an inner level of."""
         parent = self.model.parent(site.node)
         call = self.model.parent(parent) if isinstance(parent, cst.Arg) else None
         outer = self.model.site(call) if isinstance(call, cst.Call) else None
         while outer is not None:
-            if self._direct_nest(outer) is not None:
-                return True
+            chain = self._direct_nest(outer)
+            if chain is not None:
+                return chain
             parent = self.model.parent(outer.node)
             call = self.model.parent(parent) if isinstance(parent, cst.Arg) else None
             outer = self.model.site(call) if isinstance(call, cst.Call) else None
-        return False
+        return None
+
+    def _nest_fix_once(self, chain: list[TransformSite]) -> FixSpec:
+        """``_nested_fix(chain)``, computed once per nest (its outer level and each inner level ask)."""
+        results = self.__dict__.setdefault("_nest_fixes", {})
+        key = id(chain[0].node)
+        if key not in results:
+            try:
+                results[key] = self._nested_fix(chain)
+            except Unsupported as unsupported:
+                results[key] = unsupported
+        if isinstance(results[key], Unsupported):
+            raise Unsupported(str(results[key]))
+        return results[key]
 
     def _nested_fix(self, chain: list[TransformSite]) -> FixSpec:
         outer = chain[0]
