@@ -165,6 +165,11 @@ class _Wrapper:
             if chosen + 1 == close - 1:  # one atom: a string, maybe
                 return lines + self.render(chosen + 1, chosen + 1, inner, inside=True) + self.render(
                     close, j, indent, trailing)
+        body = inner + self.text(chosen + 1, close - 1)
+        if len(body) <= self.limit and self.atoms[close - 1].kind != "comma" \
+                and not self.line.lstrip().startswith(("from ", "import ")):  # isort: a name per line
+            # black's first try: the contents on one line of their own (no magic trailing comma)
+            return lines + [body] + self.render(close, j, indent, trailing)
         commas = self.comma_separated(chosen)
         for n, (a, b) in enumerate(elements):
             last = n == len(elements) - 1

@@ -233,11 +233,8 @@ class ExperimentalShardMap(ImportRule):
                 "import jax\n"
                 "def build(self, g):\n"
                 "    return jax.shard_map(\n"
-                "        g,\n"
-                "        mesh=self.mesh,\n"
-                "        in_specs=P('i'),\n"
-                "        out_specs=P('i'),\n"
-                "        axis_names=frozenset(self.mesh.axis_names) - {'j'},\n"
+                "        g, mesh=self.mesh, in_specs=P('i'), out_specs=P('i'), "
+                "axis_names=frozenset(self.mesh.axis_names) - {'j'}\n"
                 "    )\n"
             ),
         ),

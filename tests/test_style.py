@@ -90,10 +90,18 @@ def wrapped(code: str, limit: int = 79, unit: str = "    ", original: str = "") 
     return out
 
 
-def test_a_call_too_long_gets_one_argument_per_line_and_a_magic_trailing_comma():
+def test_a_call_too_long_gets_its_arguments_on_a_line_of_their_own_as_black_does():
     assert wrapped("train = jax.jit(_shard_mapped(update_the_model, 'batch'), donate_argnums=(0, 1, 2, 3, 4))\n") == (
         "train = jax.jit(\n"
-        "    _shard_mapped(update_the_model, 'batch'),\n"
+        "    _shard_mapped(update_the_model, 'batch'), donate_argnums=(0, 1, 2, 3, 4)\n"
+        ")\n")
+
+
+def test_arguments_that_do_not_fit_on_one_line_get_one_per_line_and_a_magic_trailing_comma():
+    assert wrapped("train = jax.jit(_shard_mapped(update_the_model_with_a_much_longer_name, 'batch'), "
+                   "donate_argnums=(0, 1, 2, 3, 4))\n") == (
+        "train = jax.jit(\n"
+        "    _shard_mapped(update_the_model_with_a_much_longer_name, 'batch'),\n"
         "    donate_argnums=(0, 1, 2, 3, 4),\n"
         ")\n")
 
@@ -103,10 +111,7 @@ def test_the_split_is_at_the_last_bracket_whose_opening_line_fits():
             "    return jax.shard_map(per_device, mesh=mesh, in_specs=P(axis), out_specs=P(axis))(args, kwargs)\n")
     assert wrapped(code).splitlines()[1:] == [
         "    return jax.shard_map(",
-        "        per_device,",
-        "        mesh=mesh,",
-        "        in_specs=P(axis),",
-        "        out_specs=P(axis),",
+        "        per_device, mesh=mesh, in_specs=P(axis), out_specs=P(axis)",
         "    )(args, kwargs)",
     ]
 
