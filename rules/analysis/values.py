@@ -67,17 +67,22 @@ class ValueFlow:
     def _stacking_helper(self, func: cst.BaseExpression, names) -> str | None:
         """"replicated" / "sharded" when ``func`` is the helper `fix` writes for
         `jax.device_put_replicated` / `device_put_sharded` (its outputs are the same stacks)."""
-        if not isinstance(func, (cst.Name, cst.Attribute)):
-            return None
-        for kind, (shared, docstring) in tables.STACKING_HELPERS.items():
+        for kind, (shared, _) in tables.STACKING_HELPERS.items():
             if any(name.endswith(shared) for name in names):
                 return kind
-            if isinstance(func, cst.Name):
-                functions = self.resolve_functions(func)
-                if len(functions) == 1 and isinstance(functions[0], cst.FunctionDef) \
-                        and functions[0].get_docstring() == docstring:
-                    return kind
-        return None
+        if not isinstance(func, cst.Name):
+            return None
+        if self._stacking_defs is None:  # the module's own copies, by name: the module's defs read once
+            docstrings = {docstring: kind for kind, (_, docstring) in tables.STACKING_HELPERS.items()}
+            self._stacking_defs = {
+                statement.name.value: docstrings[statement.get_docstring()] for statement in self.module.body
+                if isinstance(statement, cst.FunctionDef) and statement.get_docstring() in docstrings}
+        kind = self._stacking_defs.get(func.value)
+        if kind is None:
+            return None
+        functions = self.resolve_functions(func)  # that definition, not a local name that shadows it
+        return kind if len(functions) == 1 and isinstance(functions[0], cst.FunctionDef) \
+            and functions[0].get_docstring() == tables.STACKING_HELPERS[kind][1] else None
 
     def _rows_per_local_device(self, site: TransformSite) -> bool:
         """The jitted function returns a shard_map over a mesh of the first local devices, one axis,
