@@ -335,7 +335,8 @@ def _fix(session, *, no_cache, jobs, stdin_filename, quiet, unsafe_fixes, diff, 
     # `check` found in it, with the line saying why.
     left = [e for e in session.problems]
     remaining = []
-    if changed and not diff:
+    rechecked = bool(changed) and not diff
+    if rechecked:
         # What is left once the fixed files are written is what `check` finds in them then: a use of
         # an alias another module defines (the project index) is left or gone depending on that
         # module's fix, which the file's own fix does not see. (The cache answers for the files
@@ -348,11 +349,12 @@ def _fix(session, *, no_cache, jobs, stdin_filename, quiet, unsafe_fixes, diff, 
         if outcome.error is not None:
             left.append(outcome.error)
             remaining += found_before.get(outcome.path, [])
-        elif not outcome.changed:
-            if not changed or diff:
-                remaining += found_before.get(outcome.path, [])  # what `check` found: nothing changed
-        elif diff:
+        elif rechecked:
+            continue
+        elif outcome.changed:  # --diff: the findings on the code it would write
             remaining += outcome.remaining
+        else:  # nothing changed anywhere that could matter: what `check` found
+            remaining += found_before.get(outcome.path, [])
     remaining = sorted(remaining + [e.as_diagnostic() for e in left], key=lambda d: d.sort_key())
     counts = FixCounts(Counts.of(before.active_with_errors), Counts.of(remaining), len(changed))
     applied = [d for _, o in changed for d in o.applied]
