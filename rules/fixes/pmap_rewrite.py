@@ -140,26 +140,26 @@ class Rewriter(EvaluationPlaces):
         return self.definition_fix(site)
 
     # ------------------------------------------------------------ the compact form
-    _COMPACT_OPTIONS = frozenset({"fun", "axis_name", "in_axes", "out_axes", "donate_argnums"})
+    _COMPACT_OPTIONS = frozenset({"fun", "axis_name", "in_axes", "out_axes", "static_broadcasted_argnums",
+                                  "donate_argnums"})
 
     def _compact_fix(self, site: TransformSite) -> FixSpec | None:
-        """`jax.pmap(f, axis_name, donate_argnums=...)` -> `jax.jit(_shard_mapped(f, axis_name),
-        donate_argnums=...)` in place, the module's one helper doing what every such pmap did
-        (pmap_render.shard_mapped_helper): for pmaps that map every argument and output on axis 0,
-        spelled directly (not through an alias, whose options were evaluated elsewhere). The
-        function and axis name are evaluated where pmap evaluated them; a pmap built inside a
-        function from module-level definitions only is built once at module level instead (no
-        trace per call). None: the site needs the explicit form."""
+        """`jax.pmap(f, axis_name, in_axes=..., static_broadcasted_argnums=..., donate_argnums=...)`
+        -> `jax.jit(_shard_mapped(f, axis_name, in_axes=..., static_broadcasted_argnums=...),
+        static_argnums=..., donate_argnums=...)` in place, the package's one helper doing what every
+        such pmap did (pmap_render.shard_mapped_helper applies the axes at run time, as legacy pmap
+        did): for pmaps spelled directly (not through an alias, whose options were evaluated
+        elsewhere) whose options are literals. The function and axis name are evaluated where pmap
+        evaluated them; a pmap built inside a function from module-level definitions only is built
+        once at module level instead (no trace per call). None: the site needs the explicit form."""
         if site.callee.via or site.dynamic_options or len(site.positional()) > (1 if site.is_decorator else 2):
             return None
         if any(a.keyword is not None and a.keyword.value not in self._COMPACT_OPTIONS
                and not (a.keyword.value == "global_arg_shapes" and is_none(a.value)) for a in site.args):
             return None
         try:
-            opts = self.reader.options(site, None)  # in_axes and out_axes 0, or Unsupported
+            opts = self.reader.compact_options(site)
         except Unsupported:
-            return None
-        if opts["static"] or opts["unsafe"]:
             return None
         axis = site.option("axis_name")
         if axis is not None and is_none(axis):
@@ -168,11 +168,15 @@ class Rewriter(EvaluationPlaces):
         jit = cst.Attribute(cst.Name("jax"), cst.Name("jit"))
         partial = cst.Attribute(cst.Name("functools"), cst.Name("partial"))
         # the argnums as the literal they fold to (legacy took any iterable; jit takes a sequence)
-        donated = [_keyword("donate_argnums", cst.parse_expression(tuple_text(opts["donate"])))] if opts["donate"] \
-            else []
+        argnums = [(option, cst.parse_expression(tuple_text(opts[key])))
+                   for option, key in (("static_argnums", "static"), ("donate_argnums", "donate")) if opts[key]]
+        donated = [_keyword(option, value) for option, value in argnums]  # jit's
+        mapping = [_keyword(option, opts[option]) for option in ("in_axes", "out_axes") if opts[option] is not None]
+        if opts["static"]:
+            mapping.append(_keyword("static_broadcasted_argnums", cst.parse_expression(tuple_text(opts["static"]))))
         if site.is_decorator:
-            mapped = cst.Name(name) if axis is None else cst.Call(partial, [
-                cst.Arg(cst.Name(name)), _keyword("axis_name", axis)])
+            options = [*([_keyword("axis_name", axis)] if axis is not None else []), *mapping]
+            mapped = cst.Call(partial, [cst.Arg(cst.Name(name)), *options]) if options else cst.Name(name)
             jitted = jit if not donated else cst.Call(partial, [cst.Arg(jit), *donated])
             decorators = cst.FlattenSentinel([site.node.with_changes(decorator=jitted),
                                               cst.Decorator(mapped, leading_lines=())])
@@ -184,7 +188,7 @@ class Rewriter(EvaluationPlaces):
             if fun is None:
                 return None
             built = cst.Call(jit, [cst.Arg(cst.Call(cst.Name(name), [
-                cst.Arg(fun), *([cst.Arg(axis)] if axis is not None else [])])), *donated],
+                cst.Arg(fun), *([cst.Arg(axis)] if axis is not None else []), *mapping])), *donated],
                 lpar=call.lpar, rpar=call.rpar)
             edits = (Edit(call, built),)
             statement = self._evaluating_statement(call)
@@ -209,7 +213,7 @@ class Rewriter(EvaluationPlaces):
         self.check_names_free()
         expr = site.node.func if isinstance(site.node, cst.Call) else site.node.decorator
         # the call site's own: jax.jit, and functools.partial for a decorator with options
-        partial_used = site.is_decorator and (axis is not None or bool(donated))
+        partial_used = site.is_decorator and (axis is not None or bool(donated) or bool(mapping))
         imports = (ImportSpec("jax"), *((ImportSpec("functools"),) if partial_used else ()))
         return FixSpec(Applicability.SAFE, f"rewrite {what} as `jax.jit(jax.shard_map(...))` (same values as "
                        "legacy pmap)", edits=edits, add_imports=imports, remove_imports=self.pmap_imports(expr),
