@@ -253,6 +253,26 @@ class Rewriter(EvaluationPlaces):
                                              imports=SHARED_HELPERS[SHARD_MAPPED].imports, shared=SHARD_MAPPED)
         return self._helper_made
 
+    def shared_helper(self, key: str, render) -> Helper:
+        """The shared helper ``key`` (rules/fixes/shared.py) under its own name, which helpers call
+        each other by: imported from the package's shared module, or written in the module by
+        ``render(indent)``; Unsupported where the module binds that name to anything else."""
+        made = self.__dict__.setdefault("_shared_helpers", {})
+        if key not in made:
+            text = render(self.model.indent)
+            module_scope = self.model.scope_of(self.model.module)
+            if any(key in scope.assignments for scope in self.model.scopes() if scope is not module_scope):
+                raise Unsupported(f"a function binds `{key}`, a name of the helpers of the rewrite")
+            if imported_name(self.model.module, key) != key and module_scope is not None \
+                    and key in module_scope.assignments:
+                defined = [s for s in self.model.module.body if isinstance(s, cst.FunctionDef) and s.name.value == key]
+                if len(defined) != 1 or self.model.module.code_for_node(defined[0]).strip() != text.strip():
+                    raise Unsupported(f"the module binds `{key}`, a name of the helpers of the rewrite")
+            self.names.taken().add(key)
+            made[key] = Helper(key, tuple(self.parse_generated(text)), imports=SHARED_HELPERS[key].imports,
+                               shared=key)
+        return made[key]
+
     def check_rewritable(self, site: TransformSite) -> None:
         """What rules out any plain-JAX form of a pmap of a multi-process module."""
         if site.transform != PMAP:
