@@ -8,7 +8,7 @@ import dataclasses
 
 from pmap_migrate.rules.fixes.multiprocess_reads import Helpers, PlannedSite
 from pmap_migrate.rules.fixes.pmap_options import Unsupported
-from pmap_migrate.rules.fixes.pmap_render import Plan, jitted_parts, spec_for
+from pmap_migrate.rules.fixes.pmap_render import Plan, jitted_parts, spec_for, tuple_text
 from pmap_migrate.rules.fixes.shared import (
     HOST_LOCAL,
     PROCESS_MESH,
@@ -50,9 +50,14 @@ class GlobalRender:
         i1 = indent
         head, body, size, call = jitted_parts(plan, indent, name=jit_name)
         lines = list(plan.hoisted)
-        lines += [*head, *body, "",
-                  f"{i1}mesh = {helpers.mesh}({plan.axis}, {size} // jax.process_count())  # rows per process",
-                  call, "", ""]
+        compact = self._compact(plan, jit_name)
+        entry.compact = compact is not None
+        if compact is not None:
+            lines += [compact, "", ""]
+        else:
+            lines += [*head, *body, "",
+                      f"{i1}mesh = {helpers.mesh}({plan.axis}, {size} // jax.process_count())  # rows per process",
+                      call, "", ""]
         default = f"P({plan.axis})"
         if plan.params is None and plan.keywords:
             params, converted, forward = ["*args", "**kwargs"], [("args, kwargs", default)], "*args, **kwargs"
@@ -67,8 +72,7 @@ class GlobalRender:
         lines.append(f"def {plan.name}({', '.join(params)}):")
         if entry.boundary is None:
             lines += [
-                f"{i1}# a pmap of a multi-process program (PM501): this process's rows in, global arrays over every",
-                f"{i1}# process's devices out (fed back as they are; reads take this process's rows)",
+                f"{i1}# PM501: this process's rows in; global arrays out (reads take its rows)",
             ]
         else:
             if plan.params is None:
@@ -76,8 +80,7 @@ class GlobalRender:
             else:
                 checked = f"({', '.join(plan.params)}{',' if len(plan.params) == 1 else ''})"
             lines += [
-                f"{i1}# a pmap of a multi-process program (PM501) whose callers or reads are not all followed here:",
-                f"{i1}# this process's rows in and out, as legacy pmap (global arrays over every process's devices inside)",
+                f"{i1}# PM501, callers or reads not all seen: this process's rows in and out",
                 f"{i1}if any(isinstance(leaf, jax.core.Tracer) for leaf in jax.tree.leaves({checked})):",
                 f"{i1}{i1}raise NotImplementedError(\"a multi-process pmap called in traced code: use runtime_shim.pmap\")",
             ]
@@ -97,6 +100,33 @@ class GlobalRender:
         lines.append(f"{i1}return {result}")
         return "\n".join(lines) + "\n"
 
+    def _compact(self, plan: Plan, jit_name: str) -> str | None:
+        """`<jit_name> = jax.jit(_shard_mapped(f, axis, ..., processes=True), ...)`: the compact
+        form's helper over the global mesh (pmap_render.shard_mapped_helper), which applies the
+        plan's axes at run time; None where the mapped function is not a plain name."""
+        callee = plan.body_call[: plan.body_call.find("(")]
+        if not callee.isidentifier() or plan.leading or plan.size is not None:
+            return None
+        name, _ = self.rewriter.compact_helper()
+        options = [plan.axis]
+        if isinstance(plan.in_axes, list) and plan.params is not None:
+            entries = iter(plan.in_axes)
+            axes = [None if k in plan.static else next(entries) for k in range(len(plan.params))]
+            if any(axis != 0 for axis in axes) or plan.static:
+                options.append(f"in_axes={_axes_text(tuple(axes))}")
+        elif plan.in_axes != 0:
+            options.append(f"in_axes={_axes_text(plan.in_axes)}")
+        if plan.out_axes != 0:
+            out = tuple(plan.out_axes) if isinstance(plan.out_axes, list) else plan.out_axes
+            options.append(f"out_axes={_axes_text(out)}")
+        if plan.static:
+            options.append(f"static_broadcasted_argnums={tuple_text(plan.static)}")
+        options.append("processes=True")
+        jit = [f"static_argnums={tuple_text(plan.static)}"] if plan.static else []
+        jit += [f"donate_argnums={tuple_text(plan.donate)}"] if plan.donate else []
+        mapped = f"{name}({callee}, {', '.join(options)})"
+        return f"{jit_name} = jax.jit({', '.join([mapped, *jit])})"
+
     def host_local_name(self) -> str:
         """The host-local view helper (the package's shared `_host_local`), when a read uses it."""
         if self._host_local is None:
@@ -108,4 +138,16 @@ class GlobalRender:
         """The shared helpers the module's rewrite calls."""
         keys = [PROCESS_MESH, TO_GLOBAL] + ([HOST_LOCAL] if self._host_local_used else [])
         renders = {PROCESS_MESH: process_mesh_helper, TO_GLOBAL: to_global_helper, HOST_LOCAL: host_local_helper}
-        return tuple(self.rewriter.shared_helper(key, renders[key]) for key in keys)
+        helpers = tuple(self.rewriter.shared_helper(key, renders[key]) for key in keys)
+        compact = any(entry.compact for entry in self.sites)
+        return helpers + ((self.rewriter.compact_helper()[1],) if compact else ())
+
+
+def _axes_text(axes) -> str:
+    """An in_axes/out_axes value (ints, None, tuples, dicts whose keys are their source text) as a
+    literal."""
+    if isinstance(axes, tuple):
+        return "(" + ", ".join(_axes_text(a) for a in axes) + ("," if len(axes) == 1 else "") + ")"
+    if isinstance(axes, dict):
+        return "{" + ", ".join(f"{key}: {_axes_text(value)}" for key, value in axes.items()) + "}"
+    return repr(axes)

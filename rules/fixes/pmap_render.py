@@ -213,14 +213,20 @@ def shard_mapped_helper(name: str, indent: str) -> str:
     with pmap's own semantics applied when called: each argument's mapped axis (a pytree prefix of
     the positional arguments; keyword arguments on axis 0, as legacy pmap did), the body given each
     device's slice, each output's axis (`None`: the value of the first device), the static arguments
-    passed as they are. Call sites read `jax.jit(<name>(f, axis_name, ...), static_argnums=...,
+    passed as they are; with ``processes``, over a global mesh of the first n / process_count
+    devices of each process (the multi-process rewrite's wrappers pass global arrays). Call sites read `jax.jit(<name>(f, axis_name, ...), static_argnums=...,
     donate_argnums=...)`; jit caches the trace, as pmap did; the mesh is built when jit traces, so
     importing the module queries no device. Lines fit in 79 columns at any indentation of up to
     four spaces."""
     i1, i2, i3, i4 = indent, indent * 2, indent * 3, indent * 4
     return "\n".join([
         f"def {name}(",
-        f"{i1}f, axis_name=None, in_axes=0, out_axes=0, static_broadcasted_argnums=()",
+        f"{i1}f,",
+        f"{i1}axis_name=None,",
+        f"{i1}in_axes=0,",
+        f"{i1}out_axes=0,",
+        f"{i1}static_broadcasted_argnums=(),",
+        f"{i1}processes=False,  # the inputs are global arrays over every process",
         "):",
         f'{i1}"""{tables.SHARD_MAPPED_DOC}"""',
         f'{i1}axis = "i" if axis_name is None else axis_name',
@@ -245,8 +251,9 @@ def shard_mapped_helper(name: str, indent: str) -> str:
         "",
         f"{i1}@functools.wraps(f)",
         f"{i1}def mapped(*args, **kwargs):",
-        f"{i2}if jax.device_count() > jax.local_device_count():  # see PM501",
-        f'{i3}raise NotImplementedError("multi-process: use runtime_shim.pmap")',
+        f"{i2}several = jax.device_count() > jax.local_device_count()",
+        f"{i2}if several and not processes:  # host-local inputs",
+        f'{i3}raise NotImplementedError("several processes: see PM501")',
         f"{i2}if static and len(args) <= max(static):",
         f"{i3}raise ValueError(  # legacy pmap's words",
         f'{i4}f"pmapped function has static_broadcasted_argnums={{static}}"',
@@ -264,6 +271,12 @@ def shard_mapped_helper(name: str, indent: str) -> str:
         f"{i3}jax.tree.leaves(in_specs), jax.tree.leaves((dynamic, kwargs))",
         f"{i2})",
         f"{i2}n = next(x.shape[s.index(axis)] for s, x in leaves if s)",
+        f"{i2}devices = jax.local_devices()[:n]",
+        f"{i2}if processes:  # legacy pmap's devices: the first rows of each process",
+        f"{i3}rows = n // jax.process_count()",
+        f"{i3}devices = []",
+        f"{i3}for p in range(jax.process_count()):",
+        f"{i3}{i1}devices += jax.local_devices(p)[:rows]",
         "",
         f"{i2}def per_device(dynamic, kwargs):  # pmap's body saw each device's slice",
         f"{i3}dynamic, kwargs = each(in_specs, (dynamic, kwargs), jnp.squeeze)",
@@ -273,7 +286,7 @@ def shard_mapped_helper(name: str, indent: str) -> str:
         "",
         f"{i2}return jax.shard_map(",
         f"{i3}per_device,",
-        f"{i3}mesh=Mesh(jax.local_devices()[:n], (axis,)),",
+        f"{i3}mesh=Mesh(devices, (axis,)),",
         f"{i3}in_specs=in_specs,",
         f"{i3}out_specs=out_specs,",
         f"{i3}check_vma=False,",

@@ -164,7 +164,7 @@ class Rewriter(EvaluationPlaces):
         axis = site.option("axis_name")
         if axis is not None and is_none(axis):
             axis = None
-        name, helper = self._helper()
+        name, helper = self.compact_helper()
         jit = cst.Attribute(cst.Name("jax"), cst.Name("jit"))
         partial = cst.Attribute(cst.Name("functools"), cst.Name("partial"))
         # the argnums as the literal they fold to (legacy took any iterable; jit takes a sequence)
@@ -234,7 +234,7 @@ class Rewriter(EvaluationPlaces):
                 return False
         return False
 
-    def _helper(self) -> tuple[str, Helper]:
+    def compact_helper(self) -> tuple[str, Helper]:
         """The compact form's helper of this module: one the module defines already or imports
         from its package's shared module (a fix of an earlier run or round), else under a fresh
         name. The engine imports it from the package's shared module where there is one."""
