@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import dataclasses
 
-
 from pmap_migrate.rules.fixes.multiprocess_reads import Helpers, PlannedSite
 from pmap_migrate.rules.fixes.pmap_options import Unsupported
 from pmap_migrate.rules.fixes.pmap_render import Plan, jitted_parts, spec_for, tuple_text
