@@ -197,8 +197,10 @@ class Rewriter(EvaluationPlaces):
             in_function = any(isinstance(a, (cst.FunctionDef, cst.Lambda)) for a in self.model.ancestors(call))
             hoistable = in_function and top is not None and top is not statement and statement is not None \
                 and all(self._definition_time_only(e) for e in expressions)
-            if in_function and not hoistable and self._built_per_use(call):
-                return None  # built anew each time it is used: the explicit forms keep jit's cache
+            if in_function and not hoistable and self._built_per_use(call) and not isinstance(fun, cst.Lambda):
+                # built anew each time it is used: the explicit forms keep jit's cache (a lambda is a
+                # new function each time: legacy pmap traced it anew as well)
+                return None
             if hoistable:
                 base = self._base_name(call, fun)
                 hoisted = self.names.fresh(f"{base}_mapped")
