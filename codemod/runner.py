@@ -205,14 +205,15 @@ def _dependencies(view: ModuleView | None) -> tuple[Dependency, ...]:
 
 @on_deep_stack
 def fix_file(data: bytes, shown: str, rules: Sequence[type[Rule]], *, unsafe: bool,
-             options: RuleOptions | None = None, shared: bool = False):
+             options: RuleOptions | None = None, shared: bool = False, project: ModuleView | None = None):
+    """Fix one file's contents by its kind; ``project``: the project index as the file sees it."""
     _install_libcst_patches()
     from pmap_migrate.fixer import fix_bytes
     from pmap_migrate.notebooks import fix_notebook, is_notebook
 
     if is_notebook(shown):
-        return fix_notebook(data, shown, rules, unsafe=unsafe, options=options)
-    return fix_bytes(data, shown, rules, unsafe=unsafe, options=options, shared=shared)
+        return fix_notebook(data, shown, rules, unsafe=unsafe, options=options, project=project)
+    return fix_bytes(data, shown, rules, unsafe=unsafe, options=options, shared=shared, project=project)
 
 
 def _gate_for(codes: tuple[str, ...]) -> Gate:
@@ -461,7 +462,7 @@ def _with_progress(results, progress):
 def _fix_job(job: tuple[str, str, tuple[str, ...], bool, RuleOptions, bool]):
     """One file of `run_fix`, read here (in the worker): ``(outcome, read)``; the outcome is None
     when the prefilter rules the file out, ``read`` false when the file could not be read."""
-    path, shown, codes, unsafe, options, shared = job
+    path, shown, codes, unsafe, options, shared, root = job
     try:
         with open(path, "rb") as handle:
             data = handle.read()
@@ -470,9 +471,27 @@ def _fix_job(job: tuple[str, str, tuple[str, ...], bool, RuleOptions, bool]):
 
         return FixOutcome(shown, b"", error=FileError.unreadable(shown, error)), False
     gate = _gate_for(codes)
-    if not gate.text_match(data) and not gate.refers_to_names(data, _is_notebook(shown)):
+    # An importer of an alias the project defines is fixed through the index, as `check` sees it.
+    view = _project_view(path, shown, root) if b"pmap" in data else None
+    if view is not None and not _refers_to_exports(data, view):
+        view = None
+    if view is None and not gate.text_match(data) and not gate.refers_to_names(data, _is_notebook(shown)):
         return None, True  # the text half of the prefilter, then its `ast` half: nothing to fix
-    return fix_file(data, shown, rules_for(codes), unsafe=unsafe, options=options, shared=shared), True
+    return fix_file(data, shown, rules_for(codes), unsafe=unsafe, options=options, shared=shared,
+                    project=view), True
+
+
+def _refers_to_exports(data: bytes, view: ModuleView) -> bool:
+    """Whether the module (or notebook) ``data`` imports what the project index knows."""
+    if view.name == "__notebook__":
+        return True
+    import ast
+
+    try:
+        tree = ast.parse(data)
+    except (SyntaxError, ValueError, RecursionError, MemoryError):
+        return False
+    return view.refers_to_exports(tree)
 
 
 def run_fix(files: Sequence[str | Path], settings: Settings, rules: Sequence[type[Rule]] | Sequence[str], *,
@@ -486,14 +505,16 @@ def run_fix(files: Sequence[str | Path], settings: Settings, rules: Sequence[typ
     codes = tuple(rule if isinstance(rule, str) else rule.CODE for rule in rules)
     outcomes: list = []
     options = rule_options(settings)
-    work: list[tuple[str, str, tuple[str, ...], bool, RuleOptions]] = []
+    work: list[tuple[str, str, tuple[str, ...], bool, RuleOptions, bool, str]] = []
     shower = PathDisplay()
+    root = os.fspath(settings.root)
+    _INDEXES.clear()  # files may have changed since an earlier run in this process
     for path in files:
         shown = shower(path)
         # Rules a per-file ignore switches off do not fix that file either.
         ignored = ignored_codes(shown, settings)
         file_codes = tuple(c for c in codes if not any(c.startswith(i) for i in ignored)) if ignored else codes
-        work.append((os.fspath(path), shown, file_codes, unsafe, options, shared))
+        work.append((os.fspath(path), shown, file_codes, unsafe, options, shared, root))
     if on_total is not None:
         on_total(len(work))
     for (outcome, read), path in zip(execute(_fix_job, work, jobs, progress), files):  # results first: as in `run`

@@ -145,9 +145,11 @@ class PmapCall(Rule):
         via = site.callee.via
         patched = self.context.fixes.pmap_patched
         if site.callee.origin is not None:
-            # An alias another module defines (the project index): its rewrite is the next step;
-            # until then the finding carries no fix.
-            fix, note = None, ""
+            # An alias another module defines (the project index): rewritten here as a local alias's
+            # use is, where its options can be spelled here; else it keeps the alias (the alias
+            # module's fix keeps that on `runtime_shim.pmap`).
+            fix, why = self.context.fixes.imported_pmap_fix(site)
+            note = f"; not rewritten here: {why}" if why else ""
         elif patched is not None:
             fix, note = None, f"; not rewritten: {patched}"
         else:

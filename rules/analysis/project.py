@@ -39,6 +39,11 @@ class AliasFact:
     module: str
     name: str
     options: str = ""  # the arguments `functools.partial` binds, as written ("axis_name='i'")
+    # The names the options read, sorted; ``stable``: those of them that are module-level names of
+    # ``module`` bound once, by an assignment or a definition (an importer can name them through
+    # its own binding of the module: `constants.AXIS`).
+    names: tuple[str, ...] = ()
+    stable: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -159,6 +164,13 @@ class _FactReader:
         for name in self.other:
             facts.aliases.pop(name, None)
             facts.pmapped.pop(name, None)
+        bindings: dict[str, int] | None = None
+        for name, alias in list(facts.aliases.items()):
+            read = _names_read(alias.options)
+            if read:
+                bindings = _module_bindings(tree) if bindings is None else bindings
+                stable = tuple(n for n in read if bindings.get(n) == 1 and n not in facts.imports)
+                facts.aliases[name] = AliasFact(alias.module, alias.name, alias.options, read, stable)
 
     def _rebound(self, name: str) -> None:
         if name in self.facts.aliases or name in self.facts.pmapped:
@@ -236,6 +248,45 @@ def _bound_names(statement: ast.stmt) -> list[str]:
         return [statement.name]
     targets = statement.targets if isinstance(statement, ast.Assign) else [statement.target]
     return [n.id for t in targets for n in ast.walk(t) if isinstance(n, ast.Name)]
+
+
+def _names_read(options: str) -> tuple[str, ...]:
+    """The names the options text ``axis_name=AXIS, donate_argnums=(0,)`` reads, sorted."""
+    if not options:
+        return ()
+    try:
+        call = ast.parse(f"f({options})", mode="eval").body
+    except (SyntaxError, ValueError, RecursionError, MemoryError):
+        return ("?",)  # not readable here: no importer can name it
+    nodes = [*call.args, *(k.value for k in call.keywords)]
+    return tuple(sorted({n.id for node in nodes for n in ast.walk(node) if isinstance(n, ast.Name)}))
+
+
+def _module_bindings(tree: ast.Module) -> dict[str, int]:
+    """How many statements of the module bind each name at module level (an import counts as
+    many; statements in module-level blocks count too)."""
+    counts: dict[str, int] = {}
+    stack: list[ast.AST] = list(tree.body)
+    while stack:
+        node = stack.pop()
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+            counts[node.name] = counts.get(node.name, 0) + 1
+            for inner in ast.walk(node):
+                if isinstance(inner, ast.Global):  # a function rebinds it
+                    for name in inner.names:
+                        counts[name] = counts.get(name, 0) + 2
+            continue
+        if isinstance(node, (ast.Import, ast.ImportFrom)):
+            for alias in node.names:
+                local = alias.asname or alias.name.split(".", 1)[0]
+                counts[local] = counts.get(local, 0) + 2
+            continue
+        if isinstance(node, (ast.Lambda, ast.ListComp, ast.SetComp, ast.DictComp, ast.GeneratorExp)):
+            continue
+        if isinstance(node, ast.Name) and isinstance(node.ctx, (ast.Store, ast.Del)):
+            counts[node.id] = counts.get(node.id, 0) + 1
+        stack.extend(ast.iter_child_nodes(node))
+    return counts
 
 
 def _returns_tuple(function: ast.FunctionDef | ast.AsyncFunctionDef) -> bool:

@@ -150,7 +150,10 @@ class Rewriter(EvaluationPlaces):
         function and axis name are evaluated where pmap evaluated them; a pmap built inside a
         function from module-level definitions only is built once at module level instead (no
         trace per call). None: the site needs the explicit form."""
-        if site.callee.via or site.dynamic_options or len(site.positional()) > (1 if site.is_decorator else 2):
+        # An alias of another module whose options this module spells (analysis/imported.py) is
+        # applied directly: its options are literals or that module's constants.
+        direct = not site.callee.via or (site.callee.imported is not None and len(site.callee.via) == 1)
+        if not direct or site.dynamic_options or len(site.positional()) > (1 if site.is_decorator else 2):
             return None
         if any(a.keyword is not None and a.keyword.value not in self._COMPACT_OPTIONS
                and not (a.keyword.value == "global_arg_shapes" and is_none(a.value)) for a in site.args):

@@ -8,6 +8,7 @@ composes), one placement builder, one multi-process plan and one idiomatic plan 
 from __future__ import annotations
 
 from collections.abc import Mapping
+from dataclasses import replace
 from functools import cached_property
 
 import libcst as cst
@@ -21,7 +22,7 @@ from pmap_migrate.rules.fixes.naming import NameAllocator
 from pmap_migrate.rules.fixes.placement import Placement
 from pmap_migrate.rules.fixes.pmap_options import Unsupported
 from pmap_migrate.rules.fixes.pmap_rewrite import Rewriter
-from pmap_migrate.rules.fixes.spec import FixSpec
+from pmap_migrate.rules.fixes.spec import FixSpec, ImportSpec
 
 
 class FileFixes:
@@ -83,11 +84,40 @@ class FileFixes:
         except Unsupported as why:
             return self.rewriter.shim_fix(site, str(why))
 
+    def imported_pmap_fix(self, site: TransformSite) -> tuple[FixSpec | None, str]:
+        """PM101's fix of a use of an alias another module of the project defines
+        (``constants.pmap(f)``, analysis/imported.py): the rewrite a local alias's use gets, with
+        the alias's options spelled for this module and the imports they need; ``(None, why)``
+        where the use keeps the alias (which its own module's fix keeps on `runtime_shim.pmap`)."""
+        imported = site.callee.imported
+        why = imported.problem if imported is not None else "the alias's options are not known here"
+        why = why or self.pmap_patched or self.refused.get(("PM101", code_of(site.node)), "")
+        if why:
+            return None, why
+        try:
+            if self.model.multi_process():
+                self.rewriter.check_rewritable(site)
+                fix = self.global_rewrite.fix_for(site)
+            else:
+                fix = self.rewriter.faithful(site)
+        except Unsupported as problem:
+            return None, str(problem)
+        if fix is None or fix.shimmed:
+            return None, fix.why if fix is not None and fix.why else "no exact rewrite"
+        adds = tuple(ImportSpec(module, name, None, dots) for module, dots, name in imported.needs)
+        removes: tuple[ImportSpec, ...] = ()
+        if imported.by_name is not None:
+            module, dots, name, local = imported.by_name
+            removes = (ImportSpec(module, name, None if local == name else local, dots),)
+        return replace(fix, add_imports=fix.add_imports + adds, remove_imports=fix.remove_imports + removes), ""
+
     def global_fix(self, site: TransformSite) -> FixSpec | None:
         """PM501's fix: the global-mesh rewrite of a pmap of a multi-process module, or None where
         the site keeps the shim (PM101's fix says why)."""
         if self.pmap_patched is not None:
             return None
+        if site.callee.origin is not None:
+            return self.imported_pmap_fix(site)[0]
         try:
             self.rewriter.check_rewritable(site)
             return self.global_rewrite.fix_for(site)
