@@ -712,6 +712,12 @@ def fix_bytes(data: bytes, path: str, rules: Sequence[type[Rule]], *, unsafe: bo
         if final is None:
             final = rendered(analysis.module)
             remaining = [f.diagnostic for f in analysis.findings]
+            if project is not None:
+                # Uses of an imported alias that its module's fix keeps on the shim: fixed there.
+                through = {id(f.diagnostic) for f in analysis.findings if f.fix is not None and f.fix.shimmed
+                           and f.fix.replacement is None and not f.fix.edits and may_apply(f.diagnostic, unsafe)}
+                outcome.applied.extend(d for d in remaining if id(d) in through)
+                remaining = [d for d in remaining if id(d) not in through]
         roundtrip = final if outcome.rounds == 0 else rendered(clean_indent(module))
         if roundtrip != data:
             # libcst re-rendered bytes that no fix touched (form feeds in indentation): put them back

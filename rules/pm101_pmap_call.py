@@ -7,7 +7,7 @@ from pmap_migrate.rules.base import Fixable, Invalid, Rule, Valid
 from pmap_migrate.rules.fixes.api import delete_line
 from pmap_migrate.rules.fixes.choices import Applicability
 from pmap_migrate.rules.fixes.pmap_rewrite import Rewriter
-from pmap_migrate.rules.fixes.spec import FixSpec
+from pmap_migrate.rules.fixes.spec import FixSpec, ImportSpec
 from pmap_migrate.rules.knowledge import gates
 
 
@@ -205,14 +205,28 @@ class PmapCall(Rule):
         if assignment is None or assignment.references:
             return None  # still used here: the uses are fixed first
         module_level = self.model.scope_of(target) is self.model.scope_of(self.model.module)
+        summary, kept = f"remove the unused alias `{target.value}`", None
         if module_level and not target.value.startswith("_") and not self.model.is_script:
             if self.context.fixes.pmap_patched is not None:
                 return None
+            # `fix` knows the alias's importers in the project (codemod/crossmodule.py)
+            kept = dict(self.context.options.alias_importers).get(target.value)
+            if kept == "":
+                summary = f"remove the alias `{target.value}`: every module of the project that imports it is rewritten"
+            else:
+                reference = self.rewriter.pmap_reference(value)
+                if reference is None:
+                    return None
+                why = f"the public alias `{target.value}` keeps working for importers" if kept is None \
+                    else f"the public alias `{target.value}` is kept for {kept}"
+                return self.rewriter.shim_reference(
+                    reference, f"keep the public alias `{target.value}` working for importers through "
+                    "`runtime_shim.pmap`", why)
+        removes = self.rewriter.pmap_imports(value)
+        if kept == "":  # `import jax` too, if nothing else uses it
             reference = self.rewriter.pmap_reference(value)
-            if reference is None:
-                return None
-            return self.rewriter.shim_reference(
-                reference, f"keep the public alias `{target.value}` working for importers through `runtime_shim.pmap`",
-                f"the public alias `{target.value}` keeps working for importers")
-        return FixSpec(Applicability.SAFE, f"remove the unused alias `{target.value}`", edits=delete_line(self.model, line),
-                       remove_imports=self.rewriter.pmap_imports(value))
+            while isinstance(reference, cst.Attribute):
+                reference = reference.value
+            if isinstance(reference, cst.Name):
+                removes += (ImportSpec(reference.value),)
+        return FixSpec(Applicability.SAFE, summary, edits=delete_line(self.model, line), remove_imports=removes)

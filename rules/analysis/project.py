@@ -194,7 +194,26 @@ class _FactReader:
                 self._rebound_to(name)
                 self.facts.pmapped[name] = PmappedFact(self.facts.name, name, rest, returns)
                 return
+        if isinstance(value, ast.Call) and value.args and self._dotted(value.func) in tables.JIT \
+                and isinstance(value.args[0], ast.Call) and value.args[0].args and self._compact(value.args[0].func):
+            # `fix`'s compact form of a pmap, `jax.jit(_shard_mapped(g, axis))`: its outputs are stacked
+            function = value.args[0].args[0]
+            returns = isinstance(function, ast.Name) and function.id in self.functions \
+                and _returns_tuple(self.functions[function.id])
+            self._rebound_to(name)
+            self.facts.pmapped[name] = PmappedFact(self.facts.name, name, "", returns)
+            return
         self._rebound(name)
+
+    def _compact(self, expr: ast.expr) -> bool:
+        """Whether ``expr`` is the compact form's helper `_shard_mapped` (or a partial of it), imported
+        from a package's shared module or defined in the module (rules/fixes/shared.py)."""
+        if isinstance(expr, ast.Call) and expr.args and self._dotted(expr.func) in tables.PARTIAL:
+            expr = expr.args[0]
+        if isinstance(expr, ast.Name) and expr.id.startswith("_shard_mapped") and expr.id in self.functions:
+            return True
+        dotted = self._dotted(expr)
+        return dotted is not None and dotted.endswith(tables.SHARED_LOCAL_ROWS)
 
     def _rebound_to(self, name: str) -> None:
         """``name`` bound to a pmap fact: an earlier plain binding makes it ambiguous."""
@@ -203,6 +222,8 @@ class _FactReader:
     def _function(self, node: ast.FunctionDef | ast.AsyncFunctionDef) -> None:
         for decorator in node.decorator_list:
             options = self._transform(decorator)
+            if options is None and self._compact(decorator):
+                options = ""
             if options is not None:
                 self.facts.pmapped[node.name] = PmappedFact(self.facts.name, node.name, options,
                                                             _returns_tuple(node))
@@ -314,8 +335,10 @@ class ProjectIndex:
     module is read when first asked for (a pre-commit run passes only the changed files)."""
 
     def __init__(self, roots: tuple[str, ...] = (), known: dict[str, ModuleFacts] | None = None,
-                 read: Callable[[str], bytes | None] | None = None) -> None:
+                 read: Callable[[str], bytes | None] | None = None, run: frozenset[str] = frozenset()) -> None:
         self.roots = tuple(os.path.abspath(r) for r in roots)
+        self.run = run  # the absolute paths of the run's files
+        self._defined_at: dict[tuple[str, str], str] = {}  # (module, alias) -> the file found to define it
         self._by_path: dict[str, ModuleFacts | None] = dict(known or {})
         self._read = read or _read_file
         self._paths: dict[tuple[str, str], str | None] = {}
@@ -345,6 +368,11 @@ class ProjectIndex:
             if self._paths[key] is not None:
                 return directory, self._paths[key]
         return None
+
+    def defined_in_run(self, module: str, name: str) -> bool:
+        """Whether the file that defines ``name`` of ``module`` (found by an earlier ``lookup``) is
+        among the run's files."""
+        return self._defined_at.get((module, name)) in self.run
 
     def facts_for(self, path: str) -> ModuleFacts | None:
         """The facts last read from ``path`` (None: not read, or unreadable)."""
@@ -392,6 +420,7 @@ class ProjectIndex:
             if len(rest) == 1:
                 fact = facts.aliases.get(head) or facts.pmapped.get(head)
                 if fact is not None:
+                    self._defined_at[(fact.module, fact.name)] = path
                     return fact
             target = facts.imports.get(head)
             if target is None:
@@ -473,3 +502,43 @@ class ModuleView:
             if any(self.index.exports(name, self.bases, self.used) for name in names):
                 return True
         return False
+
+
+def refers_to_alias(tree: ast.Module, view: ModuleView, alias: AliasFact) -> bool:
+    """Whether the module ``tree`` (seen as ``view``) names the alias ``alias`` anywhere: an import
+    of it (``from .constants import pmap as p``, through re-exports too) or an attribute of a
+    module it imports (``constants.pmap``, ``pkg.constants.pmap``)."""
+    facts = ModuleFacts(view.name, view.package)
+    reader = _FactReader("", facts)
+    reader.read(ast.Module(body=[s for s in tree.body if isinstance(s, (ast.Import, ast.ImportFrom))],
+                           type_ignores=[]))
+    imports = facts.imports
+    # imports in functions and blocks count too (the module binds the name there)
+    for node in ast.walk(tree):
+        if isinstance(node, (ast.Import, ast.ImportFrom)) and node not in tree.body:
+            inner = ModuleFacts(view.name, view.package)
+            _FactReader("", inner).read(ast.Module(body=[node], type_ignores=[]))
+            imports = {**inner.imports, **imports}
+    wanted = (alias.module, alias.name)
+    asked: set[str] = set()
+
+    def names(dotted: str) -> bool:
+        if dotted in asked:
+            return False
+        asked.add(dotted)
+        fact = view.index.lookup(dotted, view.bases)
+        return isinstance(fact, AliasFact) and (fact.module, fact.name) == wanted
+
+    if any(names(target) for target in imports.values()):
+        return True
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Attribute):
+            parts = []
+            head: ast.expr = node
+            while isinstance(head, ast.Attribute):
+                parts.append(head.attr)
+                head = head.value
+            if isinstance(head, ast.Name) and head.id in imports:
+                if names(".".join([imports[head.id], *reversed(parts)])):
+                    return True
+    return False
