@@ -122,6 +122,6 @@ def alias_decisions(candidates: Sequence[str], files: Sequence[str], fixed: Mapp
 
 
 def _shown(paths: Sequence[str], root: str, most: int = 5) -> str:
-    shown = [os.path.relpath(p, root).replace(os.sep, "/") for p in paths]
+    shown = sorted(os.path.relpath(p, root).replace(os.sep, "/") for p in paths)
     more = f" and {len(shown) - most} more" if len(shown) > most else ""
     return ", ".join(shown[:most]) + more

@@ -194,26 +194,7 @@ class _FactReader:
                 self._rebound_to(name)
                 self.facts.pmapped[name] = PmappedFact(self.facts.name, name, rest, returns)
                 return
-        if isinstance(value, ast.Call) and value.args and self._dotted(value.func) in tables.JIT \
-                and isinstance(value.args[0], ast.Call) and value.args[0].args and self._compact(value.args[0].func):
-            # `fix`'s compact form of a pmap, `jax.jit(_shard_mapped(g, axis))`: its outputs are stacked
-            function = value.args[0].args[0]
-            returns = isinstance(function, ast.Name) and function.id in self.functions \
-                and _returns_tuple(self.functions[function.id])
-            self._rebound_to(name)
-            self.facts.pmapped[name] = PmappedFact(self.facts.name, name, "", returns)
-            return
         self._rebound(name)
-
-    def _compact(self, expr: ast.expr) -> bool:
-        """Whether ``expr`` is the compact form's helper `_shard_mapped` (or a partial of it), imported
-        from a package's shared module or defined in the module (rules/fixes/shared.py)."""
-        if isinstance(expr, ast.Call) and expr.args and self._dotted(expr.func) in tables.PARTIAL:
-            expr = expr.args[0]
-        if isinstance(expr, ast.Name) and expr.id.startswith("_shard_mapped") and expr.id in self.functions:
-            return True
-        dotted = self._dotted(expr)
-        return dotted is not None and dotted.endswith(tables.SHARED_LOCAL_ROWS)
 
     def _rebound_to(self, name: str) -> None:
         """``name`` bound to a pmap fact: an earlier plain binding makes it ambiguous."""
@@ -222,8 +203,6 @@ class _FactReader:
     def _function(self, node: ast.FunctionDef | ast.AsyncFunctionDef) -> None:
         for decorator in node.decorator_list:
             options = self._transform(decorator)
-            if options is None and self._compact(decorator):
-                options = ""
             if options is not None:
                 self.facts.pmapped[node.name] = PmappedFact(self.facts.name, node.name, options,
                                                             _returns_tuple(node))
