@@ -55,8 +55,11 @@ class PmapCall(Rule):
     `pmap-migrate fix` rewrites call sites whose options are all visible in the module into the
     faithful `jax.jit(jax.shard_map(...))` form above (safe: same values for all inputs); a
     computed `axis_name` is read once where pmap read it. Sites whose other options are computed
-    at run time (`in_axes`, argnums), or whose alias comes from another module, are swapped to
-    `runtime_shim.pmap` instead.
+    at run time (`in_axes`, argnums) are swapped to `runtime_shim.pmap` instead. A use of an
+    alias another module of the project defines is rewritten the same way, with the alias's
+    options spelled in the importer (`constants.AXIS`); the alias itself goes when every module
+    of the project that imports it is rewritten in the same run, and is otherwise kept on
+    `runtime_shim.pmap`, its comment naming the importers that keep it.
 
     With `--idiomatic` (or `idiomatic = true` in the config) and `--unsafe-fixes`, a whole
     data-parallel loop in one module (params replicated with `device_put_replicated` / flax
