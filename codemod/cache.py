@@ -79,7 +79,8 @@ class ResultCache:
         empty = not result.diagnostics and result.error is None
         entry = (stat.st_size, stat.st_mtime_ns, content_digest, None if empty else result)
         if dependencies:
-            entry += (tuple((path, name, fingerprint, in_run) for path, name, fingerprint, _, _, in_run in dependencies),)
+            entry += (tuple((path, name, fingerprint, in_run)
+                            for path, name, fingerprint, _, _, in_run in dependencies),)
             for path, name, fingerprint, size, mtime, _ in dependencies:
                 self.facts[path] = (size, mtime, name, fingerprint)
         self.entries[key] = entry

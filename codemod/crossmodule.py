@@ -6,10 +6,10 @@ and other modules apply it (``constants.pmap(f)``). `fix` rewrites those uses in
 any more. Which modules import it is read from the whole project under the configuration's root,
 files outside the run included (pre-commit passes only the changed ones): every Python file that
 spells the alias's name (a notebook: its code cells) is parsed with `ast` and asked whether it
-names the alias (``refers_to_alias``). After the run's fixes, an alias goes when every importer is in the run and its fixed
-text no longer names it; otherwise it stays on `runtime_shim.pmap`, and the comment its fix writes
-says which importers keep it. An alias no module of the project imports stays too (a library's
-public name).
+names the alias (``refers_to_alias``). After the run's fixes, an alias goes when every importer is
+in the run and its fixed text no longer names it; otherwise it stays on `runtime_shim.pmap`, and
+the comment its fix writes says which importers keep it. An alias no module of the project
+imports stays too (a library's public name).
 """
 
 from __future__ import annotations
@@ -51,16 +51,16 @@ def _view(index: ProjectIndex, path: str) -> ModuleView:
 
 def _names_alias(data: bytes, path: str, index: ProjectIndex, alias: AliasFact) -> bool:
     """Whether the file's text ``data`` (a module, or a notebook: its code cells) names ``alias``."""
+    from pmap_migrate.notebooks import NotebookError, load
+
     try:
         if path.endswith(".ipynb"):
-            from pmap_migrate.notebooks import load
-
             tree = ast.parse(load(data, path).settle())
             view = ModuleView(index, os.path.dirname(path), "__notebook__")
         else:
             tree = ast.parse(data)
             view = _view(index, path)
-    except Exception:  # unreadable (not JSON, not Python, ...): it may need the alias
+    except (NotebookError, SyntaxError, ValueError, RecursionError, MemoryError):  # it may need the alias
         return True
     return refers_to_alias(tree, view, alias)
 

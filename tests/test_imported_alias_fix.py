@@ -110,8 +110,8 @@ def test_check_fix_diff_report_and_fix_count_the_same(tmp_path: Path):
     assert "All checks passed!" in _cli(root, "check", "--no-cache", ".").output
     texts = {p.relative_to(root).as_posix(): p.read_text() for p in root.rglob("*.py")}
     # No shim left: every use was visible, so the alias went with the imports it used.
-    assert not [name for name, text in texts.items() if re.search(r"^\s*(import|from) runtime_shim", text, re.M)]
-    assert not re.search(r"^pmap =", texts["mp/constants.py"], re.M) and "import jax" not in texts["mp/constants.py"]
+    assert not [name for name, text in texts.items() if re.search(r"^\s*(import|from) runtime_shim", text, re.MULTILINE)]
+    assert not re.search(r"^pmap =", texts["mp/constants.py"], re.MULTILINE) and "import jax" not in texts["mp/constants.py"]
     assert "from ..constants import AXIS" in texts["mp/sub/evaluate.py"]
     assert "cpmap" not in texts["mp/sub/evaluate.py"]
 
@@ -123,7 +123,7 @@ def _consistent(root: Path) -> None:
     users = [p.relative_to(root).as_posix() for p in root.rglob("*.py")
              if re.search(r"constants\.pmap|import pmap as", p.read_text())]
     if users:
-        assert re.search(r"^pmap = ", constants, re.M), users
+        assert re.search(r"^pmap = ", constants, re.MULTILINE), users
 
 
 def test_fix_of_subsets_never_leaves_the_package_inconsistent(tmp_path: Path):
@@ -152,7 +152,7 @@ def test_the_alias_goes_once_its_last_importers_are_rewritten(tmp_path: Path):
     _consistent(root)
     result = _cli(root, "fix", "--no-cache", "mp/constants.py", "mp/train.py", "mp/metrics.py")
     assert result.exit_code == 0, result.output
-    assert not re.search(r"^pmap =", (root / "mp" / "constants.py").read_text(), re.M)
+    assert not re.search(r"^pmap =", (root / "mp" / "constants.py").read_text(), re.MULTILINE)
     _consistent(root)
 
 

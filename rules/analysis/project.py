@@ -517,7 +517,7 @@ def refers_to_alias(tree: ast.Module, view: ModuleView, alias: AliasFact) -> boo
             while isinstance(head, ast.Attribute):
                 parts.append(head.attr)
                 head = head.value
-            if isinstance(head, ast.Name) and head.id in imports:
-                if names(".".join([imports[head.id], *reversed(parts)])):
-                    return True
+            if isinstance(head, ast.Name) and head.id in imports \
+                    and names(".".join([imports[head.id], *reversed(parts)])):
+                return True
     return False

@@ -124,8 +124,8 @@ class FileFixes:
         project = self.model.project
         if imported is None or project is None or not project.index.defined_in_run(imported.module, imported.name):
             return None
-        return FixSpec(Applicability.SAFE, f"keep `{site.callee.via[0]}`, which the fix of `{imported.module}` keeps on "
-                       f"`runtime_shim.pmap` (legacy semantics at run time): {why}", shimmed=True, why=why)
+        return FixSpec(Applicability.SAFE, f"keep `{site.callee.via[0]}`, which the fix of `{imported.module}` keeps "
+                       f"on `runtime_shim.pmap` (legacy semantics at run time): {why}", shimmed=True, why=why)
 
     def global_fix(self, site: TransformSite) -> FixSpec | None:
         """PM501's fix: the global-mesh rewrite of a pmap of a multi-process module, or None where
