@@ -181,7 +181,7 @@ def _project_view(path: str, shown: str, project: Project | None) -> ModuleView 
 
     root, files = project
     index = _INDEXES.get(root)
-    if index is None or index.run is not files:
+    if index is None or index.run != files:
         index = _INDEXES[root] = ProjectIndex((root,), run=files)
     if _is_notebook(shown):
         return ModuleView(index, os.path.dirname(os.path.abspath(path)), "__notebook__")
