@@ -147,7 +147,7 @@ def test_callers_not_seen_get_the_boundary_form():
     assert len(summaries) == 1 and "taking and returning this process's rows" in summaries[0], summaries
     assert all(f"`{name}`" in summaries[0] for name in ("step", "p_step_mapped", "fn_mapped", "scaled")), summaries
     for wrapper in ("step", "p_step_mapped", "fn_mapped", "scaled"):
-        assert f"return host_local(_{wrapper}_sharded(" in text, wrapper
+        assert f"return _host_local(_{wrapper}_sharded(" in text, wrapper
     assert text.count("raise NotImplementedError(\"a multi-process pmap called in traced code") == 4
     assert "out = scaled(batch)\n    out += np.ones" in text  # the output is read as it is
 
@@ -171,7 +171,7 @@ def run(batch):
     outcome = _fix(source, "mixed.py")
     text = outcome.fixed.decode()
     assert "runtime_shim.pmap(" not in text
-    assert "return host_local(_half_sharded(x))" in text and "return _double_sharded(x)" in text, text
+    assert "return _host_local(_half_sharded(x))" in text and "return _double_sharded(x)" in text, text
     assert "out = half(double(batch))\n    out += np.ones(4)" in text, text
     summary = next(d.fix.summary for d in outcome.applied if d.code == "PM101")
     assert "rewrite `double` as" in summary and "; and `half` the same way, taking and returning" in summary, summary

@@ -100,9 +100,11 @@ class ValueFlow:
             if not cached and site.decorated is not None:
                 below = list(site.decorated.decorators)
                 below = below[next(i for i, d in enumerate(below) if d is site.node) + 1:]
-                cached = bool(below) and self._makes_local_rows(below[0].decorator)
+                cached = bool(below) and self._makes_local_rows(below[0].decorator) \
+                    and _rows_on_axis_0(below[0].decorator)
             elif not cached and site.fun is not None:
-                cached = isinstance(site.fun, cst.Call) and self._makes_local_rows(site.fun.func)
+                cached = isinstance(site.fun, cst.Call) and self._makes_local_rows(site.fun.func) \
+                    and _rows_on_axis_0(site.fun)
             self._rows_per_device[id(site)] = cached
         return cached
 
@@ -117,6 +119,8 @@ class ValueFlow:
         if len(functions) != 1 or not isinstance(functions[0], cst.FunctionDef):
             return False
         helper = functions[0]
+        if helper.get_docstring() == tables.SHARD_MAPPED_DOC:
+            return True
         returned = [s.body[0].value for s in helper.body.body if isinstance(s, cst.SimpleStatementLine)
                     and len(s.body) == 1 and isinstance(s.body[0], cst.Return)]
         nested = {s.name.value: s for s in helper.body.body if isinstance(s, cst.FunctionDef)}
@@ -374,3 +378,12 @@ class ValueFlow:
     def pmap_devices_option(self, call: cst.Call) -> cst.BaseExpression | None:
         site = self._calls_to.get(call)
         return site.option("devices") if site is not None else None
+
+
+def _rows_on_axis_0(made: cst.BaseExpression) -> bool:
+    """The compact form's helper call (`_shard_mapped(f, axis, ...)` or its `functools.partial`)
+    stacks every output on axis 0: no `out_axes`, or `out_axes=0`."""
+    if not isinstance(made, cst.Call):
+        return True
+    out_axes = next((a.value for a in made.args if a.keyword is not None and a.keyword.value == "out_axes"), None)
+    return out_axes is None or (isinstance(out_axes, cst.Integer) and out_axes.value == "0")

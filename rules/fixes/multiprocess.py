@@ -67,7 +67,7 @@ from pmap_migrate.rules.analysis.sites import TransformSite
 from pmap_migrate.rules.analysis.tracing import ProgramTracing
 from pmap_migrate.rules.fixes.choices import Applicability
 from pmap_migrate.rules.fixes.code import code_of, int_literal, is_none
-from pmap_migrate.rules.fixes.edits import LostEdit, blank, compose_edits, spaced
+from pmap_migrate.rules.fixes.edits import LostEdit, compose_edits, spaced
 from pmap_migrate.rules.fixes.multiprocess_reads import (
     Helpers,
     Layout,
@@ -84,7 +84,6 @@ from pmap_migrate.rules.fixes.pmap_rewrite import Rewriter
 from pmap_migrate.rules.fixes.spec import Edit, FixSpec, ImportSpec
 
 _UNSUPPORTED_OPTIONS = ("devices", "backend", "axis_size")
-_MULTIHOST = ImportSpec("jax.experimental", "multihost_utils")
 
 
 class GlobalRewrite(GlobalRender):
@@ -371,20 +370,6 @@ class GlobalRewrite(GlobalRender):
             removes += entry.fix.remove_imports
         removes += reads.removes
         edits = reads.merge_inline(edits)
-        # Helpers once, before the first module-level statement that defines a rewritten pmap.
-        anchor = min((self._top_statement(e.site.node) for e in self.sites), key=self._statement_index)
-        indent = self.model.indent
-        helper_statements: list[cst.BaseStatement] = []
-        for axis in dict.fromkeys(e.plan.axis for e in self.sites if e.plan is not None):
-            group = self._helper_statements(self._helpers(axis), indent)
-            if helper_statements:
-                group[0] = blank(group[0], 2)
-            helper_statements += group
-        if self._host_local_used:
-            group = self._host_local_statements(indent)
-            group[0] = blank(group[0], 2)
-            helper_statements += group
-        edits.insert(0, Edit(anchor, before=tuple(helper_statements)))
         try:
             edits = compose_edits(self.model, spaced(self.model, edits, self.rewriter.plain_generated))
         except LostEdit as lost:
@@ -392,8 +377,8 @@ class GlobalRewrite(GlobalRender):
                                "another part of the program") from None
         self.rewriter.check_names_free()
         self.rewriter.check_names_free(self.rewriter.GLOBAL_TEMPLATE_NAMES)
-        imports += [ImportSpec("functools"), ImportSpec("numpy", None, "np"), ImportSpec("jax.sharding", "NamedSharding")]
-        imports.append(_MULTIHOST)  # the helpers use it
+        # the wrappers' own (the mesh comes from the shared helper)
+        imports = [spec for spec in imports if spec != ImportSpec("jax.sharding", "Mesh")]
         # each name once (functions of different scopes may share one)
         inside = ", ".join(dict.fromkeys(f"`{e.wrapper_name}`" for e in self.sites if e.boundary is None))
         boundary = ", ".join(dict.fromkeys(f"`{e.wrapper_name}`" for e in self.sites if e.boundary is not None))
@@ -408,7 +393,7 @@ class GlobalRewrite(GlobalRender):
             if boundary:
                 summary += f"; and {boundary} the same way, {at_boundary}"
         return FixSpec(Applicability.SAFE, summary, edits=tuple(edits), add_imports=tuple(dict.fromkeys(imports)),
-                       remove_imports=tuple(dict.fromkeys(removes)), priority=1)
+                       remove_imports=tuple(dict.fromkeys(removes)), priority=1, helpers=self.helpers_used())
 
     def _top_statement(self, node: cst.CSTNode) -> cst.BaseStatement:
         current = node

@@ -5,11 +5,18 @@ from __future__ import annotations
 
 import dataclasses
 
-import libcst as cst
-
 from pmap_migrate.rules.fixes.multiprocess_reads import Helpers, PlannedSite
 from pmap_migrate.rules.fixes.pmap_options import Unsupported
-from pmap_migrate.rules.fixes.pmap_render import Plan, jitted_parts, spec_for
+from pmap_migrate.rules.fixes.pmap_render import Plan, jitted_parts, spec_for, tuple_text
+from pmap_migrate.rules.fixes.shared import (
+    HOST_LOCAL,
+    PROCESS_MESH,
+    TO_GLOBAL,
+    host_local_helper,
+    process_mesh_helper,
+    to_global_helper,
+)
+from pmap_migrate.rules.fixes.spec import Helper
 
 
 class GlobalRender:
@@ -17,12 +24,13 @@ class GlobalRender:
 
     # ------------------------------------------------------------------ rendering
     def _helpers(self, axis: str) -> Helpers:
+        """The global mesh and the conversion to global arrays: the package's shared helpers
+        (`_process_mesh`, `_to_global`), which take the axis name."""
         helpers = self._helper_names
         if axis not in helpers:
-            stem = axis.strip("\"'")
-            stem = stem if axis[:1] in "\"'" and stem.isidentifier() else "pmap"  # a literal's word only
-            helpers[axis] = Helpers(axis, self.rewriter.names.fresh(f"{stem}_mesh"),
-                                     self.rewriter.names.fresh(f"{stem}_global"))
+            mesh = self.rewriter.shared_helper(PROCESS_MESH, process_mesh_helper)
+            to_global = self.rewriter.shared_helper(TO_GLOBAL, to_global_helper)
+            helpers[axis] = Helpers(axis, mesh.name, to_global.name)
         return helpers[axis]
 
     def _render(self, entry: PlannedSite, plan: Plan, indent: str) -> str:
@@ -41,9 +49,14 @@ class GlobalRender:
         i1 = indent
         head, body, size, call = jitted_parts(plan, indent, name=jit_name)
         lines = list(plan.hoisted)
-        lines += [*head, *body, "",
-                  f"{i1}mesh = {helpers.mesh}({size} // jax.process_count())  # rows per process",
-                  call, "", ""]
+        compact = self._compact(plan, jit_name)
+        entry.compact = compact is not None
+        if compact is not None:
+            lines += [compact, "", ""]
+        else:
+            lines += [*head, *body, "",
+                      f"{i1}mesh = {helpers.mesh}({plan.axis}, {size} // jax.process_count())  # rows per process",
+                      call, "", ""]
         default = f"P({plan.axis})"
         if plan.params is None and plan.keywords:
             params, converted, forward = ["*args", "**kwargs"], [("args, kwargs", default)], "*args, **kwargs"
@@ -58,8 +71,7 @@ class GlobalRender:
         lines.append(f"def {plan.name}({', '.join(params)}):")
         if entry.boundary is None:
             lines += [
-                f"{i1}# a pmap of a multi-process program (PM501): this process's rows in, global arrays over every",
-                f"{i1}# process's devices out (fed back as they are; reads take this process's rows)",
+                f"{i1}# PM501: this process's rows in; global arrays out (reads take its rows)",
             ]
         else:
             if plan.params is None:
@@ -67,70 +79,74 @@ class GlobalRender:
             else:
                 checked = f"({', '.join(plan.params)}{',' if len(plan.params) == 1 else ''})"
             lines += [
-                f"{i1}# a pmap of a multi-process program (PM501) whose callers or reads are not all followed here:",
-                f"{i1}# this process's rows in and out, as legacy pmap (global arrays over every process's devices inside)",
+                f"{i1}# PM501, callers or reads not all seen: this process's rows in and out",
                 f"{i1}if any(isinstance(leaf, jax.core.Tracer) for leaf in jax.tree.leaves({checked})):",
                 f"{i1}{i1}raise NotImplementedError(\"a multi-process pmap called in traced code: use runtime_shim.pmap\")",
             ]
         lines.append(f"{i1}rows = jax.local_device_count() if jax.process_count() > 1 else {size}")
         if converted == [("args, kwargs", default)]:
-            lines.append(f"{i1}args, kwargs = {helpers.to_global}((args, kwargs), rows)")
+            lines.append(f"{i1}args, kwargs = {helpers.to_global}((args, kwargs), {plan.axis}, rows)")
         elif all(spec == default for _, spec in converted) and len(converted) > 1:
             names = ", ".join(name for name, _ in converted)
-            lines.append(f"{i1}{names} = {helpers.to_global}(({names}), rows)")
+            lines.append(f"{i1}{names} = {helpers.to_global}(({names}), {plan.axis}, rows)")
         else:
             for name, spec in converted:
                 extra = "" if spec == default else f", {spec}"
-                lines.append(f"{i1}{name} = {helpers.to_global}({name}, rows{extra})")
+                lines.append(f"{i1}{name} = {helpers.to_global}({name}, {plan.axis}, rows{extra})")
         result = f"{jit_name}({forward})"
         if entry.boundary is not None:
             result = f"{self.host_local_name()}({result})"
         lines.append(f"{i1}return {result}")
         return "\n".join(lines) + "\n"
 
-    def _helper_statements(self, helpers: Helpers, indent: str) -> list[cst.BaseStatement]:
-        i1, i2, i3 = indent, indent * 2, indent * 3
-        text = (
-            "@functools.cache\n"
-            f"def {helpers.mesh}(rows):  # legacy pmap's devices: the first `rows` of each process, process by "
-            "process\n"
-            f"{i1}devices = [d for p in range(jax.process_count()) for d in jax.local_devices(p)[:rows]]\n"
-            f"{i1}return Mesh(np.array(devices), ({helpers.axis},))\n"
-            "\n\n"
-            f"def {helpers.to_global}(tree, rows, spec=P({helpers.axis})):  # this process's rows -> global arrays\n"
-            f"{i1}sharding = NamedSharding({helpers.mesh}(rows), spec)\n"
-            f"{i1}local = NamedSharding(sharding.mesh.local_mesh, spec)  # where this process's rows already are\n"
-            "\n"
-            f"{i1}def place(x):\n"
-            f"{i2}if isinstance(x, jax.Array) and (x.sharding == sharding or not x.is_fully_addressable):\n"
-            f"{i3}return x  # already global: an output fed back\n"
-            f"{i2}if jax.process_count() == 1 and not isinstance(x, jax.Array):\n"
-            f"{i3}return x  # one process: jit puts host data where it goes\n"
-            f"{i2}if isinstance(x, jax.Array) and x.sharding.is_equivalent_to(local, x.ndim) and "
-            "not jax.dtypes.issubdtype(x.dtype, jax.dtypes.prng_key):\n"
-            f"{i3}return multihost_utils.host_local_array_to_global_array(x, sharding.mesh, spec)  # no copy\n"
-            f"{i2}return jax.make_array_from_process_local_data(sharding, x)\n"
-            "\n"
-            f"{i1}return jax.tree.map(place, tree)\n"
-        )
-        return self.rewriter.parse_generated(text)
+    def _compact(self, plan: Plan, jit_name: str) -> str | None:
+        """`<jit_name> = jax.jit(_shard_mapped(f, axis, ..., processes=True), ...)`: the compact
+        form's helper over the global mesh (pmap_render.shard_mapped_helper), which applies the
+        plan's axes at run time; None where the mapped function is not a plain name."""
+        callee = plan.body_call[: plan.body_call.find("(")]
+        if not callee.isidentifier() or plan.leading or plan.size is not None:
+            return None
+        name, _ = self.rewriter.compact_helper()
+        options = [plan.axis]
+        if isinstance(plan.in_axes, list) and plan.params is not None:
+            entries = iter(plan.in_axes)
+            axes = [None if k in plan.static else next(entries) for k in range(len(plan.params))]
+            if any(axis != 0 for axis in axes) or plan.static:
+                options.append(f"in_axes={_axes_text(tuple(axes))}")
+        elif plan.in_axes != 0:
+            options.append(f"in_axes={_axes_text(plan.in_axes)}")
+        if plan.out_axes != 0:
+            out = tuple(plan.out_axes) if isinstance(plan.out_axes, list) else plan.out_axes
+            options.append(f"out_axes={_axes_text(out)}")
+        if plan.static:
+            options.append(f"static_broadcasted_argnums={tuple_text(plan.static)}")
+        options.append("processes=True")
+        jit = [f"static_argnums={tuple_text(plan.static)}"] if plan.static else []
+        jit += [f"donate_argnums={tuple_text(plan.donate)}"] if plan.donate else []
+        mapped = f"{name}({callee}, {', '.join(options)})"
+        return f"{jit_name} = jax.jit({', '.join([mapped, *jit])})"
 
     def host_local_name(self) -> str:
-        """The module's one host-local view helper (written only if a read uses it)."""
+        """The host-local view helper (the package's shared `_host_local`), when a read uses it."""
         if self._host_local is None:
-            self._host_local = self.rewriter.names.fresh("host_local")
+            self._host_local = self.rewriter.shared_helper(HOST_LOCAL, host_local_helper).name
         self._host_local_used = True
         return self._host_local
 
-    def _host_local_statements(self, indent: str) -> list[cst.BaseStatement]:
-        i1, i2 = indent, indent * 2
-        text = (
-            f"def {self._host_local}(tree):  # global arrays -> this process's rows, as legacy pmap returned them\n"
-            f"{i1}def local(x):\n"
-            f"{i2}if isinstance(x, jax.Array) and not x.is_fully_addressable and isinstance(x.sharding, NamedSharding):\n"
-            f"{i2}{i1}return multihost_utils.global_array_to_host_local_array(x, x.sharding.mesh, x.sharding.spec)\n"
-            f"{i2}return x  # host data, and arrays of this process only, as they are\n"
-            "\n"
-            f"{i1}return jax.tree.map(local, tree)\n"
-        )
-        return self.rewriter.parse_generated(text)
+    def helpers_used(self) -> tuple[Helper, ...]:
+        """The shared helpers the module's rewrite calls."""
+        keys = [PROCESS_MESH, TO_GLOBAL] + ([HOST_LOCAL] if self._host_local_used else [])
+        renders = {PROCESS_MESH: process_mesh_helper, TO_GLOBAL: to_global_helper, HOST_LOCAL: host_local_helper}
+        helpers = tuple(self.rewriter.shared_helper(key, renders[key]) for key in keys)
+        compact = any(entry.compact for entry in self.sites)
+        return helpers + ((self.rewriter.compact_helper()[1],) if compact else ())
+
+
+def _axes_text(axes) -> str:
+    """An in_axes/out_axes value (ints, None, tuples, dicts whose keys are their source text) as a
+    literal."""
+    if isinstance(axes, tuple):
+        return "(" + ", ".join(_axes_text(a) for a in axes) + ("," if len(axes) == 1 else "") + ")"
+    if isinstance(axes, dict):
+        return "{" + ", ".join(f"{key}: {_axes_text(value)}" for key, value in axes.items()) + "}"
+    return repr(axes)

@@ -178,6 +178,31 @@ class SiteReader:
         return dict(axis=axis, axis_node=axis_node, static=static, donate=donate, in_axes=in_axes,
                     out_axes=out_axes, mesh_devices=mesh_devices, size=size, unsafe=unsafe)
 
+    def compact_options(self, site: TransformSite) -> dict:
+        """The options of ``site`` as the compact form's helper takes them (pmap_render.
+        shard_mapped_helper applies them at run time, as legacy pmap did): ``in_axes`` and
+        ``out_axes`` as literal expressions (None where absent), ``static`` and ``donate`` as tuples
+        of ints. Unsupported: an option that is not a literal pytree prefix of non-negative axes
+        (or a list where legacy pmap wanted a tuple), or no argument mapped."""
+        static = int_tuple(self._folded(site.option("static_broadcasted_argnums"), iterable=True),
+                            "static_broadcasted_argnums")
+        donate = int_tuple(self._folded(site.option("donate_argnums"), iterable=True), "donate_argnums")
+        if any(i < 0 for i in static + donate):
+            raise Unsupported("negative argnums")
+        found: dict = {"static": static, "donate": donate}
+        for option in ("in_axes", "out_axes"):
+            node = self._folded(site.option(option))
+            if node is not None and isinstance(node, cst.List):
+                raise Unsupported(f"an {option} list (legacy pmap took a tuple)")
+            axes = _prefix_axes(node) if node is not None else [0]
+            if option == "in_axes":
+                if isinstance(node, cst.Tuple) and static:
+                    axes = [a for k, e in enumerate(node.elements) if k not in static for a in _prefix_axes(e.value)]
+                if all(a is None for a in axes):
+                    raise Unsupported("no mapped argument and no axis_size")
+            found[option] = node
+        return found
+
     def _folded(self, node: cst.BaseExpression | None, *, iterable: bool = False) -> cst.BaseExpression | None:
         """An option computed from literals (`list(range(5))`, `(0,) * 5 + (None,)`) as the literal
         it always evaluates to (the builtins being the builtins); any other node as it is.
@@ -387,3 +412,20 @@ class SiteReader:
             return None
         params = simple_params(defs[0].params)
         return params[1:] if params else None
+
+
+def _prefix_axes(node: cst.BaseExpression) -> list[int | None]:
+    """The axes of a literal in_axes/out_axes pytree prefix (ints, None, tuples, lists, dicts with
+    string keys), or Unsupported."""
+    if isinstance(node, (cst.Tuple, cst.List)):
+        if any(isinstance(e, cst.StarredElement) for e in node.elements):
+            raise Unsupported(f"`{code_of(node)}` is not a literal axes prefix")
+        return [a for e in node.elements for a in _prefix_axes(e.value)]
+    if isinstance(node, cst.Dict):
+        if any(not isinstance(e, cst.DictElement) or not isinstance(e.key, cst.SimpleString) for e in node.elements):
+            raise Unsupported(f"`{code_of(node)}` is not a literal axes prefix")
+        return [a for e in node.elements for a in _prefix_axes(e.value)]
+    value = axis_value(node)
+    if value is not None and value < 0:
+        raise Unsupported("a negative axis")
+    return [value]

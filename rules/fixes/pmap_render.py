@@ -5,6 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from pmap_migrate.rules.fixes.pmap_options import AxisEntry, Unsupported
+from pmap_migrate.rules.knowledge import tables
 
 
 @dataclass
@@ -207,35 +208,89 @@ def tuple_text(values: tuple[int, ...]) -> str:
 
 
 def shard_mapped_helper(name: str, indent: str) -> str:
-    """The module's one helper of the compact form: `jax.pmap(f, axis_name)` for the pmaps whose
-    options the helper needs none of (every argument and output mapped on axis 0), written as
-    `jax.shard_map` over the first n local devices, each device's block squeezed to the slice the
-    pmap body saw. Call sites read `jax.jit(<name>(f, axis_name))`; jit caches the trace, as pmap
-    did; the mesh is built when jit traces, so importing the module queries no device. Lines fit
-    in 79 columns at any indentation of up to four spaces."""
-    i1, i2, i3 = indent, indent * 2, indent * 3
+    """The compact form's helper: `jax.pmap(f, axis_name, in_axes=..., out_axes=...,
+    static_broadcasted_argnums=...)` written as `jax.shard_map` over the first n local devices,
+    with pmap's own semantics applied when called: each argument's mapped axis (a pytree prefix of
+    the positional arguments; keyword arguments on axis 0, as legacy pmap did), the body given each
+    device's slice, each output's axis (`None`: the value of the first device), the static arguments
+    passed as they are; with ``processes``, over a global mesh of the first n / process_count
+    devices of each process (the multi-process rewrite's wrappers pass global arrays). Call sites read `jax.jit(<name>(f, axis_name, ...), static_argnums=...,
+    donate_argnums=...)`; jit caches the trace, as pmap did; the mesh is built when jit traces, so
+    importing the module queries no device. Lines fit in 79 columns at any indentation of up to
+    four spaces."""
+    i1, i2, i3, i4 = indent, indent * 2, indent * 3, indent * 4
     return "\n".join([
-        f"def {name}(f, axis_name=None):",
-        f'{i1}"""pmap(f, axis_name) as shard_map over the first local devices."""',
+        f"def {name}(",
+        f"{i1}f,",
+        f"{i1}axis_name=None,",
+        f"{i1}in_axes=0,",
+        f"{i1}out_axes=0,",
+        f"{i1}static_broadcasted_argnums=(),",
+        f"{i1}processes=False,  # the inputs are global arrays over every process",
+        "):",
+        f'{i1}"""{tables.SHARD_MAPPED_DOC}"""',
         f'{i1}axis = "i" if axis_name is None else axis_name',
+        f"{i1}static = static_broadcasted_argnums",
+        f"{i1}static = (static,) if isinstance(static, int) else tuple(static)",
         "",
-        f"{i1}def per_device(args, kwargs):  # pmap's body saw each device's slice",
-        f"{i2}args, kwargs = jax.tree.map(lambda x: x.squeeze(0), (args, kwargs))",
-        f"{i2}out = f(*args, **kwargs)",
-        f"{i2}return jax.tree.map(lambda x: jnp.expand_dims(x, 0), out)",
+        f"{i1}def spec(a):  # a leaf mapped on axis a (None: not mapped)",
+        f"{i2}return P() if a is None else P(*[None] * a, axis)",
+        "",
+        f"{i1}def specs(axes, tree):  # axes: a prefix of tree, as pmap took them",
+        f"{i2}return jax.tree.map(",
+        f"{i3}lambda a, t: jax.tree.map(lambda _: spec(a), t),",
+        f"{i3}axes, tree, is_leaf=lambda a: a is None)",
+        "",
+        f"{i1}def each(specs, tree, move):",
+        f"{i2}# move(y, axis) for each leaf y pmap mapped (s: x's spec)",
+        f"{i2}def leaf(s, x):",
+        f"{i3}k = s.index(axis) if s else None",
+        f"{i3}return x if k is None else jax.tree.map(lambda y: move(y, k), x)",
+        "",
+        f"{i2}return jax.tree.map(leaf, specs, tree)",
         "",
         f"{i1}@functools.wraps(f)",
         f"{i1}def mapped(*args, **kwargs):",
-        f"{i2}if jax.device_count() > jax.local_device_count():  # see PM501",
-        f'{i3}raise NotImplementedError("multi-process: use runtime_shim.pmap")',
-        f"{i2}n = jax.tree.leaves((args, kwargs))[0].shape[0]",
+        f"{i2}several = jax.device_count() > jax.local_device_count()",
+        f"{i2}if several and not processes:  # host-local inputs",
+        f'{i3}raise NotImplementedError("several processes: see PM501")',
+        f"{i2}if static and len(args) <= max(static):",
+        f"{i3}raise ValueError(  # legacy pmap's words",
+        f'{i4}f"pmapped function has static_broadcasted_argnums={{static}}"',
+        f'{i4}f" but was called with only {{len(args)}} positional argument"',
+        f'{i4}f"{{\'s\' if len(args) > 1 else \'\'}}. All static broadcasted"',
+        f'{i4}" arguments must be passed positionally.")',
+        f"{i2}dyn = [k for k in range(len(args)) if k not in static]",
+        f"{i2}dynamic = tuple(args[k] for k in dyn)",
+        f"{i2}axes = in_axes",
+        f"{i2}if static and isinstance(in_axes, tuple):",
+        f"{i3}axes = tuple(in_axes[k] for k in dyn)",
+        f"{i2}in_specs = specs((axes, 0), (dynamic, kwargs))",
+        f"{i2}out_specs = jax.tree.map(spec, out_axes, is_leaf=lambda a: a is None)",
+        f"{i2}leaves = zip(",
+        f"{i3}jax.tree.leaves(in_specs), jax.tree.leaves((dynamic, kwargs))",
+        f"{i2})",
+        f"{i2}n = next(x.shape[s.index(axis)] for s, x in leaves if s)",
+        f"{i2}devices = jax.local_devices()[:n]",
+        f"{i2}if processes:  # legacy pmap's devices: the first rows of each process",
+        f"{i3}rows = n // jax.process_count()",
+        f"{i3}devices = []",
+        f"{i3}for p in range(jax.process_count()):",
+        f"{i3}{i1}devices += jax.local_devices(p)[:rows]",
+        "",
+        f"{i2}def per_device(dynamic, kwargs):  # pmap's body saw each device's slice",
+        f"{i3}dynamic, kwargs = each(in_specs, (dynamic, kwargs), jnp.squeeze)",
+        f"{i3}rest = iter(dynamic)  # the static arguments as they are",
+        f"{i3}args_ = [next(rest) if k in dyn else a for k, a in enumerate(args)]",
+        f"{i3}return each(out_specs, f(*args_, **kwargs), jnp.expand_dims)",
+        "",
         f"{i2}return jax.shard_map(",
         f"{i3}per_device,",
-        f"{i3}mesh=Mesh(jax.local_devices()[:n], (axis,)),",
-        f"{i3}in_specs=P(axis),",
-        f"{i3}out_specs=P(axis),",
+        f"{i3}mesh=Mesh(devices, (axis,)),",
+        f"{i3}in_specs=in_specs,",
+        f"{i3}out_specs=out_specs,",
         f"{i3}check_vma=False,",
-        f"{i2})(args, kwargs)",
+        f"{i2})(dynamic, kwargs)",
         "",
         f"{i1}return mapped",
     ]) + "\n"

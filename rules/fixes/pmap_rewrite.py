@@ -140,18 +140,20 @@ class Rewriter(EvaluationPlaces):
         return self.definition_fix(site)
 
     # ------------------------------------------------------------ the compact form
-    _COMPACT_OPTIONS = frozenset({"fun", "axis_name", "in_axes", "out_axes", "donate_argnums"})
+    _COMPACT_OPTIONS = frozenset({"fun", "axis_name", "in_axes", "out_axes", "static_broadcasted_argnums",
+                                  "donate_argnums"})
 
     def _compact_fix(self, site: TransformSite) -> FixSpec | None:
-        """`jax.pmap(f, axis_name, donate_argnums=...)` -> `jax.jit(_shard_mapped(f, axis_name),
-        donate_argnums=...)` in place, the module's one helper doing what every such pmap did
-        (pmap_render.shard_mapped_helper): for pmaps that map every argument and output on axis 0,
-        spelled directly (not through an alias, whose options were evaluated elsewhere). The
-        function and axis name are evaluated where pmap evaluated them; a pmap built inside a
-        function from module-level definitions only is built once at module level instead (no
-        trace per call). None: the site needs the explicit form."""
-        # An alias of another module whose options this module spells (analysis/imported.py) is
-        # applied directly: its options are literals or that module's constants.
+        """`jax.pmap(f, axis_name, in_axes=..., static_broadcasted_argnums=..., donate_argnums=...)`
+        -> `jax.jit(_shard_mapped(f, axis_name, in_axes=..., static_broadcasted_argnums=...),
+        static_argnums=..., donate_argnums=...)` in place, the package's one helper doing what every
+        such pmap did (pmap_render.shard_mapped_helper applies the axes at run time, as legacy pmap
+        did): for pmaps spelled directly (not through an alias, whose options were evaluated
+        elsewhere, but for an alias of another module whose options this module spells:
+        analysis/imported.py) whose options are literals. The function and axis name are evaluated
+        where pmap evaluated them; a pmap built inside a function from module-level definitions only
+        is built once at module level instead (no trace per call). None: the site needs the
+        explicit form."""
         direct = not site.callee.via or (site.callee.imported is not None and len(site.callee.via) == 1)
         if not direct or site.dynamic_options or len(site.positional()) > (1 if site.is_decorator else 2):
             return None
@@ -159,23 +161,25 @@ class Rewriter(EvaluationPlaces):
                and not (a.keyword.value == "global_arg_shapes" and is_none(a.value)) for a in site.args):
             return None
         try:
-            opts = self.reader.options(site, None)  # in_axes and out_axes 0, or Unsupported
+            opts = self.reader.compact_options(site)
         except Unsupported:
-            return None
-        if opts["static"] or opts["unsafe"]:
             return None
         axis = site.option("axis_name")
         if axis is not None and is_none(axis):
             axis = None
-        name, helper = self._helper()
+        name, helper = self.compact_helper()
         jit = cst.Attribute(cst.Name("jax"), cst.Name("jit"))
         partial = cst.Attribute(cst.Name("functools"), cst.Name("partial"))
         # the argnums as the literal they fold to (legacy took any iterable; jit takes a sequence)
-        donated = [_keyword("donate_argnums", cst.parse_expression(tuple_text(opts["donate"])))] if opts["donate"] \
-            else []
+        argnums = [(option, cst.parse_expression(tuple_text(opts[key])))
+                   for option, key in (("static_argnums", "static"), ("donate_argnums", "donate")) if opts[key]]
+        donated = [_keyword(option, value) for option, value in argnums]  # jit's
+        mapping = [_keyword(option, opts[option]) for option in ("in_axes", "out_axes") if opts[option] is not None]
+        if opts["static"]:
+            mapping.append(_keyword("static_broadcasted_argnums", cst.parse_expression(tuple_text(opts["static"]))))
         if site.is_decorator:
-            mapped = cst.Name(name) if axis is None else cst.Call(partial, [
-                cst.Arg(cst.Name(name)), _keyword("axis_name", axis)])
+            options = [*([_keyword("axis_name", axis)] if axis is not None else []), *mapping]
+            mapped = cst.Call(partial, [cst.Arg(cst.Name(name)), *options]) if options else cst.Name(name)
             jitted = jit if not donated else cst.Call(partial, [cst.Arg(jit), *donated])
             decorators = cst.FlattenSentinel([site.node.with_changes(decorator=jitted),
                                               cst.Decorator(mapped, leading_lines=())])
@@ -187,7 +191,7 @@ class Rewriter(EvaluationPlaces):
             if fun is None:
                 return None
             built = cst.Call(jit, [cst.Arg(cst.Call(cst.Name(name), [
-                cst.Arg(fun), *([cst.Arg(axis)] if axis is not None else [])])), *donated],
+                cst.Arg(fun), *([cst.Arg(axis)] if axis is not None else []), *mapping])), *donated],
                 lpar=call.lpar, rpar=call.rpar)
             edits = (Edit(call, built),)
             statement = self._evaluating_statement(call)
@@ -212,7 +216,7 @@ class Rewriter(EvaluationPlaces):
         self.check_names_free()
         expr = site.node.func if isinstance(site.node, cst.Call) else site.node.decorator
         # the call site's own: jax.jit, and functools.partial for a decorator with options
-        partial_used = site.is_decorator and (axis is not None or bool(donated))
+        partial_used = site.is_decorator and (axis is not None or bool(donated) or bool(mapping))
         imports = (ImportSpec("jax"), *((ImportSpec("functools"),) if partial_used else ()))
         return FixSpec(Applicability.SAFE, f"rewrite {what} as `jax.jit(jax.shard_map(...))` (same values as "
                        "legacy pmap)", edits=edits, add_imports=imports, remove_imports=self.pmap_imports(expr),
@@ -233,7 +237,7 @@ class Rewriter(EvaluationPlaces):
                 return False
         return False
 
-    def _helper(self) -> tuple[str, Helper]:
+    def compact_helper(self) -> tuple[str, Helper]:
         """The compact form's helper of this module: one the module defines already or imports
         from its package's shared module (a fix of an earlier run or round), else under a fresh
         name. The engine imports it from the package's shared module where there is one."""
@@ -251,6 +255,26 @@ class Rewriter(EvaluationPlaces):
             self._helper_made = name, Helper(name, tuple(self.parse_generated(shard_mapped_helper(name, indent))),
                                              imports=SHARED_HELPERS[SHARD_MAPPED].imports, shared=SHARD_MAPPED)
         return self._helper_made
+
+    def shared_helper(self, key: str, render) -> Helper:
+        """The shared helper ``key`` (rules/fixes/shared.py) under its own name, which helpers call
+        each other by: imported from the package's shared module, or written in the module by
+        ``render(indent)``; Unsupported where the module binds that name to anything else."""
+        made = self.__dict__.setdefault("_shared_helpers", {})
+        if key not in made:
+            text = render(self.model.indent)
+            module_scope = self.model.scope_of(self.model.module)
+            if any(key in scope.assignments for scope in self.model.scopes() if scope is not module_scope):
+                raise Unsupported(f"a function binds `{key}`, a name of the helpers of the rewrite")
+            if imported_name(self.model.module, key) != key and module_scope is not None \
+                    and key in module_scope.assignments:
+                defined = [s for s in self.model.module.body if isinstance(s, cst.FunctionDef) and s.name.value == key]
+                if len(defined) != 1 or self.model.module.code_for_node(defined[0]).strip() != text.strip():
+                    raise Unsupported(f"the module binds `{key}`, a name of the helpers of the rewrite")
+            self.names.taken().add(key)
+            made[key] = Helper(key, tuple(self.parse_generated(text)), imports=SHARED_HELPERS[key].imports,
+                               shared=key)
+        return made[key]
 
     def check_rewritable(self, site: TransformSite) -> None:
         """What rules out any plain-JAX form of a pmap of a multi-process module."""

@@ -81,11 +81,90 @@ def put_sharded_helper(name: str, indent: str) -> str:
         f"{i1}return jax.tree.map(stack, *shards)",
     ]) + "\n"
 
+PROCESS_MESH = "_process_mesh"  # the global mesh of the multi-process rewrite (multiprocess_render)
+TO_GLOBAL = "_to_global"  # this process's rows -> global arrays (multiprocess_render)
+HOST_LOCAL = "_host_local"  # global arrays -> this process's rows (multiprocess_render)
+
+
+def process_mesh_helper(indent: str) -> str:
+    """Legacy pmap's devices in a multi-process program: the first ``rows`` local devices of each
+    process, process by process (one mesh per axis name and row count)."""
+    i1, i2 = indent, indent * 2
+    return "\n".join([
+        "@functools.cache",
+        f"def {PROCESS_MESH}(axis_name, rows):",
+        f'{i1}"""Legacy pmap\'s devices: the first `rows` of each process, in order."""',
+        f"{i1}devices = []",
+        f"{i1}for p in range(jax.process_count()):",
+        f"{i2}devices += jax.local_devices(p)[:rows]",
+        f"{i1}return Mesh(np.array(devices), (axis_name,))",
+    ]) + "\n"
+
+
+def to_global_helper(indent: str) -> str:
+    """This process's rows (host-local stacks, as legacy pmap took them) as global arrays over
+    ``_process_mesh``: arrays already global pass (outputs fed back), rows already on this
+    process's devices are viewed without a copy, host data is assembled from every process's
+    part; on one process, host data is left for jit to place."""
+    i1, i2, i3 = indent, indent * 2, indent * 3
+    return "\n".join([
+        f"def {TO_GLOBAL}(tree, axis_name, rows, spec=None):",
+        f'{i1}"""This process\'s rows -> global arrays over every process\'s devices."""',
+        f"{i1}spec = P(axis_name) if spec is None else spec",
+        f"{i1}sharding = NamedSharding({PROCESS_MESH}(axis_name, rows), spec)",
+        f"{i1}local = NamedSharding(sharding.mesh.local_mesh, spec)  # this process's",
+        "",
+        f"{i1}def place(x):",
+        f"{i2}if isinstance(x, jax.Array) and (",
+        f"{i3}x.sharding == sharding or not x.is_fully_addressable",
+        f"{i2}):",
+        f"{i3}return x  # already global: an output fed back",
+        f"{i2}if jax.process_count() == 1 and not isinstance(x, jax.Array):",
+        f"{i3}return x  # one process: jit puts host data where it goes",
+        f"{i2}if (",
+        f"{i3}isinstance(x, jax.Array)",
+        f"{i3}and x.sharding.is_equivalent_to(local, x.ndim)",
+        f"{i3}and not jax.dtypes.issubdtype(x.dtype, jax.dtypes.prng_key)",
+        f"{i2}):  # no copy",
+        f"{i3}return multihost_utils.host_local_array_to_global_array(",
+        f"{i3}{i1}x, sharding.mesh, spec",
+        f"{i3})",
+        f"{i2}return jax.make_array_from_process_local_data(sharding, x)",
+        "",
+        f"{i1}return jax.tree.map(place, tree)",
+    ]) + "\n"
+
+
+def host_local_helper(indent: str) -> str:
+    """Global arrays -> this process's rows, as legacy pmap returned them (the mesh and spec from
+    each array); host data and arrays of this process only as they are."""
+    i1, i2, i3 = indent, indent * 2, indent * 3
+    return "\n".join([
+        f"def {HOST_LOCAL}(tree):",
+        f'{i1}"""Global arrays -> this process\'s rows, as legacy pmap returned them."""',
+        "",
+        f"{i1}def local(x):",
+        f"{i2}if (",
+        f"{i3}isinstance(x, jax.Array)",
+        f"{i3}and not x.is_fully_addressable",
+        f"{i3}and isinstance(x.sharding, NamedSharding)",
+        f"{i2}):",
+        f"{i3}return multihost_utils.global_array_to_host_local_array(",
+        f"{i3}{i1}x, x.sharding.mesh, x.sharding.spec",
+        f"{i3})",
+        f"{i2}return x  # host data, and arrays of this process only, as they are",
+        "",
+        f"{i1}return jax.tree.map(local, tree)",
+    ]) + "\n"
+
+
+_MULTIHOST = ImportSpec("jax.experimental", "multihost_utils")
+
 SHARED_HELPERS: dict[str, SharedHelper] = {
     helper.name: helper for helper in (
         SharedHelper(
             SHARD_MAPPED,
-            "jax.pmap(f, axis_name) as a shard_map on the local devices.",
+            "jax.pmap(f, axis_name, ...) as a shard_map on the local devices.",
             shard_mapped_helper(SHARD_MAPPED, INDENT),
             (ImportSpec("functools"), ImportSpec("jax"), ImportSpec("jax.numpy", None, "jnp"),
              ImportSpec("jax.sharding", "Mesh"), ImportSpec("jax.sharding", "PartitionSpec", "P"))),
@@ -93,6 +172,17 @@ SHARED_HELPERS: dict[str, SharedHelper] = {
                      replicate_helper(REPLICATE, INDENT), _SHARDING_IMPORTS),
         SharedHelper(PUT_SHARDED, "jax.device_put_sharded (removed in jax 0.10).",
                      put_sharded_helper(PUT_SHARDED, INDENT), _SHARDING_IMPORTS),
+        SharedHelper(PROCESS_MESH, "legacy pmap's devices in a multi-process program.",
+                     process_mesh_helper(INDENT),
+                     (ImportSpec("functools"), ImportSpec("jax"), ImportSpec("numpy", None, "np"),
+                      ImportSpec("jax.sharding", "Mesh"))),
+        SharedHelper(TO_GLOBAL, "this process's rows -> global arrays (multi-process pmaps).",
+                     to_global_helper(INDENT),
+                     (ImportSpec("jax"), ImportSpec("jax.sharding", "NamedSharding"),
+                      ImportSpec("jax.sharding", "PartitionSpec", "P"), _MULTIHOST)),
+        SharedHelper(HOST_LOCAL, "global arrays -> this process's rows (multi-process pmaps).",
+                     host_local_helper(INDENT),
+                     (ImportSpec("jax"), ImportSpec("jax.sharding", "NamedSharding"), _MULTIHOST)),
     )
 }
 

@@ -45,6 +45,8 @@ LOCAL_DEVICES = frozenset({"jax.local_devices"})
 # The compact form's helper as `fix` writes it in a package's shared module (rules/fixes/shared.py),
 # by the end of its qualified name (`pkg._pmap_compat._shard_mapped`, `._pmap_compat._shard_mapped`).
 SHARED_LOCAL_ROWS = ("_pmap_compat._shard_mapped",)
+# ... or defined in the module itself, recognised by its docstring.
+SHARD_MAPPED_DOC = "pmap(f, axis_name, ...) as shard_map over the first local devices."
 # The stacks `fix` writes for `jax.device_put_replicated` / `device_put_sharded` (rules/fixes/shared.py):
 # the helper imported from a package's shared module, by the end of its qualified name, or defined in
 # the module itself, by the first line of its docstring.
