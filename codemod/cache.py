@@ -33,7 +33,8 @@ def digest(data: bytes) -> bytes:
 
 # An entry: (size, mtime_ns, content digest, result[, dependencies]); the result is None for a file
 # without findings or errors (most files), which keeps the pickle small and quick to load. The
-# dependencies, for a result that used the project index: ((path, module name, facts fingerprint), ...).
+# dependencies, for a result that used the project index: ((path, module name, facts fingerprint,
+# in the run), ...).
 Entry = tuple
 
 # The key (no file's path) under which the entries keep the facts fingerprints of the modules results
@@ -72,23 +73,27 @@ class ResultCache:
 
     def store(self, key: str, stat: os.stat_result, content_digest: bytes, result: FileResult,
               dependencies: tuple = ()) -> None:
-        """``dependencies``: ((path, module name, fingerprint, size, mtime_ns), ...) of the modules
-        whose facts the result used."""
+        """``dependencies``: ((path, module name, fingerprint, size, mtime_ns, in the run), ...) of
+        the modules whose facts the result used (whether a module was among the run's files decides
+        some fixes: rules/fixes/services.py ``imported_pmap_fix``)."""
         empty = not result.diagnostics and result.error is None
         entry = (stat.st_size, stat.st_mtime_ns, content_digest, None if empty else result)
         if dependencies:
-            entry += (tuple((path, name, fingerprint) for path, name, fingerprint, _, _ in dependencies),)
-            for path, name, fingerprint, size, mtime in dependencies:
+            entry += (tuple((path, name, fingerprint, in_run)
+                            for path, name, fingerprint, _, _, in_run in dependencies),)
+            for path, name, fingerprint, size, mtime, _ in dependencies:
                 self.facts[path] = (size, mtime, name, fingerprint)
         self.entries[key] = entry
         self.dirty = True
 
-    def dependencies_changed(self, key: str) -> bool:
-        """Whether a module whose facts the result of ``key`` used defines something else now."""
+    def dependencies_changed(self, key: str, run: frozenset[str] = frozenset()) -> bool:
+        """Whether a module whose facts the result of ``key`` used defines something else now, or
+        is in the run (``run``: its files' absolute paths) where it was not, or the reverse."""
         entry = self.entries.get(key)
         if entry is None or len(entry) < 5:
             return False
-        return any(self._fingerprint(path, name) != fingerprint for path, name, fingerprint in entry[4])
+        return any(self._fingerprint(path, name) != fingerprint or (path in run) != in_run
+                   for path, name, fingerprint, in_run in entry[4])
 
     def _fingerprint(self, path: str, name: str) -> str | None:
         """The fingerprint of the facts of module ``name`` in ``path`` now: from the cache while the

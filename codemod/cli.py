@@ -351,7 +351,7 @@ def _fix(session, *, no_cache, jobs, stdin_filename, quiet, unsafe_fixes, diff, 
             remaining += found_before.get(outcome.path, [])
         elif rechecked:
             continue
-        elif outcome.changed:  # --diff: the findings on the code it would write
+        elif outcome.changed or outcome.applied:  # --diff: the findings on the code it would write
             remaining += outcome.remaining
         else:  # nothing changed anywhere that could matter: what `check` found
             remaining += found_before.get(outcome.path, [])

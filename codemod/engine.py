@@ -123,8 +123,9 @@ def analyse(module: cst.Module, path: str, rules: Sequence[type[Rule]],
     `check` places findings, it does not apply fixes). ``refused``: fixes `fix` refused to write
     (``RuleContext.refused``): a rule may offer another (a shim); any other fix of such a site is
     dropped, and its finding says why. ``project``: the project index as the module sees it
-    (rules/analysis/project.py); findings it leads to carry no fix (fixes through the index are not
-    written yet): a finding's fix is the one the module's analysis on its own gives it."""
+    (rules/analysis/project.py): findings keep the fixes the analysis through it gives them (a use
+    of an alias another module defines is rewritten: rules/analysis/imported.py; `fix` analyses
+    through the same index), but where such a fix would edit another module's nodes."""
     if not rules:
         return Analysis(module, [], {})
     wrapper = MetadataWrapper(module, unsafe_skip_copy=True)
@@ -188,17 +189,28 @@ def analyse(module: cst.Module, path: str, rules: Sequence[type[Rule]],
 
 def _fixes_without_project(context: RuleContext, module: cst.Module, path: str, rules: Sequence[type[Rule]],
                            options: RuleOptions | None, refused: Mapping[tuple[str, str], str] | None) -> None:
-    """The reports of an analysis that used the project index, each with the fix the module's
-    analysis on its own gives the same finding (none for a finding only the index shows); reports
-    of nodes outside the module (an option another module binds) are left out."""
+    """The reports of an analysis that used the project index, with the fixes it gave them, but
+    for a fix that would edit nodes outside the module (parsed from another module's facts): that
+    report gets the fix the module's analysis on its own gives the same finding (none for a finding
+    only the index shows). Reports of nodes outside the module (an option another module binds)
+    are left out."""
+    parents = context.model.parents
+
+    def inside(node: cst.CSTNode) -> bool:
+        return node is module or node in parents
+
+    context.reports[:] = [(rule, report) for rule, report in context.reports if inside(report.node)]
+    foreign = [i for i, (_, report) in enumerate(context.reports) if report.fix is not None
+               and not all(inside(edit.target) for edit in report.fix.all_edits(report.node))]
+    if not foreign:
+        return
     wrapper = MetadataWrapper(module, unsafe_skip_copy=True)
     alone = RuleContext(path, SemanticModel(wrapper), options=options or RuleOptions(), refused=refused or {})
     wrapper.visit_batched([rule(alone) for rule in rules])
     fixes = {(rule.CODE, id(report.node)): report.fix for rule, report in alone.reports}
-    parents = context.model.parents
-    context.reports[:] = [
-        (rule, replace(report, fix=fixes.get((rule.CODE, id(report.node)))))
-        for rule, report in context.reports if report.node is module or report.node in parents]
+    for i in foreign:
+        rule, report = context.reports[i]
+        context.reports[i] = rule, replace(report, fix=fixes.get((rule.CODE, id(report.node))))
 
 
 # Nesting beyond this many tree levels is the code's own: Python's compiler gives up well before

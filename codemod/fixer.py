@@ -29,6 +29,7 @@ from pmap_migrate.names import name_facts, name_problems
 from pmap_migrate.projectstyle import import_order, line_length
 from pmap_migrate.rules.analysis.imports import imported_names
 from pmap_migrate.rules.analysis.index import indent_unit
+from pmap_migrate.rules.analysis.project import ModuleView
 from pmap_migrate.rules.base import Rule
 from pmap_migrate.rules.fixes.choices import RuleOptions
 from pmap_migrate.rules.fixes.edits import EditApplier, shim_comments, spaced_definitions
@@ -484,11 +485,47 @@ def apply(module: cst.Module, chosen: Sequence[Finding],
             AddImportsVisitor.add_needed_import(context, spec.module, spec.name, spec.asname, spec.relative)
         if adds:
             module = _add_imports(module, context, names)
+    relative = [spec for spec in dict.fromkeys(removes) if spec.relative and spec.name]
+    removes = [spec for spec in removes if not (spec.relative and spec.name)]
     if removes:
         for spec in dict.fromkeys(removes):
             RemoveImportsVisitor.remove_unused_import(context, spec.module, spec.name, spec.asname)
         module = _RemoveImports(context).transform_module(module)
+    if relative:
+        module = _without_unused_relative(module, relative)
     return module
+
+
+def _without_unused_relative(module: cst.Module, specs: Sequence[ImportSpec]) -> cst.Module:
+    """``module`` without the names of the module-level relative imports ``specs`` (``from
+    .constants import pmap as p``) that no other statement reads (libcst's visitor does not resolve
+    relative imports without the package's name)."""
+    unread = {spec for spec in specs
+              if not any(_reads(s, frozenset({spec.asname or spec.name}))
+                         for s in module.body if not _is_import_line(s))}
+    if not unread:
+        return module
+    body = []
+    taken: list[cst.EmptyLine] = []  # the lines above a removed statement go to the next one
+    for statement in module.body:
+        if taken:
+            statement = statement.with_changes(leading_lines=_joined_lines(taken, statement.leading_lines))
+            taken = []
+        small = statement.body[0] if isinstance(statement, cst.SimpleStatementLine) and len(statement.body) == 1 \
+            else None
+        if isinstance(small, cst.ImportFrom) and small.relative and not isinstance(small.names, cst.ImportStar):
+            source = get_full_name_for_node(small.module) if small.module is not None else ""
+            kept = [alias for alias in small.names
+                    if ImportSpec(source or "", get_full_name_for_node(alias.name), _asname(alias),
+                                  len(small.relative)) not in unread]
+            if not kept:
+                taken = list(statement.leading_lines)
+                continue
+            if len(kept) != len(small.names):
+                kept[-1] = kept[-1].with_changes(comma=cst.MaybeSentinel.DEFAULT)
+                statement = statement.with_changes(body=[small.with_changes(names=kept)])
+        body.append(statement)
+    return module.with_changes(body=body)
 
 
 def python_rejects(original: bytes, fixed: bytes) -> str | None:
@@ -601,14 +638,16 @@ def in_project_style(original: bytes, fixed: bytes, path: str, module: cst.Modul
 
 @on_deep_stack
 def fix_bytes(data: bytes, path: str, rules: Sequence[type[Rule]], *, unsafe: bool = False,
-              max_rounds: int = MAX_ROUNDS, options: RuleOptions | None = None, shared: bool = False) -> FixOutcome:
+              max_rounds: int = MAX_ROUNDS, options: RuleOptions | None = None, shared: bool = False,
+              project: ModuleView | None = None) -> FixOutcome:
     """Fix one file's contents. Never raises; never returns output that does not parse.
 
     With ``shared``, helpers are imported from the package's shared module where ``path`` has one
     (pmap_migrate/shared_module.py; the outcome says which, the caller writes that module).
 
     The idiomatic option only takes effect with ``unsafe`` (its fixes are unsafe); without it the
-    faithful rewrite applies."""
+    faithful rewrite applies. ``project``: the project index as the module sees it (the uses of an
+    alias another module defines are rewritten through it, as `check` reports them)."""
     outcome = FixOutcome(path, data)
     made: dict[int, tuple[cst.Module, bytes]] = {}
 
@@ -631,7 +670,7 @@ def fix_bytes(data: bytes, path: str, rules: Sequence[type[Rule]], *, unsafe: bo
         refused: dict[tuple[str, str], str] = {}
         location = location_for(path, module) if shared else None
         used: set[str] = set()
-        analysis = analyse(module, path, rules, options, all_positions=False)
+        analysis = analyse(module, path, rules, options, all_positions=False, project=project)
         for _ in range(max_rounds):
             chosen = choose(analysis, [f for f in analysis.findings if applicable(f, unsafe)])
             if not chosen:
@@ -640,7 +679,7 @@ def fix_bytes(data: bytes, path: str, rules: Sequence[type[Rule]], *, unsafe: bo
             new_bytes = candidate.bytes
             if new_bytes == rendered(analysis.module):
                 break
-            last = _last_round(new_bytes, path, rules, options, unsafe, refused)
+            last = None if project is not None else _last_round(new_bytes, path, rules, options, unsafe, refused)
             following = None
             if last is None:
                 reparsed = parse(new_bytes, path)
@@ -649,7 +688,8 @@ def fix_bytes(data: bytes, path: str, rules: Sequence[type[Rule]], *, unsafe: bo
                     outcome.error = FileError(path, "PM002", one_line(f"internal error: the {codes} fix produced "
                                               f"code that does not parse ({reparsed.message}); file left unchanged"))
                     return outcome
-                following = analyse(reparsed, path, rules, options, all_positions=False, refused=refused)
+                following = analyse(reparsed, path, rules, options, all_positions=False, refused=refused,
+                                    project=project)
             broken = _refusals(analysis, chosen, candidate, following, location)
             if broken:
                 # Fixes that would leave the module broken are not written: their sites get their
@@ -657,7 +697,8 @@ def fix_bytes(data: bytes, path: str, rules: Sequence[type[Rule]], *, unsafe: bo
                 refused.update(broken)
                 outcome.refused.extend((f.diagnostic, why) for f in chosen
                                        if (why := broken.get(_site_key(analysis.module, f))) is not None)
-                analysis = analyse(analysis.module, path, rules, options, all_positions=False, refused=refused)
+                analysis = analyse(analysis.module, path, rules, options, all_positions=False, refused=refused,
+                                   project=project)
                 continue
             used.update(h.shared for h in imported_helpers(analysis.module, chosen, location).values())
             if last is not None:  # nothing more to fix: the findings on the new code are those left
@@ -671,6 +712,12 @@ def fix_bytes(data: bytes, path: str, rules: Sequence[type[Rule]], *, unsafe: bo
         if final is None:
             final = rendered(analysis.module)
             remaining = [f.diagnostic for f in analysis.findings]
+            if project is not None:
+                # Uses of an imported alias that its module's fix keeps on the shim: fixed there.
+                through = {id(f.diagnostic) for f in analysis.findings if f.fix is not None and f.fix.shimmed
+                           and f.fix.replacement is None and not f.fix.edits and may_apply(f.diagnostic, unsafe)}
+                outcome.applied.extend(d for d in remaining if id(d) in through)
+                remaining = [d for d in remaining if id(d) not in through]
         roundtrip = final if outcome.rounds == 0 else rendered(clean_indent(module))
         if roundtrip != data:
             # libcst re-rendered bytes that no fix touched (form feeds in indentation): put them back

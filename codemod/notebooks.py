@@ -535,7 +535,7 @@ def lint_notebook(data: bytes, path: str, rules: Sequence[type[Rule]], options: 
 
 
 def fix_notebook(data: bytes, path: str, rules: Sequence[type[Rule]], *, unsafe: bool = False,
-                 options: RuleOptions | None = None):
+                 options: RuleOptions | None = None, project=None):
     """Fix one notebook's contents (a ``FixOutcome`` whose bytes are the whole notebook); ``options``
     as for a module (the idiomatic rewrite, with ``unsafe``)."""
     from pmap_migrate.fixer import FixOutcome, fix_bytes
@@ -549,7 +549,7 @@ def fix_notebook(data: bytes, path: str, rules: Sequence[type[Rule]], *, unsafe:
         if not notebook.included:
             outcome.remaining = broken
             return outcome
-        inner = fix_bytes(python.encode("utf-8"), path, rules, unsafe=unsafe, options=options)
+        inner = fix_bytes(python.encode("utf-8"), path, rules, unsafe=unsafe, options=options, project=project)
         if inner.error is not None:
             outcome.error = replace(inner.error, line=1, column=1)
             return outcome

@@ -166,19 +166,23 @@ def lint_file(data: bytes, shown: str, rules: Sequence[type[Rule]], options: Rul
 _INDEXES: dict[str, ProjectIndex] = {}
 
 # A dependency of a file's result: (path of a module the index read, its module name, the
-# fingerprint of its facts, its size, its mtime).
-Dependency = tuple[str, str, str, int, int]
+# fingerprint of its facts, its size, its mtime, whether it is among the run's files).
+Dependency = tuple[str, str, str, int, int, bool]
+
+# The project of a job: the configuration's root, and the absolute paths of the run's files.
+Project = tuple[str, frozenset[str]]
 
 
-def _project_view(path: str, shown: str, root: str | None) -> ModuleView | None:
+def _project_view(path: str, shown: str, project: Project | None) -> ModuleView | None:
     """The index as the file ``path`` sees it: its module name from the package structure."""
-    if root is None:
+    if project is None:
         return None
     from pmap_migrate.rules.analysis.project import ModuleView, ProjectIndex, module_identity
 
+    root, files = project
     index = _INDEXES.get(root)
-    if index is None:
-        index = _INDEXES[root] = ProjectIndex((root,))
+    if index is None or index.run != files:
+        index = _INDEXES[root] = ProjectIndex((root,), run=files)
     if _is_notebook(shown):
         return ModuleView(index, os.path.dirname(os.path.abspath(path)), "__notebook__")
     base, name, package = module_identity(path)
@@ -199,20 +203,22 @@ def _dependencies(view: ModuleView | None) -> tuple[Dependency, ...]:
         if facts is not None:
             from pmap_migrate.rules.analysis.project import facts_fingerprint
 
-            found.append((used, facts.name, facts_fingerprint(facts), stat.st_size, stat.st_mtime_ns))
+            found.append((used, facts.name, facts_fingerprint(facts), stat.st_size, stat.st_mtime_ns,
+                          used in view.index.run))
     return tuple(found)
 
 
 @on_deep_stack
 def fix_file(data: bytes, shown: str, rules: Sequence[type[Rule]], *, unsafe: bool,
-             options: RuleOptions | None = None, shared: bool = False):
+             options: RuleOptions | None = None, shared: bool = False, project: ModuleView | None = None):
+    """Fix one file's contents by its kind; ``project``: the project index as the file sees it."""
     _install_libcst_patches()
     from pmap_migrate.fixer import fix_bytes
     from pmap_migrate.notebooks import fix_notebook, is_notebook
 
     if is_notebook(shown):
-        return fix_notebook(data, shown, rules, unsafe=unsafe, options=options)
-    return fix_bytes(data, shown, rules, unsafe=unsafe, options=options, shared=shared)
+        return fix_notebook(data, shown, rules, unsafe=unsafe, options=options, project=project)
+    return fix_bytes(data, shown, rules, unsafe=unsafe, options=options, shared=shared, project=project)
 
 
 def _gate_for(codes: tuple[str, ...]) -> Gate:
@@ -221,14 +227,19 @@ def _gate_for(codes: tuple[str, ...]) -> Gate:
     return gate_of_codes(codes)
 
 
-def _check_job(job: tuple[str, str, tuple[str, ...], RuleOptions, bool, bytes | None, str | None]
+def _project(settings: Settings, files: Sequence[str | Path]) -> Project:
+    """The project of a run's jobs (one object, shared by every job of a chunk when pickled)."""
+    return os.fspath(settings.root), frozenset(os.path.abspath(f) for f in files)
+
+
+def _check_job(job: tuple[str, str, tuple[str, ...], RuleOptions, bool, bytes | None, Project | None]
                ) -> tuple[FileResult | None, bytes | None, bool, tuple[Dependency, ...]]:
     """One file of `run`: ``(result, content digest, unchanged, dependencies)``. The digest is None
     for a file that could not be read (its result says why; nothing to cache), ``b""`` without a
     cache; unchanged: its content has the digest the cache holds for it (no result: the cache's is
     the answer); dependencies: the other modules whose facts the result used (the project index of
     the configuration's root, when the job names one)."""
-    path, shown, codes, options, want_digest, cached_digest, root = job
+    path, shown, codes, options, want_digest, cached_digest, project = job
     try:
         with open(path, "rb") as handle:
             data = handle.read()
@@ -243,7 +254,7 @@ def _check_job(job: tuple[str, str, tuple[str, ...], RuleOptions, bool, bytes | 
         return FileResult(shown), content_digest, False, ()
     # An importer of an alias the project defines (`from .constants import pmap as p`) need not
     # refer to jax: the index is asked about the files that spell `pmap` at all.
-    view = _project_view(path, shown, root) if b"pmap" in data else None
+    view = _project_view(path, shown, project) if b"pmap" in data else None
     result = _checked(data, shown, codes, options, text_matched, view)
     if result.diagnostics or result.error is not None:
         with_source_lines(result, data)
@@ -329,7 +340,7 @@ def run(
     slots: list[FileResult | None] = []
     cwd = os.path.join(os.getcwd(), "")
     shower = PathDisplay()
-    root = os.fspath(settings.root)
+    project = _project(settings, files)
     _INDEXES.clear()  # files may have changed since an earlier run in this process
     for path in files:
         text = os.fspath(path)
@@ -352,7 +363,7 @@ def run(
             continue
         entry = cache.entries.get(key) if cache is not None else None
         # A result that used other modules' facts (the project index) holds while those do.
-        if entry is not None and cache.dependencies_changed(key):
+        if entry is not None and cache.dependencies_changed(key, project[1]):
             entry = None
         if entry is not None:
             hit = cache.lookup_stat(key, stat, shown)
@@ -364,7 +375,8 @@ def run(
         slots.append(None)
         # A file whose size or mtime changed may hold what the cache has (a checkout touches files):
         # the worker compares digests before checking it.
-        work.append((text, shown, codes, options, cache is not None, entry[2] if entry is not None else None, root))
+        work.append((text, shown, codes, options, cache is not None, entry[2] if entry is not None else None,
+                     project))
 
     if on_total is not None:
         on_total(len(pending))
@@ -461,7 +473,7 @@ def _with_progress(results, progress):
 def _fix_job(job: tuple[str, str, tuple[str, ...], bool, RuleOptions, bool]):
     """One file of `run_fix`, read here (in the worker): ``(outcome, read)``; the outcome is None
     when the prefilter rules the file out, ``read`` false when the file could not be read."""
-    path, shown, codes, unsafe, options, shared = job
+    path, shown, codes, unsafe, options, shared, project = job
     try:
         with open(path, "rb") as handle:
             data = handle.read()
@@ -470,9 +482,27 @@ def _fix_job(job: tuple[str, str, tuple[str, ...], bool, RuleOptions, bool]):
 
         return FixOutcome(shown, b"", error=FileError.unreadable(shown, error)), False
     gate = _gate_for(codes)
-    if not gate.text_match(data) and not gate.refers_to_names(data, _is_notebook(shown)):
+    # An importer of an alias the project defines is fixed through the index, as `check` sees it.
+    view = _project_view(path, shown, project) if b"pmap" in data else None
+    if view is not None and not _refers_to_exports(data, view):
+        view = None
+    if view is None and not gate.text_match(data) and not gate.refers_to_names(data, _is_notebook(shown)):
         return None, True  # the text half of the prefilter, then its `ast` half: nothing to fix
-    return fix_file(data, shown, rules_for(codes), unsafe=unsafe, options=options, shared=shared), True
+    return fix_file(data, shown, rules_for(codes), unsafe=unsafe, options=options, shared=shared,
+                    project=view), True
+
+
+def _refers_to_exports(data: bytes, view: ModuleView) -> bool:
+    """Whether the module (or notebook) ``data`` imports what the project index knows."""
+    if view.name == "__notebook__":
+        return True
+    import ast
+
+    try:
+        tree = ast.parse(data)
+    except (SyntaxError, ValueError, RecursionError, MemoryError):
+        return False
+    return view.refers_to_exports(tree)
 
 
 def run_fix(files: Sequence[str | Path], settings: Settings, rules: Sequence[type[Rule]] | Sequence[str], *,
@@ -486,17 +516,37 @@ def run_fix(files: Sequence[str | Path], settings: Settings, rules: Sequence[typ
     codes = tuple(rule if isinstance(rule, str) else rule.CODE for rule in rules)
     outcomes: list = []
     options = rule_options(settings)
-    work: list[tuple[str, str, tuple[str, ...], bool, RuleOptions]] = []
+    work: list[tuple[str, str, tuple[str, ...], bool, RuleOptions, bool, Project]] = []
     shower = PathDisplay()
+    project = _project(settings, files)
+    root = project[0]
+    _INDEXES.clear()  # files may have changed since an earlier run in this process
     for path in files:
         shown = shower(path)
         # Rules a per-file ignore switches off do not fix that file either.
         ignored = ignored_codes(shown, settings)
         file_codes = tuple(c for c in codes if not any(c.startswith(i) for i in ignored)) if ignored else codes
-        work.append((os.fspath(path), shown, file_codes, unsafe, options, shared))
+        work.append((os.fspath(path), shown, file_codes, unsafe, options, shared, project))
     if on_total is not None:
         on_total(len(work))
-    for (outcome, read), path in zip(execute(_fix_job, work, jobs, progress), files):  # results first: as in `run`
+    done = list(zip(execute(_fix_job, work, jobs, progress), files))  # results first: as in `run`
+    # The modules whose public pmap aliases kept working for importers: fixed again, knowing which
+    # importers the run rewrote (the alias goes when all of them are: codemod/crossmodule.py).
+    kept = [i for i, ((outcome, read), _) in enumerate(done) if read and outcome is not None and any(
+        d.fix is not None and d.fix.summary.startswith(KEPT_ALIAS) for d in outcome.applied)]
+    if kept:
+        from pmap_migrate.crossmodule import alias_decisions
+
+        fixed = {os.path.abspath(path): outcome.fixed for (outcome, read), path in done
+                 if read and outcome is not None and outcome.changed and outcome.error is None}
+        decisions = alias_decisions([os.fspath(done[i][1]) for i in kept], [os.fspath(f) for f in files], fixed, root)
+        for i in kept:
+            decided = decisions.get(os.path.abspath(done[i][1]))
+            if decided:
+                path, shown, file_codes, _, _, _, _ = work[i]
+                again = (path, shown, file_codes, unsafe, replace(options, alias_importers=decided), shared, project)
+                done[i] = _fix_job(again), done[i][1]
+    for (outcome, read), path in done:
         if not read:
             outcomes.append((None, outcome))
         elif outcome is not None:
@@ -504,6 +554,10 @@ def run_fix(files: Sequence[str | Path], settings: Settings, rules: Sequence[typ
             outcome.remaining = [d for d in remaining.diagnostics if d.state is State.ACTIVE]
             outcomes.append((path, outcome))
     return outcomes
+
+
+# The summary of PM101's fix that keeps a public pmap alias for importers (rules/pm101_pmap_call.py).
+KEPT_ALIAS = "keep the public alias"
 
 
 def shared_module_outcomes(outcomes: Sequence[tuple[Path | None, object]]) -> list[tuple[Path, object]]:

@@ -7,7 +7,7 @@ from pmap_migrate.rules.base import Fixable, Invalid, Rule, Valid
 from pmap_migrate.rules.fixes.api import delete_line
 from pmap_migrate.rules.fixes.choices import Applicability
 from pmap_migrate.rules.fixes.pmap_rewrite import Rewriter
-from pmap_migrate.rules.fixes.spec import FixSpec
+from pmap_migrate.rules.fixes.spec import FixSpec, ImportSpec
 from pmap_migrate.rules.knowledge import gates
 
 
@@ -55,8 +55,11 @@ class PmapCall(Rule):
     `pmap-migrate fix` rewrites call sites whose options are all visible in the module into the
     faithful `jax.jit(jax.shard_map(...))` form above (safe: same values for all inputs); a
     computed `axis_name` is read once where pmap read it. Sites whose other options are computed
-    at run time (`in_axes`, argnums), or whose alias comes from another module, are swapped to
-    `runtime_shim.pmap` instead.
+    at run time (`in_axes`, argnums) are swapped to `runtime_shim.pmap` instead. A use of an
+    alias another module of the project defines is rewritten the same way, with the alias's
+    options spelled in the importer (`constants.AXIS`); the alias itself goes when every module
+    of the project that imports it is rewritten in the same run, and is otherwise kept on
+    `runtime_shim.pmap`, its comment naming the importers that keep it.
 
     With `--idiomatic` (or `idiomatic = true` in the config) and `--unsafe-fixes`, a whole
     data-parallel loop in one module (params replicated with `device_put_replicated` / flax
@@ -145,9 +148,11 @@ class PmapCall(Rule):
         via = site.callee.via
         patched = self.context.fixes.pmap_patched
         if site.callee.origin is not None:
-            # An alias another module defines (the project index): its rewrite is the next step;
-            # until then the finding carries no fix.
-            fix, note = None, ""
+            # An alias another module defines (the project index): rewritten here as a local alias's
+            # use is, where its options can be spelled here; else it keeps the alias (the alias
+            # module's fix keeps that on `runtime_shim.pmap`).
+            fix, why = self.context.fixes.imported_pmap_fix(site)
+            note = f"; not rewritten here: {why}" if why else ""
         elif patched is not None:
             fix, note = None, f"; not rewritten: {patched}"
         else:
@@ -203,14 +208,28 @@ class PmapCall(Rule):
         if assignment is None or assignment.references:
             return None  # still used here: the uses are fixed first
         module_level = self.model.scope_of(target) is self.model.scope_of(self.model.module)
+        summary, kept = f"remove the unused alias `{target.value}`", None
         if module_level and not target.value.startswith("_") and not self.model.is_script:
             if self.context.fixes.pmap_patched is not None:
                 return None
+            # `fix` knows the alias's importers in the project (codemod/crossmodule.py)
+            kept = dict(self.context.options.alias_importers).get(target.value)
+            if kept == "":
+                summary = f"remove the alias `{target.value}`: every module of the project that imports it is rewritten"
+            else:
+                reference = self.rewriter.pmap_reference(value)
+                if reference is None:
+                    return None
+                why = f"the public alias `{target.value}` keeps working for importers" if kept is None \
+                    else f"the public alias `{target.value}` is kept for {kept}"
+                return self.rewriter.shim_reference(
+                    reference, f"keep the public alias `{target.value}` working for importers through "
+                    "`runtime_shim.pmap`", why)
+        removes = self.rewriter.pmap_imports(value)
+        if kept == "":  # `import jax` too, if nothing else uses it
             reference = self.rewriter.pmap_reference(value)
-            if reference is None:
-                return None
-            return self.rewriter.shim_reference(
-                reference, f"keep the public alias `{target.value}` working for importers through `runtime_shim.pmap`",
-                f"the public alias `{target.value}` keeps working for importers")
-        return FixSpec(Applicability.SAFE, f"remove the unused alias `{target.value}`", edits=delete_line(self.model, line),
-                       remove_imports=self.rewriter.pmap_imports(value))
+            while isinstance(reference, cst.Attribute):
+                reference = reference.value
+            if isinstance(reference, cst.Name):
+                removes += (ImportSpec(reference.value),)
+        return FixSpec(Applicability.SAFE, summary, edits=delete_line(self.model, line), remove_imports=removes)

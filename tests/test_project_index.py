@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import os
 import shutil
-from collections import Counter
 from pathlib import Path
 
 import pytest
@@ -159,13 +158,14 @@ def test_one_file_sees_the_rest_of_the_project(case: Path):
         assert alone == [d for d in whole if d.path == file], file
 
 
-def test_findings_through_the_index_carry_no_fix():
+def test_uses_of_an_imported_alias_carry_their_rewrite():
+    """The uses of an alias another module defines get the rewrite a local alias's use gets
+    (rules/analysis/imported.py); what the index shows of imported pmapped functions keeps no fix."""
     outcome = _check(PROJECTS / "shared_alias", ["pkg/train.py"])
-    local = 25  # `@jax.pmap`: a local site
-    through_index = [d for d in outcome.diagnostics if d.line != local]
-    assert {d.code for d in through_index} == {"PM101", "PM201", "PM102"}
-    assert all(d.fix is None for d in through_index)
-    assert [d.fix is not None for d in outcome.diagnostics if d.line == local] == [True]
+    uses = [d for d in outcome.diagnostics if d.code == "PM101" and "(alias)" in d.message]
+    assert [d.line for d in uses] == [15, 16, 30]
+    assert all(d.fix is not None and not d.fix.shimmed for d in uses)
+    assert [d.fix for d in outcome.diagnostics if d.code == "PM102"] == [None]
 
 
 def test_without_the_index_nothing_is_found_across_modules(monkeypatch):
@@ -179,7 +179,7 @@ def test_without_the_index_nothing_is_found_across_modules(monkeypatch):
 # ------------------------------------------------------------------ the cache
 def _copy(tmp_path: Path) -> Path:
     root = tmp_path / "project"
-    shutil.copytree(PROJECTS / "shared_alias", root, ignore=shutil.ignore_patterns("expected.txt"))
+    shutil.copytree(PROJECTS / "shared_alias", root, ignore=shutil.ignore_patterns("expected*"))
     return root
 
 
@@ -243,17 +243,20 @@ def _cli(root: Path, *args: str):
         os.chdir(previous)
 
 
-def test_fix_of_an_importer_alone_counts_its_imported_uses_as_left(tmp_path: Path):
-    """`fix` on one importer (pre-commit passes only the changed files) leaves the uses of an alias
-    another module defines: they are counted as left, not as fixed, and listed."""
+def test_fix_of_an_importer_alone_rewrites_its_imported_uses_and_counts_what_is_left(tmp_path: Path):
+    """`fix` on one importer (pre-commit passes only the changed files) rewrites the uses of an alias
+    another module defines, leaves that module as it is (other importers need the alias), and
+    counts and lists what is left."""
     root = _copy(tmp_path)
+    constants = (root / "pkg" / "constants.py").read_text()
     before = [d for d in _check(root, ["pkg/train.py"]).results[0].active]
-    imported = [d for d in before if d.fix is None and d.code == "PM101"]  # uses of `constants.pmap`, `p`
-    assert imported, "the fixture's importer uses an imported alias"
+    imported = [d for d in before if d.fix is not None and d.code == "PM101" and "(alias)" in d.message]
+    assert len(imported) == 3, "the fixture's importer uses an imported alias"
     result = _cli(root, "fix", "--no-cache", "pkg/train.py")
     left = [d for d in _check(root, ["pkg/train.py"]).results[0].active]
-    still = Counter((d.code, d.message) for d in left)  # (lines move: the fix adds code above them)
-    assert not Counter((d.code, d.message) for d in imported) - still
+    assert not [d for d in left if "(alias)" in d.message]
+    assert "constants.pmap" not in (root / "pkg" / "train.py").read_text()
+    assert (root / "pkg" / "constants.py").read_text() == constants
     assert 0 < len(left) < len(before)
     assert f"Fixed {len(before) - len(left)} of {len(before)} legacy patterns" in result.output
     assert f"Found {len(left)} legacy patterns in 1 file." in result.output

@@ -25,6 +25,7 @@ from libcst.metadata import (
 )
 
 from pmap_migrate.rules.analysis.bindings import Bindings
+from pmap_migrate.rules.analysis.imported import ImportedAlias, imported_alias
 from pmap_migrate.rules.analysis.index import Indexer, indent_unit, resolve_scopes
 from pmap_migrate.rules.analysis.nesting import Nesting
 from pmap_migrate.rules.analysis.project import AliasFact, ModuleView, PmappedFact
@@ -114,31 +115,43 @@ class SemanticModel(Bindings, ValueFlow, Nesting):
                 return Callee(PMAP)
             if not names.isdisjoint(tables.JIT):
                 return Callee(JIT)
-            fact = self._project_fact(names)
+            qualified, fact = self._project_fact_named(names)
             if isinstance(fact, AliasFact):
-                return Callee(PMAP, _parsed_arguments(fact.options), (_code(expr),), origin=fact.module)
+                imported = self._imported_alias(fact, expr, qualified)
+                args = imported.args if not imported.problem else _parsed_arguments(fact.options)
+                return Callee(PMAP, args, (_code(expr),), origin=fact.module, imported=imported)
         if isinstance(expr, cst.Call) and self.matches(expr.func, tables.PARTIAL) and expr.args:
             first = expr.args[0]
             if first.keyword is None and not first.star:
                 inner = self.callee(first.value)
                 if inner is not None:
                     return Callee(inner.transform, inner.bound_args + tuple(expr.args[1:]), inner.via,
-                                  inner.ambiguous, inner.origin)
+                                  inner.ambiguous, inner.origin, inner.imported)
         if isinstance(expr, cst.Name):
             return self._alias_callee(expr)
         return None
 
     def _project_fact(self, names: frozenset[str]) -> AliasFact | PmappedFact | None:
         """What the project index says one of ``names`` (an imported name's qualified names) is."""
+        return self._project_fact_named(names)[1]
+
+    def _project_fact_named(self, names: frozenset[str]) -> tuple[str, AliasFact | PmappedFact | None]:
+        """``_project_fact``, with the qualified name the answer is for."""
         if self.project is None:
-            return None
-        for name in names:
+            return "", None
+        for name in sorted(names):
             if name not in self._project_facts:
                 self._project_facts[name] = self.project.lookup(name)
             fact = self._project_facts[name]
             if fact is not None:
-                return fact
-        return None
+                return name, fact
+        return "", None
+
+    def _imported_alias(self, fact: AliasFact, expr: cst.Name | cst.Attribute, qualified: str) -> ImportedAlias:
+        """The alias ``expr`` names, as this module can spell its options (analysis/imported.py)."""
+        scope = self.scope_of(self.module)
+        bound = frozenset(a.name for a in scope.assignments) if scope is not None else frozenset()
+        return imported_alias(fact, expr, qualified, self.project.name, self.project.package, bound)
 
     @property
     def uses_project(self) -> bool:
@@ -179,7 +192,7 @@ class SemanticModel(Bindings, ValueFlow, Nesting):
         first = found[0]
         ambiguous = other or any(c.transform != first.transform for c in found)
         return Callee(first.transform, first.bound_args, (name.value,) + first.via, ambiguous or first.ambiguous,
-                      first.origin)
+                      first.origin, first.imported)
 
     # ------------------------------------------------------------------ sites
     def _find_sites(self) -> None:

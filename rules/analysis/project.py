@@ -39,6 +39,11 @@ class AliasFact:
     module: str
     name: str
     options: str = ""  # the arguments `functools.partial` binds, as written ("axis_name='i'")
+    # The names the options read, sorted; ``stable``: those of them that are module-level names of
+    # ``module`` bound once, by an assignment or a definition (an importer can name them through
+    # its own binding of the module: `constants.AXIS`).
+    names: tuple[str, ...] = ()
+    stable: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -159,6 +164,13 @@ class _FactReader:
         for name in self.other:
             facts.aliases.pop(name, None)
             facts.pmapped.pop(name, None)
+        bindings: dict[str, int] | None = None
+        for name, alias in list(facts.aliases.items()):
+            read = _names_read(alias.options)
+            if read:
+                bindings = _module_bindings(tree) if bindings is None else bindings
+                stable = tuple(n for n in read if bindings.get(n) == 1 and n not in facts.imports)
+                facts.aliases[name] = AliasFact(alias.module, alias.name, alias.options, read, stable)
 
     def _rebound(self, name: str) -> None:
         if name in self.facts.aliases or name in self.facts.pmapped:
@@ -238,6 +250,45 @@ def _bound_names(statement: ast.stmt) -> list[str]:
     return [n.id for t in targets for n in ast.walk(t) if isinstance(n, ast.Name)]
 
 
+def _names_read(options: str) -> tuple[str, ...]:
+    """The names the options text ``axis_name=AXIS, donate_argnums=(0,)`` reads, sorted."""
+    if not options:
+        return ()
+    try:
+        call = ast.parse(f"f({options})", mode="eval").body
+    except (SyntaxError, ValueError, RecursionError, MemoryError):
+        return ("?",)  # not readable here: no importer can name it
+    nodes = [*call.args, *(k.value for k in call.keywords)]
+    return tuple(sorted({n.id for node in nodes for n in ast.walk(node) if isinstance(n, ast.Name)}))
+
+
+def _module_bindings(tree: ast.Module) -> dict[str, int]:
+    """How many statements of the module bind each name at module level (an import counts as
+    many; statements in module-level blocks count too)."""
+    counts: dict[str, int] = {}
+    stack: list[ast.AST] = list(tree.body)
+    while stack:
+        node = stack.pop()
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+            counts[node.name] = counts.get(node.name, 0) + 1
+            for inner in ast.walk(node):
+                if isinstance(inner, ast.Global):  # a function rebinds it
+                    for name in inner.names:
+                        counts[name] = counts.get(name, 0) + 2
+            continue
+        if isinstance(node, (ast.Import, ast.ImportFrom)):
+            for alias in node.names:
+                local = alias.asname or alias.name.split(".", 1)[0]
+                counts[local] = counts.get(local, 0) + 2
+            continue
+        if isinstance(node, (ast.Lambda, ast.ListComp, ast.SetComp, ast.DictComp, ast.GeneratorExp)):
+            continue
+        if isinstance(node, ast.Name) and isinstance(node.ctx, (ast.Store, ast.Del)):
+            counts[node.id] = counts.get(node.id, 0) + 1
+        stack.extend(ast.iter_child_nodes(node))
+    return counts
+
+
 def _returns_tuple(function: ast.FunctionDef | ast.AsyncFunctionDef) -> bool:
     """Every return statement of ``function`` (not of nested functions) returns a tuple or list display."""
     values = []
@@ -263,8 +314,10 @@ class ProjectIndex:
     module is read when first asked for (a pre-commit run passes only the changed files)."""
 
     def __init__(self, roots: tuple[str, ...] = (), known: dict[str, ModuleFacts] | None = None,
-                 read: Callable[[str], bytes | None] | None = None) -> None:
+                 read: Callable[[str], bytes | None] | None = None, run: frozenset[str] = frozenset()) -> None:
         self.roots = tuple(os.path.abspath(r) for r in roots)
+        self.run = run  # the absolute paths of the run's files
+        self._defined_at: dict[tuple[str, str], str] = {}  # (module, alias) -> the file found to define it
         self._by_path: dict[str, ModuleFacts | None] = dict(known or {})
         self._read = read or _read_file
         self._paths: dict[tuple[str, str], str | None] = {}
@@ -294,6 +347,11 @@ class ProjectIndex:
             if self._paths[key] is not None:
                 return directory, self._paths[key]
         return None
+
+    def defined_in_run(self, module: str, name: str) -> bool:
+        """Whether the file that defines ``name`` of ``module`` (found by an earlier ``lookup``) is
+        among the run's files."""
+        return self._defined_at.get((module, name)) in self.run
 
     def facts_for(self, path: str) -> ModuleFacts | None:
         """The facts last read from ``path`` (None: not read, or unreadable)."""
@@ -341,6 +399,7 @@ class ProjectIndex:
             if len(rest) == 1:
                 fact = facts.aliases.get(head) or facts.pmapped.get(head)
                 if fact is not None:
+                    self._defined_at[(fact.module, fact.name)] = path
                     return fact
             target = facts.imports.get(head)
             if target is None:
@@ -422,3 +481,43 @@ class ModuleView:
             if any(self.index.exports(name, self.bases, self.used) for name in names):
                 return True
         return False
+
+
+def refers_to_alias(tree: ast.Module, view: ModuleView, alias: AliasFact) -> bool:
+    """Whether the module ``tree`` (seen as ``view``) names the alias ``alias`` anywhere: an import
+    of it (``from .constants import pmap as p``, through re-exports too) or an attribute of a
+    module it imports (``constants.pmap``, ``pkg.constants.pmap``)."""
+    facts = ModuleFacts(view.name, view.package)
+    reader = _FactReader("", facts)
+    reader.read(ast.Module(body=[s for s in tree.body if isinstance(s, (ast.Import, ast.ImportFrom))],
+                           type_ignores=[]))
+    imports = facts.imports
+    # imports in functions and blocks count too (the module binds the name there)
+    for node in ast.walk(tree):
+        if isinstance(node, (ast.Import, ast.ImportFrom)) and node not in tree.body:
+            inner = ModuleFacts(view.name, view.package)
+            _FactReader("", inner).read(ast.Module(body=[node], type_ignores=[]))
+            imports = {**inner.imports, **imports}
+    wanted = (alias.module, alias.name)
+    asked: set[str] = set()
+
+    def names(dotted: str) -> bool:
+        if dotted in asked:
+            return False
+        asked.add(dotted)
+        fact = view.index.lookup(dotted, view.bases)
+        return isinstance(fact, AliasFact) and (fact.module, fact.name) == wanted
+
+    if any(names(target) for target in imports.values()):
+        return True
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Attribute):
+            parts = []
+            head: ast.expr = node
+            while isinstance(head, ast.Attribute):
+                parts.append(head.attr)
+                head = head.value
+            if isinstance(head, ast.Name) and head.id in imports \
+                    and names(".".join([imports[head.id], *reversed(parts)])):
+                return True
+    return False

@@ -8,6 +8,8 @@ from dataclasses import dataclass, field
 import libcst as cst
 from libcst.metadata import BaseAssignment
 
+from pmap_migrate.rules.analysis.imported import ImportedAlias
+
 PMAP = "pmap"
 
 
@@ -55,6 +57,7 @@ class Callee:
     via: tuple[str, ...] = ()  # alias names followed to get here
     ambiguous: bool = False  # an alias that is also bound to something else
     origin: str | None = None  # the module of the project that defines the alias (the project index)
+    imported: ImportedAlias | None = None  # that alias as this module spells it (with ``origin``)
 
 
 @dataclass

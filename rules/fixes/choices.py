@@ -22,3 +22,7 @@ class RuleOptions:
 
     # PM101: offer the idiomatic rewrite (unsafe) where a whole data-parallel loop is visible
     idiomatic: bool = False
+    # PM101, set by `fix` for a module whose public pmap aliases other modules import: per alias,
+    # why it is kept for them ("": every importer in the project is rewritten in this run, and
+    # the alias goes). An alias not named here is kept for importers, on `runtime_shim.pmap`.
+    alias_importers: tuple[tuple[str, str], ...] = ()

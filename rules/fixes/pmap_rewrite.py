@@ -149,10 +149,13 @@ class Rewriter(EvaluationPlaces):
         static_argnums=..., donate_argnums=...)` in place, the package's one helper doing what every
         such pmap did (pmap_render.shard_mapped_helper applies the axes at run time, as legacy pmap
         did): for pmaps spelled directly (not through an alias, whose options were evaluated
-        elsewhere) whose options are literals. The function and axis name are evaluated where pmap
-        evaluated them; a pmap built inside a function from module-level definitions only is built
-        once at module level instead (no trace per call). None: the site needs the explicit form."""
-        if site.callee.via or site.dynamic_options or len(site.positional()) > (1 if site.is_decorator else 2):
+        elsewhere, but for an alias of another module whose options this module spells:
+        analysis/imported.py) whose options are literals. The function and axis name are evaluated
+        where pmap evaluated them; a pmap built inside a function from module-level definitions only
+        is built once at module level instead (no trace per call). None: the site needs the
+        explicit form."""
+        direct = not site.callee.via or (site.callee.imported is not None and len(site.callee.via) == 1)
+        if not direct or site.dynamic_options or len(site.positional()) > (1 if site.is_decorator else 2):
             return None
         if any(a.keyword is not None and a.keyword.value not in self._COMPACT_OPTIONS
                and not (a.keyword.value == "global_arg_shapes" and is_none(a.value)) for a in site.args):
