@@ -15,8 +15,9 @@ The rule, for a module at ``path``:
   directory by name: ``python -m pkg.tool`` does not put the directory on the path): a sibling module,
   imported by its plain name, which works when the script runs (its directory is first on
   ``sys.path``) and under pytest's default import mode (it puts the test's directory there). Two
-  such directories may meet in one pytest session, where the first ``_pmap_compat`` imported serves
-  both: a sibling module therefore holds every shared helper, so that either serves both;
+  directories of tests may meet in one pytest session, where the first ``_pmap_compat`` imported
+  serves both: the sibling module of a directory that holds tests therefore holds every shared
+  helper, so that either serves both (a directory of scripts only: the helpers its modules use);
 - anything else (a module of a namespace package, a top package whose name is not an identifier,
   a ``_pmap_compat.py`` or ``_pmap_compat/`` that this tool did not write, an unreadable one): no
   shared module; the helpers are written in the module itself.
@@ -44,7 +45,7 @@ class SharedLocation:
     file: str  # the path of the shared module, as the fixed module's path was given (relative or not)
     module: str  # ``from <module> import ...`` (without the leading dots of a relative import)
     relative: int = 0  # the leading dots
-    every_helper: bool = False  # a sibling of scripts: holds every shared helper (see the module's docstring)
+    every_helper: bool = False  # a sibling of tests: holds every shared helper (see the module's docstring)
 
 
 def _is_identifier(name: str) -> bool:
@@ -152,7 +153,20 @@ def location_for(path: str, module: cst.Module) -> SharedLocation | None:
     if (not _is_script(module, given.name) or (directory.parent / "__init__.py").is_file()
             or _names_directory(module, directory.name) or not usable(directory / FILE_NAME)):
         return None
-    return SharedLocation(os.path.normpath(given.parent / FILE_NAME), MODULE_NAME, every_helper=True)
+    return SharedLocation(os.path.normpath(given.parent / FILE_NAME), MODULE_NAME,
+                          every_helper=_holds_tests(directory))
+
+
+def _holds_tests(directory: Path) -> bool:
+    """Whether pytest collects tests in ``directory`` (files named as tests, or a conftest)."""
+    try:
+        return any(_is_test_name(entry.name) for entry in directory.iterdir() if entry.suffix == ".py")
+    except OSError:
+        return True
+
+
+def _is_test_name(name: str) -> bool:
+    return name.startswith(_TEST_NAME[0]) or name.endswith(_TEST_NAME[1]) or name == _TEST_NAME[2]
 
 
 @dataclass

@@ -3,12 +3,12 @@ from __future__ import annotations
 import libcst as cst
 
 from pmap_migrate.rules.base import Fixable, Invalid, Rule, Valid
-from pmap_migrate.rules.fixes.shared import host_local_helper, process_mesh_helper, to_global_helper
+from pmap_migrate.rules.fixes.shared import host_local_helper, to_global_helper
 from pmap_migrate.rules.knowledge import gates, tables
 
 # The shared helpers of the global-mesh rewrite as the fix writes them in a module of no package (the
 # expected outputs of the examples below); in a package, they are imported from its `_pmap_compat`.
-_MESH_HELPERS = process_mesh_helper("    ") + "\n\n" + to_global_helper("    ")
+_MESH_HELPERS = to_global_helper("    ")
 _HOST_LOCAL = host_local_helper("    ")
 
 

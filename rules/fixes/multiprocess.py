@@ -69,7 +69,6 @@ from pmap_migrate.rules.fixes.choices import Applicability
 from pmap_migrate.rules.fixes.code import code_of, int_literal, is_none
 from pmap_migrate.rules.fixes.edits import LostEdit, compose_edits, spaced
 from pmap_migrate.rules.fixes.multiprocess_reads import (
-    Helpers,
     Layout,
     Outputs,
     PlannedSite,
@@ -97,7 +96,6 @@ class GlobalRewrite(GlobalRender):
         self.sites: list[PlannedSite] = []
         self._fix: FixSpec | None = None
         self._planned = False
-        self._helper_names: dict[str, Helpers] = {}  # axis literal -> its helpers
         self._host_local: str | None = None
         self._host_local_used = False
         self._accesses: dict[str, list[cst.Name]] | None = None
@@ -366,7 +364,10 @@ class GlobalRewrite(GlobalRender):
             except Unsupported as why:
                 raise SiteFailure(entry, str(why)) from None
             edits += site_edits
-            imports += entry.fix.add_imports
+            # the wrappers' own: the jitted part is the shared helper's (`jax.jit`), the mesh is theirs
+            imports.append(ImportSpec("jax"))
+            if entry.uses_spec:
+                imports.append(ImportSpec("jax.sharding", "PartitionSpec", "P"))
             removes += entry.fix.remove_imports
         removes += reads.removes
         edits = reads.merge_inline(edits)
@@ -377,8 +378,6 @@ class GlobalRewrite(GlobalRender):
                                "another part of the program") from None
         self.rewriter.check_names_free()
         self.rewriter.check_names_free(self.rewriter.GLOBAL_TEMPLATE_NAMES)
-        # the wrappers' own (the mesh comes from the shared helper)
-        imports = [spec for spec in imports if spec != ImportSpec("jax.sharding", "Mesh")]
         # each name once (functions of different scopes may share one)
         inside = ", ".join(dict.fromkeys(f"`{e.wrapper_name}`" for e in self.sites if e.boundary is None))
         boundary = ", ".join(dict.fromkeys(f"`{e.wrapper_name}`" for e in self.sites if e.boundary is not None))

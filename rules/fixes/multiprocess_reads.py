@@ -27,15 +27,6 @@ Layout = int | None | tuple
 
 
 @dataclass
-class Helpers:
-    """The module-level helpers of one mesh axis."""
-
-    axis: str  # the axis literal, with its quotes
-    mesh: str
-    to_global: str
-
-
-@dataclass
 class PlannedSite:
     site: TransformSite
     plan: Plan | None = None  # filled by the renderer
@@ -51,6 +42,7 @@ class PlannedSite:
     unseen: bool = False  # some callers are not seen (their in_axes=None arguments are not checked)
     names: set[str] = field(default_factory=set)  # the names its definition took (kept when rendered again)
     compact: bool = False  # its jitted part is the compact form's helper (`_shard_mapped`)
+    uses_spec: bool = False  # its wrapper passes `_to_global` a PartitionSpec of its own
 
 
 class SiteFailure(Exception):

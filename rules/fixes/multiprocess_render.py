@@ -5,15 +5,16 @@ from __future__ import annotations
 
 import dataclasses
 
-from pmap_migrate.rules.fixes.multiprocess_reads import Helpers, PlannedSite
+import libcst as cst
+
+from pmap_migrate.rules.fixes.code import code_of
+from pmap_migrate.rules.fixes.multiprocess_reads import PlannedSite
 from pmap_migrate.rules.fixes.pmap_options import Unsupported
 from pmap_migrate.rules.fixes.pmap_render import Plan, jitted_parts, spec_for, tuple_text
 from pmap_migrate.rules.fixes.shared import (
     HOST_LOCAL,
-    PROCESS_MESH,
     TO_GLOBAL,
     host_local_helper,
-    process_mesh_helper,
     to_global_helper,
 )
 from pmap_migrate.rules.fixes.spec import Helper
@@ -23,15 +24,9 @@ class GlobalRender:
     """The rendering half of ``multiprocess.GlobalRewrite`` (which mixes it in)."""
 
     # ------------------------------------------------------------------ rendering
-    def _helpers(self, axis: str) -> Helpers:
-        """The global mesh and the conversion to global arrays: the package's shared helpers
-        (`_process_mesh`, `_to_global`), which take the axis name."""
-        helpers = self._helper_names
-        if axis not in helpers:
-            mesh = self.rewriter.shared_helper(PROCESS_MESH, process_mesh_helper)
-            to_global = self.rewriter.shared_helper(TO_GLOBAL, to_global_helper)
-            helpers[axis] = Helpers(axis, mesh.name, to_global.name)
-        return helpers[axis]
+    def _to_global(self) -> str:
+        """The conversion to global arrays: the package's shared `_to_global`."""
+        return self.rewriter.shared_helper(TO_GLOBAL, to_global_helper).name
 
     def _render(self, entry: PlannedSite, plan: Plan, indent: str) -> str:
         if plan.params is None and plan.static:
@@ -44,19 +39,15 @@ class GlobalRender:
                                        + "(*args, **kwargs)")
         entry.plan = plan
         entry.wrapper_name = plan.name
-        helpers = self._helpers(plan.axis)
+        to_global = self._to_global()
         jit_name = self.rewriter.names.fresh(f"_{plan.name.lstrip('_')}_sharded")
         i1 = indent
-        head, body, size, call = jitted_parts(plan, indent, name=jit_name)
-        lines = list(plan.hoisted)
-        compact = self._compact(plan, jit_name)
-        entry.compact = compact is not None
-        if compact is not None:
-            lines += [compact, "", ""]
-        else:
-            lines += [*head, *body, "",
-                      f"{i1}mesh = {helpers.mesh}({plan.axis}, {size} // jax.process_count())  # rows per process",
-                      call, "", ""]
+        size = jitted_parts(plan, indent, name=jit_name)[2]  # the mapped size, read from the arguments
+        compact = self._compact(entry, plan, jit_name)
+        if compact is None:
+            raise Unsupported("a mapped function that is not a plain name, in a multi-process program")
+        entry.compact = True
+        lines = [*plan.hoisted, compact, "", ""]
         default = f"P({plan.axis})"
         if plan.params is None and plan.keywords:
             params, converted, forward = ["*args", "**kwargs"], [("args, kwargs", default)], "*args, **kwargs"
@@ -68,6 +59,7 @@ class GlobalRender:
             axes = plan.in_axes if isinstance(plan.in_axes, list) else [plan.in_axes] * len(mapped)
             converted = [(p, spec_for(a, plan.axis)) for p, a in zip(mapped, axes) if a is not None]
             forward = ", ".join(plan.params)
+        entry.uses_spec = any(spec != default for _, spec in converted)
         lines.append(f"def {plan.name}({', '.join(params)}):")
         if entry.boundary is None:
             lines += [
@@ -85,26 +77,30 @@ class GlobalRender:
             ]
         lines.append(f"{i1}rows = jax.local_device_count() if jax.process_count() > 1 else {size}")
         if converted == [("args, kwargs", default)]:
-            lines.append(f"{i1}args, kwargs = {helpers.to_global}((args, kwargs), {plan.axis}, rows)")
+            lines.append(f"{i1}args, kwargs = {to_global}((args, kwargs), {plan.axis}, rows)")
         elif all(spec == default for _, spec in converted) and len(converted) > 1:
             names = ", ".join(name for name, _ in converted)
-            lines.append(f"{i1}{names} = {helpers.to_global}(({names}), {plan.axis}, rows)")
+            lines.append(f"{i1}{names} = {to_global}(({names}), {plan.axis}, rows)")
         else:
             for name, spec in converted:
                 extra = "" if spec == default else f", {spec}"
-                lines.append(f"{i1}{name} = {helpers.to_global}({name}, {plan.axis}, rows{extra})")
+                lines.append(f"{i1}{name} = {to_global}({name}, {plan.axis}, rows{extra})")
         result = f"{jit_name}({forward})"
         if entry.boundary is not None:
             result = f"{self.host_local_name()}({result})"
         lines.append(f"{i1}return {result}")
         return "\n".join(lines) + "\n"
 
-    def _compact(self, plan: Plan, jit_name: str) -> str | None:
+    def _compact(self, entry: PlannedSite, plan: Plan, jit_name: str) -> str | None:
         """`<jit_name> = jax.jit(_shard_mapped(f, axis, ..., processes=True), ...)`: the compact
         form's helper over the global mesh (pmap_render.shard_mapped_helper), which applies the
         plan's axes at run time; None where the mapped function is not a plain name."""
         callee = plan.body_call[: plan.body_call.find("(")]
-        if not callee.isidentifier() or plan.leading or plan.size is not None:
+        if not callee.isidentifier() and isinstance(entry.site.fun, cst.Lambda):
+            callee = code_of(entry.site.fun)  # its body was inlined: the lambda itself, where pmap took it
+        elif not callee.isidentifier():
+            return None
+        if plan.leading or plan.size is not None:
             return None
         name, _ = self.rewriter.compact_helper()
         options = [plan.axis]
@@ -135,8 +131,8 @@ class GlobalRender:
 
     def helpers_used(self) -> tuple[Helper, ...]:
         """The shared helpers the module's rewrite calls."""
-        keys = [PROCESS_MESH, TO_GLOBAL] + ([HOST_LOCAL] if self._host_local_used else [])
-        renders = {PROCESS_MESH: process_mesh_helper, TO_GLOBAL: to_global_helper, HOST_LOCAL: host_local_helper}
+        keys = [TO_GLOBAL] + ([HOST_LOCAL] if self._host_local_used else [])
+        renders = {TO_GLOBAL: to_global_helper, HOST_LOCAL: host_local_helper}
         helpers = tuple(self.rewriter.shared_helper(key, renders[key]) for key in keys)
         compact = any(entry.compact for entry in self.sites)
         return helpers + ((self.rewriter.compact_helper()[1],) if compact else ())

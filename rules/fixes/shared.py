@@ -81,37 +81,26 @@ def put_sharded_helper(name: str, indent: str) -> str:
         f"{i1}return jax.tree.map(stack, *shards)",
     ]) + "\n"
 
-PROCESS_MESH = "_process_mesh"  # the global mesh of the multi-process rewrite (multiprocess_render)
 TO_GLOBAL = "_to_global"  # this process's rows -> global arrays (multiprocess_render)
 HOST_LOCAL = "_host_local"  # global arrays -> this process's rows (multiprocess_render)
 
 
-def process_mesh_helper(indent: str) -> str:
-    """Legacy pmap's devices in a multi-process program: the first ``rows`` local devices of each
-    process, process by process (one mesh per axis name and row count)."""
-    i1, i2 = indent, indent * 2
-    return "\n".join([
-        "@functools.cache",
-        f"def {PROCESS_MESH}(axis_name, rows):",
-        f'{i1}"""Legacy pmap\'s devices: the first `rows` of each process, in order."""',
-        f"{i1}devices = []",
-        f"{i1}for p in range(jax.process_count()):",
-        f"{i2}devices += jax.local_devices(p)[:rows]",
-        f"{i1}return Mesh(np.array(devices), (axis_name,))",
-    ]) + "\n"
-
-
 def to_global_helper(indent: str) -> str:
-    """This process's rows (host-local stacks, as legacy pmap took them) as global arrays over
-    ``_process_mesh``: arrays already global pass (outputs fed back), rows already on this
+    """This process's rows (host-local stacks, as legacy pmap took them) as global arrays over the
+    first ``rows`` devices of each process (the devices of `_shard_mapped(..., processes=True)`, in
+    the same order): arrays already global pass (outputs fed back), rows already on this
     process's devices are viewed without a copy, host data is assembled from every process's
     part; on one process, host data is left for jit to place."""
     i1, i2, i3 = indent, indent * 2, indent * 3
     return "\n".join([
         f"def {TO_GLOBAL}(tree, axis_name, rows, spec=None):",
         f'{i1}"""This process\'s rows -> global arrays over every process\'s devices."""',
+        f"{i1}groups = {{}}  # legacy pmap's devices: the first rows of each process",
+        f"{i1}for d in sorted(jax.devices(), key=lambda d: d.process_index):",
+        f"{i2}groups.setdefault(d.process_index, []).append(d)",
+        f"{i1}devices = [d for local in groups.values() for d in local[:rows]]",
         f"{i1}spec = P(axis_name) if spec is None else spec",
-        f"{i1}sharding = NamedSharding({PROCESS_MESH}(axis_name, rows), spec)",
+        f"{i1}sharding = NamedSharding(Mesh(np.array(devices), (axis_name,)), spec)",
         f"{i1}local = NamedSharding(sharding.mesh.local_mesh, spec)  # this process's",
         "",
         f"{i1}def place(x):",
@@ -172,14 +161,11 @@ SHARED_HELPERS: dict[str, SharedHelper] = {
                      replicate_helper(REPLICATE, INDENT), _SHARDING_IMPORTS),
         SharedHelper(PUT_SHARDED, "jax.device_put_sharded (removed in jax 0.10).",
                      put_sharded_helper(PUT_SHARDED, INDENT), _SHARDING_IMPORTS),
-        SharedHelper(PROCESS_MESH, "legacy pmap's devices in a multi-process program.",
-                     process_mesh_helper(INDENT),
-                     (ImportSpec("functools"), ImportSpec("jax"), ImportSpec("numpy", None, "np"),
-                      ImportSpec("jax.sharding", "Mesh"))),
         SharedHelper(TO_GLOBAL, "this process's rows -> global arrays (multi-process pmaps).",
                      to_global_helper(INDENT),
-                     (ImportSpec("jax"), ImportSpec("jax.sharding", "NamedSharding"),
-                      ImportSpec("jax.sharding", "PartitionSpec", "P"), _MULTIHOST)),
+                     (ImportSpec("jax"), ImportSpec("numpy", None, "np"), ImportSpec("jax.sharding", "Mesh"),
+                      ImportSpec("jax.sharding", "NamedSharding"), ImportSpec("jax.sharding", "PartitionSpec", "P"),
+                      _MULTIHOST)),
         SharedHelper(HOST_LOCAL, "global arrays -> this process's rows (multi-process pmaps).",
                      host_local_helper(INDENT),
                      (ImportSpec("jax"), ImportSpec("jax.sharding", "NamedSharding"), _MULTIHOST)),
