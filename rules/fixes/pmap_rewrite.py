@@ -141,7 +141,7 @@ class Rewriter(EvaluationPlaces):
 
     # ------------------------------------------------------------ the compact form
     _COMPACT_OPTIONS = frozenset({"fun", "axis_name", "in_axes", "out_axes", "static_broadcasted_argnums",
-                                  "donate_argnums"})
+                                  "donate_argnums", "devices", "backend"})
 
     def _compact_fix(self, site: TransformSite) -> FixSpec | None:
         """`jax.pmap(f, axis_name, in_axes=..., static_broadcasted_argnums=..., donate_argnums=...)`
@@ -164,6 +164,11 @@ class Rewriter(EvaluationPlaces):
             opts = self.reader.compact_options(site)
         except Unsupported:
             return None
+        devices = site.option("devices")
+        where = site.decorated if site.is_decorator else site.node  # a decorator runs where its def does
+        if devices is not None and not is_none(devices) and \
+                not any(isinstance(a, (cst.FunctionDef, cst.Lambda)) for a in self.model.ancestors(where)):
+            return None  # evaluated at import: the explicit form queries the devices when it traces
         axis = site.option("axis_name")
         if axis is not None and is_none(axis):
             axis = None
@@ -177,6 +182,10 @@ class Rewriter(EvaluationPlaces):
         mapping = [_keyword(option, opts[option]) for option in ("in_axes", "out_axes") if opts[option] is not None]
         if opts["static"]:
             mapping.append(_keyword("static_broadcasted_argnums", cst.parse_expression(tuple_text(opts["static"]))))
+        for option in ("devices", "backend"):  # evaluated where pmap evaluated them
+            value = site.option(option)
+            if value is not None and not is_none(value):
+                mapping.append(_keyword(option, value))
         if site.is_decorator:
             options = [*([_keyword("axis_name", axis)] if axis is not None else []), *mapping]
             mapped = cst.Call(partial, [cst.Arg(cst.Name(name)), *options]) if options else cst.Name(name)
