@@ -312,12 +312,14 @@ def test_fixed_code_keeps_the_projects_line_length_and_blank_lines(project):
     assert again.fixed is None or again.fixed == outcome.fixed
 
 
-def _ruff() -> str | None:
+def _ruff() -> str:
+    """ruff, which the `[test]` extra installs beside the running Python."""
     beside = Path(sys.executable).with_name("ruff")
-    return str(beside) if beside.exists() else shutil.which("ruff")
+    found = str(beside) if beside.exists() else shutil.which("ruff")
+    assert found is not None, "ruff is not installed: pip install -e '.[test]'"
+    return found
 
 
-@pytest.mark.skipif(_ruff() is None, reason="ruff is not installed")
 def test_the_fixed_file_gets_no_lint_finding_it_did_not_have(project):
     outcome = fix_bytes(project.read_bytes(), str(project), all_rules(), unsafe=True)
     fixed = project.with_name("fixed.py")
