@@ -26,7 +26,7 @@ from pmap_migrate.engine import Analysis, Finding, analyse, lint_module, one_lin
 from pmap_migrate.importorder import ImportOrder, add_import
 from pmap_migrate.layout import styled
 from pmap_migrate.names import name_facts, name_problems
-from pmap_migrate.projectstyle import import_order, line_length
+from pmap_migrate.projectstyle import DEFAULT_LINE_LENGTH, import_order, line_length
 from pmap_migrate.rules.analysis.imports import imported_names
 from pmap_migrate.rules.analysis.index import indent_unit
 from pmap_migrate.rules.analysis.project import ModuleView
@@ -432,11 +432,13 @@ def imported_helpers(module: cst.Module, chosen: Sequence[Finding], shared: Shar
 
 def apply(module: cst.Module, chosen: Sequence[Finding],
           parents: Mapping[cst.CSTNode, cst.CSTNode] | None = None,
-          shared: SharedLocation | None = None, order: ImportOrder | None = None) -> cst.Module:
+          shared: SharedLocation | None = None, order: ImportOrder | None = None,
+          width: int = DEFAULT_LINE_LENGTH) -> cst.Module:
     """The module with the fixes of ``chosen`` applied (with ``parents``, the analysis' map of
     ``module``'s nodes, only the paths to the edits' targets are rebuilt). With ``shared``, the
     helpers that have a shared form are imported from that module instead of written here; with
-    ``order``, new imports go where isort would put them: ``pmap_migrate.importorder``."""
+    ``order``, new imports go where isort would put them: ``pmap_migrate.importorder``; the
+    comments of shimmed sites are wrapped at ``width``, the file's line length."""
     edits = [edit for finding in chosen for edit in finding.fix.all_edits(finding.node)]
     helpers = {helper.name: helper for finding in chosen for helper in finding.fix.helpers}
     imported = imported_helpers(module, chosen, shared)
@@ -451,7 +453,7 @@ def apply(module: cst.Module, chosen: Sequence[Finding],
     shimmed = [(finding.fix.target or finding.node, finding.fix.why) for finding in chosen
                if finding.fix.shimmed and finding.fix.why and finding.fix.replacement is not None]
     if shimmed and parents:
-        comments = shim_comments(shimmed, parents, indent_unit(module))
+        comments = shim_comments(shimmed, parents, indent_unit(module), width)
     if edits:
         toward = None if not parents else _toward(module, [edit.target for edit in edits], parents)
         module = module.visit(EditApplier(edits, toward, comments=comments))
@@ -659,6 +661,7 @@ def fix_bytes(data: bytes, path: str, rules: Sequence[type[Rule]], *, unsafe: bo
     if options is not None and options.idiomatic and not unsafe:
         options = replace(options, idiomatic=False)
     order = import_order(path)
+    width = line_length(path)
     module = None
     final: bytes | None = None
     remaining: list[Diagnostic] = []
@@ -675,7 +678,7 @@ def fix_bytes(data: bytes, path: str, rules: Sequence[type[Rule]], *, unsafe: bo
             chosen = choose(analysis, [f for f in analysis.findings if applicable(f, unsafe)])
             if not chosen:
                 break
-            candidate = apply(analysis.module, chosen, analysis.parents, location, order)
+            candidate = apply(analysis.module, chosen, analysis.parents, location, order, width)
             new_bytes = candidate.bytes
             if new_bytes == rendered(analysis.module):
                 break
