@@ -24,6 +24,7 @@ from libcst.helpers import get_full_name_for_node
 from pmap_migrate.diagnostics import Applicability, Diagnostic, FileError, State
 from pmap_migrate.engine import Analysis, Finding, analyse, lint_module, one_line, parse, recursion_error, sliced_module
 from pmap_migrate.importorder import ImportOrder, add_import
+from pmap_migrate.importreuse import reuse_bound_names
 from pmap_migrate.layout import styled
 from pmap_migrate.names import name_facts, name_problems
 from pmap_migrate.projectstyle import DEFAULT_LINE_LENGTH, import_order, line_length
@@ -473,6 +474,8 @@ def apply(module: cst.Module, chosen: Sequence[Finding],
         adds = [spec for spec in dict.fromkeys(adds)
                 if ("." * spec.relative + spec.module, spec.name, spec.asname) not in present
                 and bound.get(_binding(spec)[0]) != _binding(spec)[1]]
+        # `functools.partial` written as the module's own `partial`, and the like: no new import
+        module, adds = reuse_bound_names(module, adds)
         names = _bound_names(adds)
         if adds and order is not None:
             left = []
