@@ -28,6 +28,7 @@ from pmap_migrate.importreuse import reuse_bound_names
 from pmap_migrate.layout import styled
 from pmap_migrate.names import name_facts, name_problems
 from pmap_migrate.projectstyle import DEFAULT_LINE_LENGTH, import_order, line_length
+from pmap_migrate.relayout import relayout
 from pmap_migrate.rules.analysis.imports import imported_names
 from pmap_migrate.rules.analysis.index import indent_unit
 from pmap_migrate.rules.analysis.project import ModuleView
@@ -627,14 +628,16 @@ def _refusals(analysis: Analysis, chosen: Sequence[Finding], candidate: cst.Modu
 
 def in_project_style(original: bytes, fixed: bytes, path: str, module: cst.Module) -> bytes:
     """``fixed`` laid out in the project's style (``pmap_migrate.layout``): its new lines within the
-    project's line length, continuation lines aligned after renames; ``fixed`` as it is when the
-    result would not compile."""
+    project's line length, continuation lines aligned after renames, statements of several lines
+    that an edit pushed past the limit laid out again (``pmap_migrate.relayout``); ``fixed`` as it
+    is when the result would not compile."""
     encoding = module.encoding
     try:
         before, after = original.decode(encoding), fixed.decode(encoding)
     except (UnicodeDecodeError, LookupError):
         return fixed
-    text = styled(after, before, line_length(path), indent_unit(module))
+    limit, unit = line_length(path), indent_unit(module)
+    text = relayout(styled(after, before, limit, unit), before, limit, unit)
     if text == after:
         return fixed
     styled_bytes = text.encode(encoding)
