@@ -9,12 +9,15 @@ wraps the lines a fix writes whole (black's way): its tokens joined on one line 
 before a closing bracket dropped where Python does not need it), then split at the last bracket
 whose opening line fits, one element per line; where the targets of an assignment do not fit on
 its first line, they go in parentheses first (``(a, b) = f(...)``), as black does. Each trailing
-comment stays after the token it followed.
+comment stays after the token it followed; a bracket with a comment after one of its commas gets a
+magic trailing comma (one element per line, each comment after its element), as black leaves it.
+An f-string is kept as its source spells it.
 
 Only a statement with more lines over the limit than the lines of the original it replaces (a line
 that was already too long is the author's), without a string across lines, a comment on a line of
-its own or a type comment, and only when the new layout has fewer lines over the limit. Statements
-the fix did not touch stay as they are. The caller checks that the result still compiles.
+its own, a type comment or a comment with code after it on its new line, and only when the new
+layout has fewer lines over the limit. Statements the fix did not touch stay as they are. The
+caller checks that the result still compiles.
 """
 
 from __future__ import annotations
@@ -31,6 +34,8 @@ from pmap_migrate.layout import continuation_unit, wrap_line
 _OPEN = {"(": ")", "[": "]", "{": "}"}
 _CLOSE = frozenset(_OPEN.values())
 _TYPE_COMMENT = re.compile(r"#\s*type:")
+_FSTRING_START = getattr(tokenize, "FSTRING_START", None)
+_FSTRING_END = getattr(tokenize, "FSTRING_END", None)
 
 
 def _statements(text: str) -> list[tuple[int, int, list[tokenize.TokenInfo]]] | None:
@@ -88,20 +93,22 @@ class Joined:
     line: str
     tokens: list[str]
     comments: dict[int, str]
+    columns: list[int]  # where each token starts in ``line``
 
 
 def joined(tokens: list[tokenize.TokenInfo], lines: list[str]) -> Joined | None:
     """The logical line of ``tokens`` on one line (the indentation of its first line), its
     comments aside; None when it holds a string across lines, a type comment or a comment on a
     line of its own."""
-    code = [t for t in tokens if t.type not in (tokenize.NL, tokenize.NEWLINE, tokenize.INDENT,
-                                                 tokenize.DEDENT, tokenize.ENDMARKER)]
-    if any(t.start[0] != t.end[0] for t in code) or not code or code[0].type == tokenize.COMMENT:
+    code = _collapsed([t for t in tokens if t.type not in (tokenize.NL, tokenize.NEWLINE, tokenize.INDENT,
+                                                           tokenize.DEDENT, tokenize.ENDMARKER)], lines)
+    if code is None or any(t.start[0] != t.end[0] for t in code) or not code or code[0].type == tokenize.COMMENT:
         return None
     drop = _needless_commas(code)
     first = lines[code[0].start[0] - 1]
     out = [first[: code[0].start[1]]]
     emitted: list[str] = []
+    columns: list[int] = []
     comments: dict[int, str] = {}
     previous = None
     for k, token in enumerate(code):
@@ -121,10 +128,37 @@ def joined(tokens: list[tokenize.TokenInfo], lines: list[str]) -> Joined | None:
             elif not (previous.string in _OPEN or previous.string == "." or token.string in _CLOSE
                       or token.string in (",", ":", ".")):
                 out.append(" ")
+        columns.append(sum(map(len, out)))
         out.append(token.string)
         emitted.append(token.string)
         previous = token
-    return Joined("".join(out).rstrip(), emitted, comments)
+    return Joined("".join(out).rstrip(), emitted, comments, columns)
+
+
+def _collapsed(code: list[tokenize.TokenInfo], lines: list[str]) -> list[tokenize.TokenInfo] | None:
+    """``code`` with each token's string its text in the source, and each f-string (several
+    tokens from Python 3.12 on) one string token; None: an f-string across lines."""
+    out: list[tokenize.TokenInfo] = []
+    depth, start = 0, None
+    for token in code:
+        if _FSTRING_START is not None and token.type == _FSTRING_START:
+            depth += 1
+            start = token if depth == 1 else start
+            continue
+        if _FSTRING_END is not None and token.type == _FSTRING_END:
+            depth -= 1
+            if depth == 0:
+                if start.start[0] != token.end[0]:
+                    return None
+                text = lines[start.start[0] - 1][start.start[1]:token.end[1]]
+                out.append(tokenize.TokenInfo(tokenize.STRING, text, start.start, token.end, start.line))
+            continue
+        if depth:
+            continue
+        if token.start[0] == token.end[0]:
+            token = token._replace(string=lines[token.start[0] - 1][token.start[1]:token.end[1]])
+        out.append(token)
+    return out
 
 
 def _target_in_parentheses(line: str) -> str | None:
@@ -163,27 +197,57 @@ def _commented(wrapped: list[str], piece: Joined) -> list[str] | None:
     if not piece.comments:
         return wrapped
     try:
-        found = [t for t in tokenize.generate_tokens(io.StringIO("\n".join(wrapped) + "\n").readline)
-                 if t.type not in (tokenize.NL, tokenize.NEWLINE, tokenize.INDENT, tokenize.DEDENT,
-                                   tokenize.ENDMARKER, tokenize.COMMENT)]
+        found = _collapsed([t for t in tokenize.generate_tokens(io.StringIO("\n".join(wrapped) + "\n").readline)
+                            if t.type not in (tokenize.NL, tokenize.NEWLINE, tokenize.INDENT, tokenize.DEDENT,
+                                              tokenize.ENDMARKER, tokenize.COMMENT)], wrapped)
     except (tokenize.TokenError, SyntaxError, IndentationError):
         return None
+    if found is None:
+        return None
     rows, k = [], 0
-    for token in found:  # the layout only adds tokens (commas, parentheses): match in order
+    last: dict[int, int] = {}  # the index in `found` of each row's last token
+    for n, token in enumerate(found):  # the layout only adds tokens (commas, parentheses): match in order
+        last[token.start[0] - 1] = n
         if k < len(piece.tokens) and token.string == piece.tokens[k]:
-            rows.append(token.start[0] - 1)
+            rows.append((token.start[0] - 1, n))
             k += 1
     if k != len(piece.tokens):
         return None
     out = list(wrapped)
-    used: set[int] = set()
     for index, comment in piece.comments.items():
-        row = rows[index]
-        if row in used:
-            return None
-        used.add(row)
+        row, n = rows[index]
+        follows = found[n + 1] if n + 1 < len(found) else None
+        if last[row] != n and not (last[row] == n + 1 and follows.string == ","):
+            return None  # code after the commented token on its row: the comment would not be its own
         out[row] += "  " + comment
     return out
+
+
+def _magic_commas(piece: Joined) -> str | None:
+    """``piece.line`` with a trailing comma in each bracket that holds a comment after one of its
+    commas (black's magic trailing comma: one element per line, each comment after its own);
+    None: no comment is after a comma."""
+    closes = set()
+    for index in piece.comments:
+        if piece.tokens[index] != ",":
+            continue
+        depth = 0
+        for k in range(index + 1, len(piece.tokens)):
+            if piece.tokens[k] in _OPEN:
+                depth += 1
+            elif piece.tokens[k] in _CLOSE:
+                if depth == 0:
+                    if piece.tokens[k - 1] != ",":
+                        closes.add(k)
+                    break
+                depth -= 1
+    if not closes:
+        return None
+    line = piece.line
+    for k in sorted(closes, reverse=True):
+        at = len(line[: piece.columns[k]].rstrip())
+        line = f"{line[:at]},{line[at:]}"
+    return line
 
 
 def _long(lines: list[str], limit: int) -> int:
@@ -194,11 +258,15 @@ def _laid_out(piece: Joined, limit: int, unit: str) -> list[str] | None:
     """The layout of ``piece`` with the fewest lines over ``limit``: wrapped as it is, or with
     its targets in parentheses."""
     best = None
-    for line in (piece.line, _target_in_parentheses(piece.line)):
+    magic = _magic_commas(piece) if piece.comments else None
+    plain = magic or piece.line
+    for line in (plain, _target_in_parentheses(plain)):
         tokens = _tokens(line) if line is not None else None
         if tokens is None:
             continue
-        wrapped = _commented(wrap_line(line, tokens, limit, unit) or [line], piece)
+        # a magic trailing comma splits its bracket even where the line fits (as black does)
+        width = min(limit, len(line) - 1) if magic is not None else limit
+        wrapped = _commented(wrap_line(line, tokens, width, unit) or [line], piece)
         if wrapped is not None and (best is None or _long(wrapped, limit) < _long(best, limit)):
             best = wrapped
         if best is not None and not _long(best, limit):

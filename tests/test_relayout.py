@@ -64,6 +64,8 @@ def test_joined_on_one_line_trailing_commas_dropped_where_python_does_not_need_t
     assert one_line("y = f(a,\n      # why\n      b)\n") is None  # a comment on a line of its own
     assert one_line("def f(a,  # type: int\n      b): pass\n") is None
     assert one_line('y = f("""a\nb""")\n') is None
+    # an f-string as its source says it (Python 3.12 splits it into tokens, `{{` read as `{`)
+    assert one_line("y = f(f'{{a}} {b!r:>{w}}',\n      c)\n") == "y = f(f'{{a}} {b!r:>{w}}', c)"
 
 
 def test_untouched_statements_and_lines_already_too_long_stay():
@@ -88,6 +90,16 @@ def test_trailing_comments_stay_after_their_token_and_own_line_comments_keep_the
         "    return step(x)"]
     own = ORIGINAL.replace("in_axes=axes,\n", "in_axes=axes,\n                # per argument\n")
     assert relayout(renamed(own), own, 60, "    ") == renamed(own)
+
+
+def test_a_comment_after_an_element_keeps_one_element_per_line_as_black_does():
+    original = "x = jax.pmap(f,  # the function\n             d)\n"
+    fixed = original.replace("jax.pmap(", "runtime_shim.pmap(")
+    # the contents would fit on one line, but the comment belongs to `f,`: a magic trailing comma
+    assert relayout(fixed, original, 35, "    ") == "x = runtime_shim.pmap(\n    f,  # the function\n    d,\n)\n"
+    inside = "x = jax.pmap(a +  # a sum\n             d)\n"
+    renamed_inside = inside.replace("jax.pmap(", "runtime_shim.pmap(")
+    assert relayout(renamed_inside, inside, 25, "    ") == renamed_inside  # no line of its own for it
 
 
 def test_targets_that_do_not_fit_go_in_parentheses():
