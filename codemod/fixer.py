@@ -628,9 +628,9 @@ def _refusals(analysis: Analysis, chosen: Sequence[Finding], candidate: cst.Modu
 
 def in_project_style(original: bytes, fixed: bytes, path: str, module: cst.Module) -> bytes:
     """``fixed`` laid out in the project's style (``pmap_migrate.layout``): its new lines within the
-    project's line length, continuation lines aligned after renames, statements of several lines
-    that an edit pushed past the limit laid out again (``pmap_migrate.relayout``); ``fixed`` as it
-    is when the result would not compile."""
+    project's line length, continuation lines aligned after renames, statements that an edit
+    pushed past the limit laid out again (``pmap_migrate.relayout``); ``fixed`` as it is when the
+    result would not compile."""
     encoding = module.encoding
     try:
         before, after = original.decode(encoding), fixed.decode(encoding)
