@@ -135,7 +135,8 @@ def test_the_shared_modules_imports_follow_the_projects_isort_settings(tmp_path)
     block = text[text.index("import functools"):text.index("\n\n\ndef ")]
     assert block.split("\n") == [
         "import functools", "", "import numpy as np", "", "import jax", "import jax.numpy as jnp",
-        "from jax.sharding import Mesh", "from jax.sharding import NamedSharding",
+        "from jax.experimental import multihost_utils", "from jax.sharding import Mesh",
+        "from jax.sharding import NamedSharding",
         "from jax.sharding import PartitionSpec as P"]
     assert helpers_in(text) == set(SHARED_HELPERS)  # still the tool's own module: used, extended
     files = tree(root)
