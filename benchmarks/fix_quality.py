@@ -21,9 +21,13 @@ modules import it (those it creates are counted, their lines among the lines add
   ``[tool.black]`` / ``[tool.pyink]`` ``line-length``, then ``[flake8] max-line-length`` of
   ``setup.cfg`` / ``tox.ini`` / ``.flake8``; else 88. Its project root (nearest directory with
   ``pyproject.toml``, ``setup.py``, ``setup.cfg`` or ``.git``, else its DIR) is given to ruff as
-  ``src``, so imports are classified first- or third-party as in the original project;
+  ``src``, so imports are classified first- or third-party as in the original project; and the
+  isort settings `fix` follows (``known-first-party``, ``force-sort-within-sections``,
+  ``combine-as-imports``, ``force-single-line``, from the nearest ``[tool.ruff.lint.isort]``,
+  ``ruff.toml`` or ``[tool.isort]`` as ``pmap_migrate.projectstyle.isort_settings`` reads them)
+  are given to ruff as ``lint.isort`` options, so I001 measures against the project's own order;
 - **new lint findings**: ``ruff check --isolated --select E,W,F,I --line-length N --output-format
-  json`` on every file a fix changed, before and after (files grouped by line length and project); a
+  json`` on every file a fix changed, before and after (files grouped by their settings); a
   finding of a code is new in a file when the fixed file has more of that code than the original
   (a file the fix created: all of its findings). Listed by code, with files and example lines.
   I001 is one finding per import block, and a block that was unsorted before hides any disorder
@@ -76,7 +80,7 @@ from corpus_fix import (
     source_files,
 )
 
-from pmap_migrate.projectstyle import CONFIG_FILES, DEFAULT_LINE_LENGTH, PROJECT_MARKERS, line_length_in
+from pmap_migrate.projectstyle import CONFIG_FILES, DEFAULT_LINE_LENGTH, PROJECT_MARKERS, isort_settings, line_length_in
 
 TARGET_LINES_PER_SITE = 6  # issue 25: all added lines / PM101 sites found before the fix
 RUFF_SELECT = "E,W,F,I"
@@ -92,6 +96,14 @@ class LintSettings:
     line_length: int
     source: str  # where the line length comes from ("default" when nothing sets it)
     project: Path  # the original project root, ruff's `src`
+    isort: tuple[tuple[str, str], ...] = ()  # ruff's `lint.isort` options, as (key, TOML value)
+
+    def ruff_options(self) -> list[str]:
+        src = json.dumps([str(self.project), str(self.project / "src")])
+        options = ["--line-length", str(self.line_length), "--config", f"src = {src}"]
+        for key, value in self.isort:
+            options += ["--config", f"lint.isort.{key} = {value}"]
+        return options
 
 
 class SettingsFinder:
@@ -119,7 +131,8 @@ class SettingsFinder:
                 length = (number, f"{directory.relative_to(root.parent).as_posix()}/{where}")
                 break
         project = next((d for d in directories if any((d / m).exists() for m in PROJECT_MARKERS)), root)
-        return LintSettings(*(length or (DEFAULT_LINE_LENGTH, "default")), project)
+        isort = tuple(sorted((key, json.dumps(value)) for key, value in isort_settings(str(path)).items()))
+        return LintSettings(*(length or (DEFAULT_LINE_LENGTH, "default")), project, isort)
 
     def config_files(self, path: Path, root: Path) -> list[Path]:
         """The configuration files in the directories between ``path`` and ``root``."""
@@ -213,17 +226,16 @@ def sort_distance(lines: list[str], item: dict) -> int:
 
 def run_ruff(ruff: str, tree: Path, files: dict[str, bytes], settings: dict[str, LintSettings]
              ) -> tuple[dict[str, list[LintFinding]], list[str]]:
-    """ruff's findings in each file of ``tree`` (by path relative to it), one ruff run per line
-    length and project; and the errors of runs that failed."""
-    groups: dict[tuple[int, Path], list[str]] = defaultdict(list)
+    """ruff's findings in each file of ``tree`` (by path relative to it), one ruff run per set of
+    settings; and the errors of runs that failed."""
+    groups: dict[tuple[str, ...], list[str]] = defaultdict(list)
     for rel in files:
-        groups[settings[rel].line_length, settings[rel].project].append(rel)
+        groups[tuple(settings[rel].ruff_options())].append(rel)
     findings: dict[str, list[LintFinding]] = {rel: [] for rel in files}
     errors = []
-    for (length, project), rels in sorted(groups.items()):
-        src = json.dumps([str(project), str(project / "src")])
-        command = [ruff, "check", "--isolated", "--no-cache", "--select", RUFF_SELECT, "--line-length",
-                   str(length), "--config", f"src = {src}", "--output-format", "json", "--", *sorted(rels)]
+    for options, rels in sorted(groups.items()):
+        command = [ruff, "check", "--isolated", "--no-cache", "--select", RUFF_SELECT, *options,
+                   "--output-format", "json", "--", *sorted(rels)]
         proc = subprocess.run(command, cwd=tree, capture_output=True, text=True, errors="replace", check=False)
         try:
             results = json.loads(proc.stdout)
@@ -554,7 +566,8 @@ def _run(args, roots: list[Path], scratch: Path) -> int:
             "date": rows[0][1], "machine": rows[1][1], "command": rows[2][1], "pmap_migrate": rows[3][1],
             "ruff": rows[4][1], "roots": [str(r) for r in args.roots], "files": len(original),
             "api_files": len(listed),
-            "settings": {rel: {"line_length": s.line_length, "source": s.source, "project": str(s.project)}
+            "settings": {rel: {"line_length": s.line_length, "source": s.source, "project": str(s.project),
+                               "isort": dict(s.isort)}
                          for rel, s in sorted(settings.items())},
             "sites": {"before": dict(account.sites_before), "states": dict(account.states),
                       "rewritten": dict(account.rewritten), "fixed_with_another": dict(account.with_another),

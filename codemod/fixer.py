@@ -24,9 +24,11 @@ from libcst.helpers import get_full_name_for_node
 from pmap_migrate.diagnostics import Applicability, Diagnostic, FileError, State
 from pmap_migrate.engine import Analysis, Finding, analyse, lint_module, one_line, parse, recursion_error, sliced_module
 from pmap_migrate.importorder import ImportOrder, add_import
+from pmap_migrate.importreuse import reuse_bound_names
 from pmap_migrate.layout import styled
 from pmap_migrate.names import name_facts, name_problems
-from pmap_migrate.projectstyle import import_order, line_length
+from pmap_migrate.projectstyle import DEFAULT_LINE_LENGTH, import_order, line_length
+from pmap_migrate.relayout import relayout
 from pmap_migrate.rules.analysis.imports import imported_names
 from pmap_migrate.rules.analysis.index import indent_unit
 from pmap_migrate.rules.analysis.project import ModuleView
@@ -432,11 +434,13 @@ def imported_helpers(module: cst.Module, chosen: Sequence[Finding], shared: Shar
 
 def apply(module: cst.Module, chosen: Sequence[Finding],
           parents: Mapping[cst.CSTNode, cst.CSTNode] | None = None,
-          shared: SharedLocation | None = None, order: ImportOrder | None = None) -> cst.Module:
+          shared: SharedLocation | None = None, order: ImportOrder | None = None,
+          width: int = DEFAULT_LINE_LENGTH) -> cst.Module:
     """The module with the fixes of ``chosen`` applied (with ``parents``, the analysis' map of
     ``module``'s nodes, only the paths to the edits' targets are rebuilt). With ``shared``, the
     helpers that have a shared form are imported from that module instead of written here; with
-    ``order``, new imports go where isort would put them: ``pmap_migrate.importorder``."""
+    ``order``, new imports go where isort would put them: ``pmap_migrate.importorder``; the
+    comments of shimmed sites are wrapped at ``width``, the file's line length."""
     edits = [edit for finding in chosen for edit in finding.fix.all_edits(finding.node)]
     helpers = {helper.name: helper for finding in chosen for helper in finding.fix.helpers}
     imported = imported_helpers(module, chosen, shared)
@@ -451,7 +455,7 @@ def apply(module: cst.Module, chosen: Sequence[Finding],
     shimmed = [(finding.fix.target or finding.node, finding.fix.why) for finding in chosen
                if finding.fix.shimmed and finding.fix.why and finding.fix.replacement is not None]
     if shimmed and parents:
-        comments = shim_comments(shimmed, parents, indent_unit(module))
+        comments = shim_comments(shimmed, parents, indent_unit(module), width)
     if edits:
         toward = None if not parents else _toward(module, [edit.target for edit in edits], parents)
         module = module.visit(EditApplier(edits, toward, comments=comments))
@@ -471,6 +475,8 @@ def apply(module: cst.Module, chosen: Sequence[Finding],
         adds = [spec for spec in dict.fromkeys(adds)
                 if ("." * spec.relative + spec.module, spec.name, spec.asname) not in present
                 and bound.get(_binding(spec)[0]) != _binding(spec)[1]]
+        # `functools.partial` written as the module's own `partial`, and the like: no new import
+        module, adds = reuse_bound_names(module, adds)
         names = _bound_names(adds)
         if adds and order is not None:
             left = []
@@ -622,14 +628,16 @@ def _refusals(analysis: Analysis, chosen: Sequence[Finding], candidate: cst.Modu
 
 def in_project_style(original: bytes, fixed: bytes, path: str, module: cst.Module) -> bytes:
     """``fixed`` laid out in the project's style (``pmap_migrate.layout``): its new lines within the
-    project's line length, continuation lines aligned after renames; ``fixed`` as it is when the
+    project's line length, continuation lines aligned after renames, statements that an edit
+    pushed past the limit laid out again (``pmap_migrate.relayout``); ``fixed`` as it is when the
     result would not compile."""
     encoding = module.encoding
     try:
         before, after = original.decode(encoding), fixed.decode(encoding)
     except (UnicodeDecodeError, LookupError):
         return fixed
-    text = styled(after, before, line_length(path), indent_unit(module))
+    limit, unit = line_length(path), indent_unit(module)
+    text = relayout(styled(after, before, limit, unit), before, limit, unit)
     if text == after:
         return fixed
     styled_bytes = text.encode(encoding)
@@ -659,6 +667,7 @@ def fix_bytes(data: bytes, path: str, rules: Sequence[type[Rule]], *, unsafe: bo
     if options is not None and options.idiomatic and not unsafe:
         options = replace(options, idiomatic=False)
     order = import_order(path)
+    width = line_length(path)
     module = None
     final: bytes | None = None
     remaining: list[Diagnostic] = []
@@ -675,7 +684,7 @@ def fix_bytes(data: bytes, path: str, rules: Sequence[type[Rule]], *, unsafe: bo
             chosen = choose(analysis, [f for f in analysis.findings if applicable(f, unsafe)])
             if not chosen:
                 break
-            candidate = apply(analysis.module, chosen, analysis.parents, location, order)
+            candidate = apply(analysis.module, chosen, analysis.parents, location, order, width)
             new_bytes = candidate.bytes
             if new_bytes == rendered(analysis.module):
                 break

@@ -50,7 +50,7 @@ def section(module: str, relative: bool, order: ImportOrder) -> int:
     return THIRD_PARTY
 
 
-def _key(module: str, straight: bool, order: ImportOrder) -> tuple:
+def line_key(module: str, straight: bool, order: ImportOrder) -> tuple:
     name = module.lower()
     return (name, module) if order.force_sort_within_sections else (not straight, name, module)
 
@@ -93,12 +93,12 @@ def _describe(statement: cst.SimpleStatementLine, index: int, order: ImportOrder
     small = statement.body[0]
     if isinstance(small, cst.Import):
         module = get_full_name_for_node(small.names[0].name) or ""
-        return _Line(index, section(module, False, order), _key(module, True, order), statement)
+        return _Line(index, section(module, False, order), line_key(module, True, order), statement)
     module = get_full_name_for_node(small.module) if small.module is not None else ""
     relative = bool(small.relative)
     dotted = "." * len(small.relative) + (module or "")
     first = "*" if isinstance(small.names, cst.ImportStar) else get_full_name_for_node(small.names[0].name) or ""
-    return _Line(index, section(module or "", relative, order), (*_key(dotted, False, order), member_key(first)),
+    return _Line(index, section(module or "", relative, order), (*line_key(dotted, False, order), member_key(first)),
                  statement)
 
 
@@ -138,10 +138,10 @@ def add_import(module: cst.Module, spec, order: ImportOrder, block: tuple[int, i
         alias = cst.ImportAlias(cst.parse_expression(spec.module),
                                 asname=cst.AsName(cst.Name(spec.asname)) if spec.asname else None)
         new = cst.SimpleStatementLine([cst.Import([alias])])
-        place = (section(spec.module, False, order), _key(spec.module, True, order))
+        place = (section(spec.module, False, order), line_key(spec.module, True, order))
     else:
         new = cst.parse_statement(f"from {spec.module} import {_alias_text(spec)}\n")
-        place = (section(spec.module, False, order), (*_key(spec.module, False, order), member_key(spec.name)))
+        place = (section(spec.module, False, order), (*line_key(spec.module, False, order), member_key(spec.name)))
     same = [line for line in lines if line.section == place[0]]
     if same:  # before the first line of its section that sorts after it, else after the last
         after = next((line for line in same if line.key > place[1]), None)

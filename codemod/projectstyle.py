@@ -203,6 +203,32 @@ class _FirstParty:
         return self.answers[name]
 
 
+ISORT_KEYS = ("known-first-party", "force-sort-within-sections", "combine-as-imports", "force-single-line")
+
+
+def isort_settings(path: str) -> dict:
+    """The isort settings ``fix`` follows for ``path``, from the nearest configuration up to its
+    project root that has some, in ruff's spelling (``ISORT_KEYS``, those set, with values of
+    the right type): ``lint.isort`` options for ruff to measure by the same rules."""
+    real = _real(path)
+    if real is None:
+        return {}
+    settings: dict = {}
+    for directory in _FINDER.directories(real, _FINDER.project_root(real)):
+        found = _isort_settings(directory)
+        if found is not None:
+            settings = found
+            break
+    out: dict = {}
+    known = settings.get("known-first-party")
+    if isinstance(known, list) and any(isinstance(k, str) for k in known):
+        out["known-first-party"] = sorted(k for k in known if isinstance(k, str))
+    for key in ISORT_KEYS[1:]:
+        if isinstance(settings.get(key), bool):
+            out[key] = settings[key]
+    return out
+
+
 def import_order(path: str):
     """How the project ``path`` belongs to sorts its imports (``pmap_migrate.importorder``)."""
     from pmap_migrate.importorder import ImportOrder
@@ -210,14 +236,7 @@ def import_order(path: str):
     real = _real(path)
     if real is None:
         return ImportOrder()
-    root = _FINDER.project_root(real)
-    settings: dict = {}
-    for directory in _FINDER.directories(real, root):
-        found = _isort_settings(directory)
-        if found is not None:
-            settings = found
-            break
-    known = settings.get("known-first-party")
-    known = frozenset(k for k in known if isinstance(k, str)) if isinstance(known, list) else frozenset()
-    return ImportOrder(_FirstParty(root, known), settings.get("force-sort-within-sections") is True,
+    settings = isort_settings(path)
+    return ImportOrder(_FirstParty(_FINDER.project_root(real), frozenset(settings.get("known-first-party", ()))),
+                       settings.get("force-sort-within-sections") is True,
                        settings.get("combine-as-imports") is True, settings.get("force-single-line") is True)

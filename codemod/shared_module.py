@@ -32,6 +32,8 @@ from pathlib import Path
 
 import libcst as cst
 
+from pmap_migrate.importorder import ImportOrder, line_key, member_key, section
+from pmap_migrate.projectstyle import import_order
 from pmap_migrate.rules.fixes.shared import MODULE_NAME, SHARED_HELPERS, helpers_in, module_text
 
 FILE_NAME = f"{MODULE_NAME}.py"
@@ -179,7 +181,33 @@ class SharedModule:
     helpers: frozenset[str]
 
     def text(self) -> bytes:
-        return module_text(self.helpers).encode("utf-8")
+        return in_project_order(module_text(self.helpers), import_order(self.file)).encode("utf-8")
+
+
+def in_project_order(text: str, order: ImportOrder) -> str:
+    """``text`` (``module_text``) with its import block sorted as the project sorts imports: its
+    sections (``jax`` is first-party in jax's own repository), ``force-sort-within-sections``,
+    ``force-single-line`` (``pmap_migrate.importorder``)."""
+    lines = text.split("\n")
+    at = [k for k, line in enumerate(lines) if line.startswith(("import ", "from "))]
+    if not at:
+        return text
+    groups: dict[int, list[tuple[tuple, str]]] = {}
+    for line in lines[at[0]:at[-1] + 1]:
+        if not line:
+            continue
+        straight = line.startswith("import ")
+        module = line.split()[1]
+        head, _, names = line.partition(" import ")
+        split = [f"{head} import {name.strip()}" for name in names.split(",")] if (
+            not straight and order.force_single_line) else [line]
+        for piece in split:
+            key = (*line_key(module, straight, order), member_key(piece.rpartition(" import ")[2]))
+            groups.setdefault(section(module, False, order), []).append((key, piece))
+    block: list[str] = []
+    for number in sorted(groups):
+        block += [*(piece for _, piece in sorted(groups[number])), ""]
+    return "\n".join([*lines[:at[0]], *block[:-1], *lines[at[-1] + 1:]])
 
 
 def shared_modules(needs: list[tuple[SharedLocation, frozenset[str]]]) -> list[SharedModule]:

@@ -196,8 +196,8 @@ class DevicePutReplicated(Rule):
                 "\n"
                 "import runtime_shim\n"
                 "jax.distributed.initialize()\n"
-                "# pmap-migrate: kept on the legacy shim: a multi-process program (host-local\n"
-                "#   stacks for runtime_shim.pmap)\n"
+                "# pmap-migrate: kept on the legacy shim: a multi-process program (host-local stacks for "
+                "runtime_shim.pmap)\n"
                 "x = runtime_shim.device_put_replicated(p, jax.local_devices())\n"),
         ),
         # A local alias goes once its uses are rewritten.

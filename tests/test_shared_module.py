@@ -123,6 +123,28 @@ def test_the_shared_module_is_created_once_per_package_and_imported(project):
     assert check.exit_code == 0, check.output
 
 
+def test_the_shared_modules_imports_follow_the_projects_isort_settings(tmp_path):
+    # in a project that has a `jax` package of its own (jax's repository), jax is first-party
+    root = make_project(tmp_path / "project")
+    (root / "jax").mkdir()
+    (root / "jax" / "__init__.py").write_text("")
+    (root / "pyproject.toml").write_text("[tool.pmap-migrate]\n[tool.isort]\nforce_single_line = true\n")
+    result = run(root, "fix", "--no-cache", "pkg", "tests")
+    assert result.exit_code == 0, result.output
+    text = (root / "tests" / "_pmap_compat.py").read_text()
+    block = text[text.index("import functools"):text.index("\n\n\ndef ")]
+    assert block.split("\n") == [
+        "import functools", "", "import numpy as np", "", "import jax", "import jax.numpy as jnp",
+        "from jax.experimental import multihost_utils", "from jax.sharding import Mesh",
+        "from jax.sharding import NamedSharding",
+        "from jax.sharding import PartitionSpec as P"]
+    assert helpers_in(text) == set(SHARED_HELPERS)  # still the tool's own module: used, extended
+    files = tree(root)
+    again = run(root, "fix", "--no-cache", "pkg", "tests")
+    assert again.exit_code == 0 and tree(root) == files
+    assert helpers_in(module_text({"_shard_mapped"}).replace("import jax\n", "")) is None
+
+
 def test_file_by_file_or_all_at_once_gives_the_same_tree(tmp_path):
     at_once = make_project(tmp_path / "at_once")
     assert run(at_once, "fix", "--no-cache", "--jobs", "1", ".").exit_code == 0

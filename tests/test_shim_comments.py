@@ -30,13 +30,22 @@ SOURCE = textwrap.dedent('''\
     ''')
 
 
-def fixed(source: str = SOURCE) -> str:
-    outcome = fix_bytes(source.encode(), "m.py", all_rules(), unsafe=True)
+def fixed(source: str = SOURCE, path: str = "m.py") -> str:
+    outcome = fix_bytes(source.encode(), path, all_rules(), unsafe=True)
     return source if outcome.fixed is None else outcome.fixed.decode()
 
 
-def test_each_shimmed_statement_carries_its_reason_above_it():
-    lines = fixed().splitlines()
+def in_project(tmp_path, line_length: int) -> str:
+    """A module path in a project whose configuration sets ``line_length`` (a directory of its own:
+    each directory's configuration is read once per process)."""
+    tmp_path = tmp_path / str(line_length)
+    tmp_path.mkdir()
+    (tmp_path / "pyproject.toml").write_text(f"[tool.black]\nline-length = {line_length}\n")
+    return str(tmp_path / "m.py")
+
+
+def test_each_shimmed_statement_carries_its_reason_above_it(tmp_path):
+    lines = fixed(path=in_project(tmp_path, 79)).splitlines()
     at = {line.strip(): i for i, line in enumerate(lines)}
     shimmed = [i for i, line in enumerate(lines) if "runtime_shim.pmap" in line]
     assert len(shimmed) == 3
@@ -50,6 +59,18 @@ def test_each_shimmed_statement_carries_its_reason_above_it():
     assert lines[shimmed[1] - 1].strip() == "#   `static_broadcasted_argnums` is not a literal"
     assert all(len(line) <= 79 for line in lines if line.lstrip().startswith("#"))
     assert lines[shimmed[1] - 1].startswith(" " * 12 + "#")
+
+
+def test_the_comment_is_wrapped_at_the_files_line_length(tmp_path):
+    comment = "            # pmap-migrate: kept on the legacy shim: `static_broadcasted_argnums` is not a literal"
+    assert len(comment) == 98
+    wide = fixed(path=in_project(tmp_path, 100)).splitlines()
+    assert comment in wide  # it fits: one line, not cut at 79
+    narrow = fixed(path=in_project(tmp_path, 60)).splitlines()
+    comments = [line for line in narrow if line.lstrip().startswith("# pmap-migrate") or line.lstrip().startswith("#   ")]
+    assert comments and all(len(line) <= 60 for line in comments), comments
+    nested = [line.strip() for line in narrow if line.startswith(" " * 12 + "#")]
+    assert nested == ["# pmap-migrate: kept on the legacy shim:", "#   `static_broadcasted_argnums` is not a", "#   literal"]
 
 
 def test_the_comment_is_written_once():

@@ -82,6 +82,29 @@ def test_the_benchmark_reads_line_lengths_with_the_products_code():
     assert fix_quality.line_length_in is projectstyle.line_length_in
 
 
+def test_the_benchmark_lints_with_the_projects_isort_settings(tmp_path):
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
+    try:
+        import fix_quality
+    finally:
+        sys.path.pop(0)
+    (tmp_path / "pyproject.toml").write_text("[tool.isort]\nforce_sort_within_sections = true\n"
+                                             "known_first_party = ['helpers']\n")
+    (tmp_path / "pkg").mkdir()
+    path = tmp_path / "pkg" / "mod.py"
+    path.write_text("from abc import ABC\nimport os\n\nprint(ABC, os)\n")
+    settings = fix_quality.SettingsFinder().settings(path, tmp_path)
+    assert dict(settings.isort) == {"force-sort-within-sections": "true", "known-first-party": '["helpers"]'}
+    assert settings.isort == tuple(sorted(settings.isort))
+    findings, errors = fix_quality.run_ruff(_ruff(), tmp_path, {"pkg/mod.py": path.read_bytes()},
+                                            {"pkg/mod.py": settings})
+    assert errors == [] and findings == {"pkg/mod.py": []}  # by module name: sorted
+    plain = fix_quality.LintSettings(settings.line_length, settings.source, settings.project)
+    findings, errors = fix_quality.run_ruff(_ruff(), tmp_path, {"pkg/mod.py": path.read_bytes()},
+                                            {"pkg/mod.py": plain})
+    assert errors == [] and [f.code for f in findings["pkg/mod.py"]] == ["I001"]  # ruff's default order
+
+
 # --------------------------------------------------------------------------- wrapping
 def wrapped(code: str, limit: int = 79, unit: str = "    ", original: str = "") -> str:
     out = wrap_new_lines(textwrap.dedent(code), original, limit, unit)
@@ -312,12 +335,14 @@ def test_fixed_code_keeps_the_projects_line_length_and_blank_lines(project):
     assert again.fixed is None or again.fixed == outcome.fixed
 
 
-def _ruff() -> str | None:
+def _ruff() -> str:
+    """ruff, which the `[test]` extra installs beside the running Python."""
     beside = Path(sys.executable).with_name("ruff")
-    return str(beside) if beside.exists() else shutil.which("ruff")
+    found = str(beside) if beside.exists() else shutil.which("ruff")
+    assert found is not None, "ruff is not installed: pip install -e '.[test]'"
+    return found
 
 
-@pytest.mark.skipif(_ruff() is None, reason="ruff is not installed")
 def test_the_fixed_file_gets_no_lint_finding_it_did_not_have(project):
     outcome = fix_bytes(project.read_bytes(), str(project), all_rules(), unsafe=True)
     fixed = project.with_name("fixed.py")

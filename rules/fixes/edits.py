@@ -82,11 +82,12 @@ SHIM_COMMENT = "# pmap-migrate: kept on the legacy shim: "
 
 
 def shim_comments(targets: Iterable[tuple[cst.CSTNode, str]], parents: Mapping[cst.CSTNode, cst.CSTNode],
-                  unit: str, width: int = 79) -> dict[int, tuple[str, ...]]:
+                  unit: str, width: int) -> dict[int, tuple[str, ...]]:
     """The comment lines that say why each shimmed site keeps legacy semantics, by the id of the
     statement holding the site (its nearest enclosing statement; a decorated definition for a
-    decorator), wrapped to ``width`` columns at the statement's indentation. Sites of one statement
-    share its comment."""
+    decorator), wrapped to ``width`` columns (the file's line length) at the statement's
+    indentation: a line is longer only where one word is. Sites of one statement share its
+    comment."""
     whys: dict[int, list[str]] = {}
     depth: dict[int, int] = {}
     for target, why in targets:
@@ -106,7 +107,7 @@ def shim_comments(targets: Iterable[tuple[cst.CSTNode, str]], parents: Mapping[c
     comments = {}
     for key, reasons in whys.items():
         text = SHIM_COMMENT + "; ".join(reasons)
-        room = max(width - len(unit) * depth[key], 40)
+        room = max(width - len(unit) * depth[key], len("#   ") + 1)
         comments[key] = tuple(textwrap.wrap(text, room, subsequent_indent="#   ", break_long_words=False,
                                             break_on_hyphens=False))
     return comments

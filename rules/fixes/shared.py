@@ -211,12 +211,30 @@ def module_text(names: frozenset[str] | set[str]) -> str:
 
 
 def helpers_in(text: str) -> frozenset[str] | None:
-    """The helpers a shared module holds, when ``text`` is exactly what this tool writes for them;
+    """The helpers a shared module holds, when ``text`` is exactly what this tool writes for them
+    (its imports in the order of the project's isort settings, ``pmap_migrate.shared_module``);
     None: a file of someone else's (or edited since), which fixes must not rely on nor change."""
     if not text.startswith(FIRST_LINE):
         return None
     names = frozenset(name for name in SHARED_HELPERS if f"\ndef {name}(" in text)
-    return names if names and module_text(names) == text else None
+    return names if names and _imports_aside(module_text(names)) == _imports_aside(text) else None
+
+
+def _imports_aside(text: str) -> tuple[list[str], frozenset[str]] | None:
+    """``text``'s lines with its block of top-level imports as one line, and what that block
+    imports, one name per entry (``from m import a`` for each name of ``from m import a, b``)."""
+    lines = text.split("\n")
+    at = [k for k, line in enumerate(lines) if line.startswith(("import ", "from "))]
+    if not at or any(line and not line.startswith(("import ", "from ")) for line in lines[at[0]:at[-1] + 1]):
+        return None
+    imports = set()
+    for line in lines[at[0]:at[-1] + 1]:
+        head, _, names = line.partition(" import ")
+        if line.startswith("import ") or not names:
+            imports.add(line)
+        else:
+            imports.update(f"{head} import {name.strip()}" for name in names.split(","))
+    return [*lines[:at[0]], "<imports>", *lines[at[-1] + 1:]], frozenset(imports)
 
 
 def imported_name(module: cst.Module, name: str) -> str | None:
