@@ -18,7 +18,9 @@ The rule, for a module at ``path``:
   directories of tests may meet in one pytest session, where the first ``_pmap_compat`` imported
   serves both: the sibling module of a directory that holds tests therefore holds every shared
   helper, so that either serves both (a directory of scripts only: the helpers its modules use);
-- anything else (a module of a namespace package, a top package whose name is not an identifier,
+- a module of a namespace package inside a regular package, which imports that package's top by
+  name (``from pkg.x import y``): the top package's module, imported by its name;
+- anything else (another module of a namespace package, a top package whose name is not an identifier,
   a ``_pmap_compat.py`` or ``_pmap_compat/`` that this tool did not write, an unreadable one): no
   shared module; the helpers are written in the module itself.
 """
@@ -152,11 +154,27 @@ def location_for(path: str, module: cst.Module) -> SharedLocation | None:
         if _is_script(module, "") and not _imports_package(module, top.name):
             return None
         return SharedLocation(shown, f"{top.name}.{MODULE_NAME}")
-    if (not _is_script(module, given.name) or (directory.parent / "__init__.py").is_file()
-            or _names_directory(module, directory.name) or not usable(directory / FILE_NAME)):
+    if (directory.parent / "__init__.py").is_file():
+        return _in_namespace_package(given, directory, module)
+    if (not _is_script(module, given.name) or _names_directory(module, directory.name)
+            or not usable(directory / FILE_NAME)):
         return None
     return SharedLocation(os.path.normpath(given.parent / FILE_NAME), MODULE_NAME,
                           every_helper=_holds_tests(directory))
+
+
+def _in_namespace_package(given: Path, directory: Path, module: cst.Module) -> SharedLocation | None:
+    """A module of a namespace package inside a regular one (``pkg/sub/ns/mod.py``, ``ns`` without
+    ``__init__.py``) that imports the regular package's top by name (``from pkg.x import y``): that
+    package is importable wherever the module runs, so the module imports the top package's
+    shared module by its name."""
+    top, depth = directory.parent, 1
+    while (top.parent / "__init__.py").is_file() and top.parent != top:
+        top, depth = top.parent, depth + 1
+    if not _is_identifier(top.name) or not _imports_package(module, top.name) or not usable(top / FILE_NAME):
+        return None
+    file = given.parent.joinpath(*[os.pardir] * depth, FILE_NAME)
+    return SharedLocation(os.path.normpath(file), f"{top.name}.{MODULE_NAME}")
 
 
 def _holds_tests(directory: Path) -> bool:

@@ -281,3 +281,18 @@ def test_the_fixed_package_prints_what_the_legacy_package_printed(tmp_path):
     assert reference.strip().endswith("float32"), reference
     for env in (jaxenv.LEGACY, jaxenv.NEW_311, jaxenv.NEWEST):
         assert _stdout(env, fixed) == reference, env.name
+
+
+def test_a_namespace_directory_inside_a_package_uses_the_package_module_when_it_imports_the_package(tmp_path):
+    """`pkg/sub/ns/trainer.py` (ns without __init__.py) that imports `pkg` by name runs where `pkg`
+    is importable: it imports `pkg._pmap_compat`."""
+    root = make_project(tmp_path / "nsp")
+    trainer = root / "pkg" / "sub" / "ns" / "trainer.py"
+    trainer.parent.mkdir(parents=True)
+    (root / "pkg" / "sub" / "__init__.py").write_text("")
+    trainer.write_text("from pkg import ops\n" + OPS)
+    assert run(root, "fix", "--no-cache", "pkg/sub/ns/trainer.py").exit_code == 0
+    text = trainer.read_text()
+    assert "from pkg._pmap_compat import " in text and "def _shard_mapped(" not in text, text
+    assert (root / "pkg" / "_pmap_compat.py").exists()
+    assert not (trainer.parent / "_pmap_compat.py").exists()
