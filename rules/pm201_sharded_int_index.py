@@ -302,22 +302,7 @@ class ShardedIntIndex(Rule):
 
     def leave_Module(self, original_node: cst.Module) -> None:
         for node, producers in self._pending:
-            self.report(node, fix=self._with_shimmed_pmaps(producers))
-
-    def _with_shimmed_pmaps(self, producers: list[TransformSite]) -> FixSpec | None:
-        """An index into outputs of pmaps that their fixes all route to `runtime_shim.pmap`
-        (PM101's fixes, here or in the module defining the alias they apply): that fix takes the
-        finding with it (code calling the shim keeps legacy semantics; `check` reports nothing on
-        it), so the finding carries it, with nothing to edit here, as the weakest of them applies."""
-        fixes = {id(report.node): report.fix for rule, report in self.context.reports if rule.CODE == "PM101"}
-        found = [fixes.get(id(site.node)) for site in producers]
-        if not all(fix is not None and fix.shimmed for fix in found):
-            return None
-        safe = all(fix.applicability is Applicability.SAFE for fix in found)
-        why = next((fix.why for fix in found if fix.why), "no exact rewrite")
-        return FixSpec(Applicability.SAFE if safe else Applicability.UNSAFE,
-                       "keep the index: the pmap whose output it reads goes to `runtime_shim.pmap` with its own "
-                       f"fix (legacy semantics at run time): {why}", shimmed=True, why=why)
+            self.report(node, fix=self.with_shimmed_pmaps([site.node for site in producers], "the index"))
 
     def _fix(self, node: cst.Subscript) -> FixSpec | None:
         index = single_index(node)

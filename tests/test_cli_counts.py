@@ -98,6 +98,18 @@ def test_one_file_an_index_into_a_shimmed_pmap_output_is_fixed_by_the_pmap_fix(t
     assert "runtime_shim.pmap(loss_fn, **options)" in (tmp_path / "train.py").read_text()
 
 
+def test_one_file_multi_process_the_host_local_inputs_of_a_shimmed_pmap_go_with_its_fix(tmp_path):
+    """PM501 (host-local inputs) on a pmap its fix routes to the shim: the shim takes them as
+    legacy pmap did; the finding carries that fix, as the index does."""
+    (tmp_path / "pyproject.toml").write_text("[tool.pmap-migrate]\n")
+    (tmp_path / "train.py").write_text(SHIMMED + "\n\nif jax.process_index() == 0:\n    main([], {})\n")
+    trial = _trial(tmp_path)
+    assert [d["code"] for d in trial["found"]] == ["PM101", "PM501", "PM201"]
+    host_local = next(d for d in trial["found"] if d["code"] == "PM501")
+    assert host_local["fix"]["applicability"] == "safe" and "host-local" in host_local["fix"]["summary"]
+    assert set(trial["states"].values()) == {"shimmed"} and trial["left"] == []
+
+
 def test_package_an_index_into_a_rewritten_pmap_output_stays_and_check_sees_it(tmp_path):
     root = tmp_path / "rewritten"
     shutil.copytree(PACKAGE, root, ignore=shutil.ignore_patterns("expected*"))
