@@ -12,7 +12,10 @@ is kept when it may matter to a rule:
 - it is an import, or an ``if __name__ == "__main__":`` block;
 - it binds a module-level name (or an attribute name) that a kept unit uses, or uses one that a
   kept unit binds: a pmapped function's definition, the call sites of a pmap built at module
-  level, ``self.step = jax.pmap(...)`` and its uses in other methods; to a fixpoint.
+  level, ``self.step = jax.pmap(...)`` and its uses in other methods; to a fixpoint. Imports bind
+  nothing that counts here, except an import whose text holds a trigger: the readers of what it
+  binds are kept (``from pkg._pmap_compat import _shard_mapped``, then ``_shard_mapped(f, "i")``
+  in a function whose text spells no trigger).
 
 Every other unit's lines are blanked (``relevant_source``: emptied, line endings kept, so that line
 and column numbers of what remains are those of the file); a class left without members gets a
@@ -294,10 +297,13 @@ def _blanked_lines(text: str, tree: ast.Module, gate: Gate,
         return any(prefix in names for full in chain(unit.imported, resolved) for prefix in prefixes(full))
 
     kept: list[bool] = []
-    for unit in units:
+    carriers: set[int] = set()  # imports whose text holds a trigger: what they bind matters
+    for i, unit in enumerate(units):
         node = unit.node
         if isinstance(node, (ast.Import, ast.ImportFrom)):
             keep = True
+            if any(t in "".join(lines[unit.first - 1:unit.last]) for t in triggers):
+                carriers.add(i)
         else:
             last = unit.last
             if isinstance(node, ast.ClassDef) and node.body:  # the header: members judge themselves
@@ -314,12 +320,14 @@ def _blanked_lines(text: str, tree: ast.Module, gate: Gate,
     # binding what those read (the pmapped function's definition, where an input came from:
     # `z = prep(x)`, then `prep`); a definition pulled in this way passes on only what it reads
     # outside function bodies (decorators, defaults, assigned values), not the helpers its body
-    # calls. Imports are kept anyway and carry no data flow.
+    # calls. Imports are kept anyway and carry no data flow, except one whose text holds a trigger:
+    # the names it binds are what a rule looks for (`from pkg._pmap_compat import _shard_mapped`,
+    # the faithful rewrite's helper, whose outputs PM201/PM202 follow), so their readers are kept.
     forward = [i for i, keep in enumerate(kept) if keep]
     bound: set[str] = set()
     while forward:
         for i in forward:
-            if not isinstance(units[i].node, (ast.Import, ast.ImportFrom)):
+            if i in carriers or not isinstance(units[i].node, (ast.Import, ast.ImportFrom)):
                 bound |= units[i].binds
         forward = [i for i, unit in enumerate(units) if not kept[i] and not unit.loads.isdisjoint(bound)]
         for i in forward:

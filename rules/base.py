@@ -18,6 +18,7 @@ import libcst as cst
 
 from pmap_migrate.rules.analysis.model import SemanticModel
 from pmap_migrate.rules.fixes import api
+from pmap_migrate.rules.fixes.choices import Applicability
 from pmap_migrate.rules.fixes.choices import RuleOptions  # re-exported; apart so that the cached path needs no libcst
 from pmap_migrate.rules.fixes.services import FileFixes
 from pmap_migrate.rules.fixes.spec import FixSpec
@@ -143,6 +144,23 @@ class Rule(cst.BatchableCSTVisitor):
 
     def report(self, node: cst.CSTNode, message: str | None = None, *, fix: FixSpec | None = None) -> None:
         self.context.reports.append((self, Report(node, message or self.MESSAGE, fix)))
+
+    def with_shimmed_pmaps(self, nodes: list[cst.CSTNode], what: str) -> FixSpec | None:
+        """For a finding about pmaps (their inputs, their outputs) with no fix of its own, asked
+        once every pmap's fix is known (``leave_Module``): where PM101's fix of each pmap at
+        ``nodes`` routes it to `runtime_shim.pmap` (here, or by keeping an alias its module keeps
+        on the shim), that fix takes the finding with it (code calling the shim keeps legacy
+        semantics; `check` reports nothing on it). The finding then carries it, with nothing to
+        edit: shimmed, as safe as the weakest of those fixes, ``what`` it keeps and why."""
+        fixes = {id(report.node): report.fix for rule, report in self.context.reports if rule.CODE == "PM101"}
+        found = [fixes.get(id(node)) for node in nodes]
+        if not found or not all(fix is not None and fix.shimmed for fix in found):
+            return None
+        safe = all(fix.applicability is Applicability.SAFE for fix in found)
+        why = next((fix.why for fix in found if fix.why), "no exact rewrite")
+        return FixSpec(Applicability.SAFE if safe else Applicability.UNSAFE,
+                       f"keep {what}: the pmap goes to `runtime_shim.pmap` with its own fix (legacy semantics at "
+                       f"run time): {why}", shimmed=True, why=why)
 
     @classmethod
     def documentation(cls) -> str:

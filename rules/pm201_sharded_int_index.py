@@ -2,6 +2,7 @@ from __future__ import annotations
 
 import libcst as cst
 
+from pmap_migrate.rules.analysis.sites import DEVICE_STACKED, PMAP, PMAP_OUTPUT, TransformSite
 from pmap_migrate.rules.base import Fixable, Invalid, Rule, Valid
 from pmap_migrate.rules.fixes.choices import Applicability
 from pmap_migrate.rules.fixes.placement_fixes import (
@@ -71,7 +72,10 @@ class ShardedIntIndex(Rule):
     before a loop, a parameter), for outputs of nested pmaps (2-D meshes), in code that may run
     under jit (the value would be a tracer), or in multi-process programs (the first addressable
     shard is not row 0 of the global array). Those keep `out[k]`: correct on the new jax, as a
-    gather.
+    gather. Where every pmap whose output `out` may hold goes to `runtime_shim.pmap` with its own
+    fix (here, or through an alias its module keeps on the shim), that fix takes the finding with
+    it (code calling the shim keeps legacy semantics): the finding carries it, with nothing to edit
+    at the index, and is counted as fixable and shimmed.
 
     ## References
     - https://docs.jax.dev/en/latest/migrate_pmap.html
@@ -279,9 +283,26 @@ class ShardedIntIndex(Rule):
         ),
     ]
 
+    def __init__(self, context) -> None:
+        super().__init__(context)
+        # Indices with no fix of their own into outputs of pmaps only: reported once every pmap's
+        # fix is known (the end of the module), with their pmaps' shim fix where all have one.
+        self._pending: list[tuple[cst.Subscript, list[TransformSite]]] = []
+
     def visit_Subscript(self, node: cst.Subscript) -> None:
         if self.model.indexes_device_axis(node):
-            self.report(node, fix=self._fix(node))
+            fix = self._fix(node)
+            if fix is None:
+                producers = self.model.producers(node.value)
+                if producers and all(site.transform == PMAP for site in producers) \
+                        and self.model.value_tags(node.value) & DEVICE_STACKED <= {PMAP_OUTPUT}:
+                    self._pending.append((node, producers))
+                    return
+            self.report(node, fix=fix)
+
+    def leave_Module(self, original_node: cst.Module) -> None:
+        for node, producers in self._pending:
+            self.report(node, fix=self.with_shimmed_pmaps([site.node for site in producers], "the index"))
 
     def _fix(self, node: cst.Subscript) -> FixSpec | None:
         index = single_index(node)

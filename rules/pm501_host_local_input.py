@@ -81,7 +81,8 @@ class HostLocalInput(Rule):
     of its own, a callback, gets the boundary form), options that are not literals or are `devices=`, `backend=`, `axis_size=`, pytree `in_axes`
     prefixes, and an `in_axes=None` argument from callers not seen (it must be a Python or NumPy
     value: jit takes it on every process as it is) keep the shim: PM101's fix routes such a site to
-    `runtime_shim.pmap` and says why. The placement rules
+    `runtime_shim.pmap` and says why; this finding then carries that fix (nothing to edit here:
+    the shim takes host-local arrays as legacy pmap did). The placement rules
     still swap `device_put_replicated` / `device_put_sharded` for the shim's drop-ins in these
     modules (their host-local stacks are valid inputs of the rewritten pmaps).
 
@@ -526,7 +527,16 @@ class HostLocalInput(Rule):
     ]
 
     def visit_Module(self, node: cst.Module) -> None:
+        self._unfixed: list[cst.CSTNode] = []  # reported at the end, once every pmap's fix is known
         sites = self.model.pmap_sites()
         if sites and self.model.uses_any(tables.MULTI_PROCESS, tables.MULTI_PROCESS_PREFIXES):
             for site in sites:
-                self.report(site.node, fix=self.context.fixes.global_fix(site))
+                fix = self.context.fixes.global_fix(site)
+                if fix is None:
+                    self._unfixed.append(site.node)
+                else:
+                    self.report(site.node, fix=fix)
+
+    def leave_Module(self, original_node: cst.Module) -> None:
+        for node in self._unfixed:
+            self.report(node, fix=self.with_shimmed_pmaps([node], "the host-local inputs and outputs"))

@@ -324,3 +324,19 @@ def test_a_unit_passing_a_reported_keyword_is_kept_and_one_naming_it_in_text_is_
     whole, cut = _both(text.encode())
     assert sorted(d.code for d in cut.diagnostics) == ["PM401", "PM403"]
     assert cut.diagnostics == whole.diagnostics
+
+
+def test_readers_of_a_name_an_import_with_a_trigger_binds_are_kept():
+    """After `fix`, a pmap is `jax.jit(_shard_mapped(f, axis))` with the helper imported from the
+    package's shared module: only the import spells a trigger. The function that calls the helper
+    and indexes its outputs (PM201) is kept; a function reading other imported names is not."""
+    path = ROOT / "fixtures/lint/shared_helper_outputs.py"
+    text = path.read_text()
+    assert len(text.splitlines()) >= slices.MIN_LINES  # sliced by default, as `check` does
+    sliced = _sliced(text)
+    assert sliced is not None
+    assert "step = jax.jit(_shard_mapped(step, constants.PMAP_AXIS_NAME))" in sliced
+    assert "def clip(" not in sliced and "def summarise(" in sliced  # `pretrain` calls `summarise`
+    whole, cut = _both(path.read_bytes(), path.name)
+    assert [d.code for d in whole.diagnostics] == ["PM201"] * 3
+    assert cut.diagnostics == whole.diagnostics

@@ -188,3 +188,20 @@ def test_the_rewrites_hold_the_text_that_admits_their_files():
                 mesh_devices="jax.local_devices()[: {size}]", size=None, body_call="f(x)")
     for text in (render(plan), shard_mapped_helper("_shard_mapped", "  "), shard_mapped_helper("_m", "    ")):
         assert any(marker in text for marker in tables.REWRITTEN_PMAP), text
+
+
+def test_the_rewrite_wrapped_to_a_project_line_length_still_admits_its_file():
+    """`fix` wraps its code to the project's line length (`jax.shard_map(` and `per_device,` on two
+    lines): the text that admits the file must survive, or `check` skips fixed files whose rows
+    of outputs the analysis still reports (PM201)."""
+    from pmap_migrate.layout import styled
+    from pmap_migrate.rules.fixes.pmap_render import Plan, render
+    from pmap_migrate.rules.knowledge import tables
+
+    plan = Plan(name="step", params=["x"], axis="constants.PMAP_AXIS_NAME", in_axes=0, out_axes=0, static=(),
+                donate=(), mesh_devices="jax.local_devices()[: {size}]", size=None, body_call="f(x)")
+    text = render(plan, "  ")
+    for limit in (60, 80):
+        wrapped = styled(text, "", limit, "  ")
+        assert "shard_map(per_device" not in wrapped  # the first marker is split here
+        assert any(marker in wrapped for marker in tables.REWRITTEN_PMAP), wrapped

@@ -57,7 +57,9 @@ STACKING_HELPERS = {
 # Text of the faithful rewrite of a pmap (rules/fixes: its jitted shard_map of `per_device`, or the
 # compact form's helper, by its docstring, or that helper's import from a package's shared module):
 # a file that holds it may read rows of its outputs (PM201, PM202) with no pmap name left in it. tests/test_tables.py checks the forms hold them.
-REWRITTEN_PMAP = ("shard_map(per_device", "as shard_map over the first local devices", "_pmap_compat import")
+# `def per_device(` survives the project's line length (`jax.shard_map(` then `per_device,` on the next line).
+REWRITTEN_PMAP = ("shard_map(per_device", "def per_device(", "as shard_map over the first local devices",
+                  "_pmap_compat import")
 # The experimental shard_map / maps / pjit tables (PM401-PM403) are below.
 
 # Functions whose presence means the program runs several processes (PM501).
