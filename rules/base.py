@@ -162,6 +162,21 @@ class Rule(cst.BatchableCSTVisitor):
                        f"keep {what}: the pmap goes to `runtime_shim.pmap` with its own fix (legacy semantics at "
                        f"run time): {why}", shimmed=True, why=why)
 
+    def with_global_rewrite(self, node: cst.CSTNode) -> FixSpec | None:
+        """For a read of a pmap output with no fix of its own (``node``: `out[0]`, a
+        `tree_map(lambda x: x[0], out)`) in a multi-process module: where the module's global-mesh
+        rewrite (PM501's fix) reads this process's row from the device that holds it there, that
+        fix takes the finding with it, with nothing to edit of its own. A read the rewrite wraps in
+        `_host_local(...)` keeps its finding (the host-local view is still a stack)."""
+        if not any(rule.CODE == "PM501" and report.fix is not None and not report.fix.shimmed
+                   for rule, report in self.context.reports):
+            return None  # no global rewrite offered here (nor PM501 enabled)
+        fix = self.context.fixes.global_rewrite.reads_row(node)
+        if fix is None:
+            return None
+        return FixSpec(fix.applicability, "read this process's row from the device that holds it, as the "
+                       "multi-process rewrite of its pmap does (PM501's fix)")
+
     @classmethod
     def documentation(cls) -> str:
         return textwrap.dedent(inspect.getdoc(cls) or "").strip()

@@ -46,8 +46,9 @@ class NestedPmap(Rule):
     ```
 
     ## Fix safety
-    No automatic fix yet: merging the two pmaps needs both axis sizes and both option sets.
-    `runtime_shim.pmap` keeps the legacy nesting semantics and is the drop-in for such code.
+    No rewrite of its own: merging the two pmaps needs both axis sizes and both option sets.
+    `runtime_shim.pmap` keeps the legacy nesting semantics and is the drop-in for such code: where
+    PM101's fix routes the inner pmap to it, the finding goes with that fix.
 
     ## References
     - https://docs.jax.dev/en/latest/migrate_pmap.html
@@ -221,13 +222,31 @@ class NestedPmap(Rule):
     ]
 
     def visit_Module(self, node: cst.Module) -> None:
+        self._pending: list[tuple[cst.CSTNode, str]] = []
         for inner, (_, outer) in self.model.nested_sites().items():
             if self._applied_directly(inner, outer):
                 where = "pmap applied to a function that is already pmapped"
             else:
                 where = f"pmap run inside {self._describe(outer)}, which is itself pmapped"
-            self.report(inner, f"{where}: the new `jax.pmap` (a shard_map) raises on nesting; use one shard_map "
-                               "over a multi-axis mesh")
+            message = f"{where}: the new `jax.pmap` (a shard_map) raises on nesting; use one shard_map over a " \
+                "multi-axis mesh"
+            self._pending.append((inner, message))
+
+    def leave_Module(self, original_node: cst.Module) -> None:
+        # Reported once every pmap's fix is known: where PM101's fix keeps the inner pmap on the
+        # shim (legacy nesting semantics), the finding goes with it.
+        for inner, message in self._pending:
+            self.report(inner, message, fix=self.with_shimmed_pmaps([self._site_of(inner)], "the nesting"))
+
+    def _site_of(self, inner: cst.CSTNode) -> cst.CSTNode:
+        """The inner pmap's own node: ``inner`` itself, or the site of the pmapped callable it calls
+        or hands on."""
+        if inner in self.model.sites:
+            return inner
+        site = self.model.transformed_call(inner) if isinstance(inner, cst.Call) else None
+        if site is None and isinstance(inner, (cst.Name, cst.Attribute)):
+            site = self.model.callable_site(inner)
+        return site.node if site is not None else inner
 
     def _applied_directly(self, inner: cst.CSTNode, outer: TransformSite) -> bool:
         """`pmap(pmap(f))`, `pmap(p_inner)`, `pmap(jit(pmap(f)))`, stacked `@pmap` decorators."""

@@ -291,7 +291,7 @@ class ShardedIntIndex(Rule):
 
     def visit_Subscript(self, node: cst.Subscript) -> None:
         if self.model.indexes_device_axis(node):
-            fix = self._fix(node)
+            fix = self._fix(node) or self.with_global_rewrite(node)
             if fix is None:
                 producers = self.model.producers(node.value)
                 if producers and all(site.transform == PMAP for site in producers) \

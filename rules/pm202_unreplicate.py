@@ -235,11 +235,12 @@ class Unreplicate(Rule):
         Invalid("import jax\nstep = jax.pmap(f)\nys = jax.tree.map(lambda x: x[0], step(x), is_leaf=None)\n", lines=(3,)),
     ]
 
-    def visit_Module(self, node: cst.Module) -> None:
+    def leave_Module(self, original_node: cst.Module) -> None:
+        # (at the end: the multi-process rewrite, PM501's fix, may read these rows itself)
         for reference in self.model.references(tables.FLAX_UNREPLICATE, ("unreplicate",), follow_aliases=True):
             self.report(reference, "`flax.jax_utils.unreplicate` indexes `x[0]` on every leaf: a cross-device "
                                    "gather per leaf with the new pmap; read `x.addressable_shards[0].data`",
-                        fix=self._unreplicate_fix(reference))
+                        fix=self._unreplicate_fix(reference) or self.with_global_rewrite(called(self.model, reference) or reference))
 
     def _unreplicate_fix(self, reference: cst.BaseExpression) -> FixSpec | None:
         placement = self.context.fixes.placement
@@ -279,7 +280,7 @@ class Unreplicate(Rule):
         if function is None or not self._indexes_argument(function):
             return
         if any(not self.model.value_tags(tree).isdisjoint(DEVICE_STACKED) for tree in trees):
-            self.report(node, fix=self._tree_map_fix(node, function, trees))
+            self.report(node, fix=self._tree_map_fix(node, function, trees) or self.with_global_rewrite(node))
 
     def _tree_map_fix(self, node: cst.Call, function: cst.BaseExpression, trees: list) -> FixSpec | None:
         if len(trees) != 1 or any(a.keyword is not None and a.keyword.value not in ("f", "tree") for a in node.args):

@@ -226,7 +226,18 @@ class ImplicitReshard(Rule):
                     continue  # already placed where this pmap maps it (this rule's own fix)
                 message = self._placement_problem(value, callee)
                 if message is not None:
-                    self.report(value, message, fix=self._fix(value, node, callee, arg))
+                    fix = self._fix(value, node, callee, arg)
+                    if fix is None:  # the shim reshards as legacy did, where the pmap goes to it
+                        self._pending.append((value, message, callee.node))
+                    else:
+                        self.report(value, message, fix=fix)
+
+    def visit_Module(self, node: cst.Module) -> None:
+        self._pending: list[tuple[cst.CSTNode, str, cst.CSTNode]] = []
+
+    def leave_Module(self, original_node: cst.Module) -> None:
+        for value, message, site in self._pending:
+            self.report(value, message, fix=self.with_shimmed_pmaps([site], "the input where it is"))
 
     def _fix(self, value: cst.BaseExpression, call: cst.Call, callee: TransformSite, arg: cst.Arg) -> FixSpec | None:
         try:

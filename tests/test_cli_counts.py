@@ -52,6 +52,41 @@ def evaluate(*args):
     return [out[i] for i in range(jax.local_device_count())]
 '''
 
+# A multi-process program (PM501's global-mesh rewrite): `loss[0]` becomes this process's row read
+# from its device (the rewrite's own edit: the finding is fixed with it); the other two reads go
+# through `_host_local(...)` (an output fed back, a pmap kept at the boundary), still a stack whose
+# rows are gathered: their findings stay, before and after the fix.
+MULTI_PROCESS = '''import jax
+import jax.numpy as jnp
+
+
+def update(params, batch):
+    loss = jnp.mean((batch - params) ** 2)
+    return params - 0.1 * loss, loss
+
+
+class Evaluator:
+    def __init__(self):
+        self.predict_fn = jax.pmap(lambda p, b: p * b, axis_name="data")
+
+    def run(self, params, batch):
+        out = self.predict_fn(params, batch)
+        return jax.tree.map(lambda x: x[0], out)
+
+
+def main(params, batches, log):
+    step = jax.pmap(update, axis_name="batch")
+    for batch in batches:
+        params, loss = step(params, batch)
+        log("loss", loss[0])
+    host = jax.tree.map(lambda x: x[0], params)
+    print(Evaluator().run(params, batches[0]), host)
+
+
+if jax.process_index() == 0:
+    print("first process")
+'''
+
 
 def run(*args, cwd) -> subprocess.CompletedProcess:
     env = {**os.environ, "PYTHONPATH": str(ROOT), "NO_COLOR": "1"}
@@ -143,3 +178,20 @@ def test_the_index_takes_the_applicability_of_its_pmap_fix(tmp_path, unsafe):
     (tmp_path / "train.py").write_text(SHIMMED)
     args = ["fix", "--no-cache", "--diff", *(["--unsafe-fixes"] if unsafe else []), "."]
     assert "Would fix 2 of 2 legacy patterns in 1 file." in run(*args, cwd=tmp_path).stderr
+
+
+def test_multi_process_reads_the_global_rewrite_takes_rows_from_are_fixed_with_it(tmp_path):
+    (tmp_path / "pyproject.toml").write_text("[tool.pmap-migrate]\n")
+    (tmp_path / "train.py").write_text(MULTI_PROCESS)
+    trial = _trial(tmp_path)
+    index = next(d for d in trial["found"] if d["code"] == "PM201")
+    assert index["fix"]["applicability"] == "safe" and "multi-process rewrite" in index["fix"]["summary"]
+    fixed = (tmp_path / "train.py").read_text()
+    assert 'log("loss", loss.addressable_shards[0].data.squeeze(0))' in fixed
+    # The reads through the host-local view: reported before (no fix) and after (the same code).
+    assert [(d["code"], d["fix"]) for d in trial["found"] if d["code"] == "PM202"] == [("PM202", None)] * 2
+    assert [d["code"] for d in trial["left"]] == ["PM202", "PM202"]
+    assert "jax.tree.map(lambda x: x[0], _host_local(params))" in fixed
+    left = {fixed.splitlines()[d["line"] - 1].strip() for d in trial["left"]}
+    assert left == {"return jax.tree.map(lambda x: x[0], out)",
+                    "host = jax.tree.map(lambda x: x[0], _host_local(params))"}

@@ -70,6 +70,7 @@ class SemanticModel(Bindings, ValueFlow, Nesting):
         self._find_transformed_calls()
         self._rows_per_device: dict[int, bool] = {}
         self._stacking_defs: dict[str, str] | None = None  # ValueFlow._stacking_helper's, made once
+        self._row_wrappers: dict[str, list[tuple[cst.FunctionDef, cst.Call]]] | None = None  # ValueFlow._returns_rows's
         self._tags: dict[BaseAssignment, set[str]] = defaultdict(set)
         self._call_tags: dict[cst.Call, set[str]] = {}
         # Which transform sites produced a value (PM304 compares the producer's `devices=`).

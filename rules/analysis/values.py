@@ -46,6 +46,14 @@ class ValueFlow:
                     tags.add(PMAP_OUTPUT)  # a faithful rewrite of a pmap: its output's layout too
             else:
                 tags.add(PMAP_OUTPUT if stacked_output(site.option("out_axes"), None) else PMAP_OUTPUT_UNSTACKED)
+        elif self._returns_rows(call.func):
+            tags |= {JIT_OUTPUT, PMAP_OUTPUT}  # a multi-process rewrite's wrapper: its pmap's stacks
+        elif isinstance(call.func, cst.Call) and call.func.args and not call.func.args[0].star \
+                and self.matches(call.func.func, tables.PARTIAL):
+            # `partial(g_pmapped, g)(x)`: the rewrite that takes the function as a static argument
+            inner = self.sites.get(call.func.args[0].value) or self.callable_site(call.func.args[0].value)
+            if inner is not None and inner.transform == JIT and self._rows_per_local_device(inner):
+                tags |= {JIT_OUTPUT, PMAP_OUTPUT}
         names = self.qualified_names(call.func)
         stacking = self._stacking_helper(call.func, names)
         if not names.isdisjoint(tables.DEVICE_PUT_REPLICATED) or not names.isdisjoint(tables.FLAX_REPLICATE) \
@@ -63,6 +71,55 @@ class ValueFlow:
             if placement is not None and not (isinstance(placement, cst.Name) and placement.value == "None"):
                 tags.add(COMMITTED)
         return tags
+
+    def is_host_local_view(self, call: cst.Call) -> bool:
+        """``call`` is `_host_local(x)`, the host-local view the multi-process rewrite reads its
+        global outputs through (the package's shared helper, or the module's copy, by its
+        docstring): this process's rows of ``x``, a stack as ``x`` is."""
+        if len(call.args) != 1 or call.args[0].keyword is not None or call.args[0].star:
+            return False
+        if any(name.endswith(tables.SHARED_HOST_LOCAL) for name in self.qualified_names(call.func)):
+            return True
+        if not isinstance(call.func, cst.Name) or call.func.value != "_host_local":
+            return False
+        functions = self.resolve_functions(call.func)
+        return len(functions) == 1 and isinstance(functions[0], cst.FunctionDef) \
+            and functions[0].get_docstring() == tables.HOST_LOCAL_DOC
+
+    def _returns_rows(self, func: cst.BaseExpression) -> bool:
+        """``func`` is a wrapper the multi-process rewrite writes for a pmap (called by the name it
+        is bound to, or as the attribute `self.x` a method binds to it): every value it returns is
+        the output of a faithful rewrite of a pmap (rows per device), or its `_host_local` view."""
+        if isinstance(func, cst.Attribute) and isinstance(func.value, cst.Name) and func.value.value == "self":
+            cls = self.enclosing_class(func)
+            bound = [value for target, value in self.index.assigned_value.items()
+                     if isinstance(target, cst.Attribute) and isinstance(target.value, cst.Name)
+                     and target.value.value == "self" and target.attr.value == func.attr.value
+                     and cls is not None and self.enclosing_class(target) is cls]
+            if len(bound) != 1 or not isinstance(bound[0], cst.Name):
+                return False
+            func = bound[0]
+        if not isinstance(func, cst.Name):
+            return False
+        if self._row_wrappers is None:  # the candidates by their shape, found once
+            self._row_wrappers = {}
+            for function in self.index.functions:
+                value = _returned_call(function)
+                if value is not None:
+                    self._row_wrappers.setdefault(function.name.value, []).append((function, value))
+        candidates = self._row_wrappers.get(func.value)
+        if not candidates:
+            return False
+        functions = self.resolve_functions(func)
+        if len(functions) != 1:
+            return False
+        value = next((v for f, v in candidates if f is functions[0]), None)
+        if value is None:
+            return False
+        if self.is_host_local_view(value) and isinstance(value.args[0].value, cst.Call):
+            value = value.args[0].value
+        site = self._calls_to.get(value)
+        return site is not None and site.transform == JIT and self._rows_per_local_device(site)
 
     def _stacking_helper(self, func: cst.BaseExpression, names) -> str | None:
         """"replicated" / "sharded" when ``func`` is the helper `fix` writes for
@@ -255,6 +312,9 @@ class ValueFlow:
         calls: list[cst.Call] = []
         assignments: list[BaseAssignment] = []
         while True:
+            if isinstance(expr, cst.Call) and self.is_host_local_view(expr):
+                expr = expr.args[0].value  # this process's rows of a stack: the same stack
+                continue
             if isinstance(expr, cst.Call):
                 calls.append(expr)
             elif isinstance(expr, cst.Name):
@@ -378,6 +438,21 @@ class ValueFlow:
     def pmap_devices_option(self, call: cst.Call) -> cst.BaseExpression | None:
         site = self._calls_to.get(call)
         return site.option("devices") if site is not None else None
+
+
+def _returned_call(function) -> cst.Call | None:
+    """The call an undecorated def returns as the last statement of its body, its only return."""
+    if not isinstance(function, cst.FunctionDef) or function.decorators:
+        return None
+    body = function.body.body
+    last = body[-1] if body else None
+    if not (isinstance(last, cst.SimpleStatementLine) and len(last.body) == 1 and isinstance(last.body[0], cst.Return)
+            and isinstance(last.body[0].value, cst.Call)):
+        return None
+    if any(isinstance(s, cst.SimpleStatementLine) and any(isinstance(small, cst.Return) for small in s.body)
+           for s in body[:-1]):
+        return None
+    return last.body[0].value
 
 
 def _rows_on_axis_0(made: cst.BaseExpression) -> bool:

@@ -100,6 +100,7 @@ class GlobalRewrite(GlobalRender):
         self._host_local_used = False
         self._accesses: dict[str, list[cst.Name]] | None = None
         self.tracing = ProgramTracing(self.model)
+        self.row_reads: frozenset[int] = frozenset()  # the planned fix's (Reads.row_reads)
 
     # ------------------------------------------------------------------ public
     def fix_for(self, site: TransformSite) -> FixSpec:
@@ -113,6 +114,13 @@ class GlobalRewrite(GlobalRender):
             return self._fix
         return FixSpec(self._fix.applicability, f"rewritten together with `{leader.wrapper_name}` "
                        "(one global-mesh rewrite for every pmap of this multi-process module)")
+
+    def reads_row(self, node: cst.CSTNode) -> FixSpec | None:
+        """The module's fix where it rewrites the read ``node`` of a pmap output into this
+        process's row read from its device (`out[0]`, a `tree_map(lambda v: v[0], out)`); None
+        where it does not (a read through `_host_local`, which is still a stack, included)."""
+        self._plan()
+        return self._fix if self._fix is not None and self.sites and id(node) in self.row_reads else None
 
     # ------------------------------------------------------------------ planning
     def _plan(self) -> None:
@@ -371,6 +379,7 @@ class GlobalRewrite(GlobalRender):
             removes += entry.fix.remove_imports
         removes += reads.removes
         edits = reads.merge_inline(edits)
+        self.row_reads = frozenset(reads.row_reads)
         try:
             edits = compose_edits(self.model, spaced(self.model, edits, self.rewriter.plain_generated))
         except LostEdit as lost:

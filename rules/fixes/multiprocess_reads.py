@@ -87,6 +87,9 @@ class Reads:
         self.seen: set[int] = set()
         self.wrapped_calls: dict[cst.Call, PlannedSite] = {}
         self.removes: list[ImportSpec] = []  # imports a rewritten read may leave unused (flax's unreplicate)
+        # The nodes of reads rewritten to this process's row from its device (`out[0]`, a
+        # `tree_map(lambda v: v[0], out)`, `unreplicate(out)`): no longer a gather after the fix.
+        self.row_reads: set[int] = set()
 
     # ------------------------------------------------------------------ calls
     def for_calls(self, entry: PlannedSite) -> list[Edit]:
@@ -177,6 +180,9 @@ class Reads:
         if layout == 0:
             row = self._row_read(read, parent, placement)
             if row is not None:
+                self.row_reads.add(id(parent))
+                if isinstance(parent, cst.Arg):
+                    self.row_reads.add(id(model.parent(parent)))
                 return row
         # Any other read: the host-local view (it leaves host data and this process's arrays as they are).
         return [Edit(read, cst.Call(cst.Name(self.plan.host_local_name()), [cst.Arg(cst.Name(read.value))]))]

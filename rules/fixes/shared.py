@@ -16,6 +16,7 @@ import libcst as cst
 
 from pmap_migrate.rules.fixes.pmap_render import shard_mapped_helper
 from pmap_migrate.rules.fixes.spec import ImportSpec
+from pmap_migrate.rules.knowledge import tables
 
 MODULE_NAME = "_pmap_compat"
 INDENT = "    "
@@ -130,7 +131,7 @@ def host_local_helper(indent: str) -> str:
     i1, i2, i3 = indent, indent * 2, indent * 3
     return "\n".join([
         f"def {HOST_LOCAL}(tree):",
-        f'{i1}"""Global arrays -> this process\'s rows, as legacy pmap returned them."""',
+        f'{i1}"""{tables.HOST_LOCAL_DOC}"""',
         "",
         f"{i1}def local(x):",
         f"{i2}if (",

@@ -47,6 +47,10 @@ LOCAL_DEVICES = frozenset({"jax.local_devices"})
 SHARED_LOCAL_ROWS = ("_pmap_compat._shard_mapped",)
 # ... or defined in the module itself, recognised by its docstring.
 SHARD_MAPPED_DOC = "pmap(f, axis_name, ...) as shard_map over the first local devices."
+# The host-local view the multi-process rewrite reads global outputs through (rules/fixes/shared.py):
+# its value is the stack it is given, rows per device (imported, or the module's own copy).
+SHARED_HOST_LOCAL = ("_pmap_compat._host_local",)
+HOST_LOCAL_DOC = "Global arrays -> this process's rows, as legacy pmap returned them."
 # The stacks `fix` writes for `jax.device_put_replicated` / `device_put_sharded` (rules/fixes/shared.py):
 # the helper imported from a package's shared module, by the end of its qualified name, or defined in
 # the module itself, by the first line of its docstring.
