@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import keyword
 import os
+import re
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -97,7 +98,9 @@ def _names_directory(module: cst.Module, name: str) -> bool:
             while isinstance(node, cst.Attribute):
                 parts.append(node.attr.value)
                 node = node.value
-            if isinstance(node, cst.Name) and name in [node.value, *parts[1:]]:
+            # (`import a.b.c`: c may be the module itself; `from a.b import c`: a and b are packages)
+            packages = parts if isinstance(small, cst.ImportFrom) else parts[1:]
+            if isinstance(node, cst.Name) and name in [node.value, *packages]:
                 return True
     return False
 
@@ -142,6 +145,18 @@ def location_for(path: str, module: cst.Module) -> SharedLocation | None:
     if not directory.is_dir():
         return None
     if (directory / "__init__.py").is_file():
+        return _by_layout(given, directory, module) or _by_own_imports(given, directory, module)
+    # Outside a package, what the module imports by a name above it comes first: that name works
+    # however it runs (`python -m pkg.tool` too, where a sibling module imported by its plain name
+    # would not be found).
+    found = _above_by_name(given, directory, module)
+    if found is not None:
+        return found if found.module else None  # (that place is taken: no shared module)
+    return _by_layout(given, directory, module) or _by_own_imports(given, directory, module)
+
+
+def _by_layout(given: Path, directory: Path, module: cst.Module) -> SharedLocation | None:
+    if (directory / "__init__.py").is_file():
         top, depth = directory, 0
         while (top.parent / "__init__.py").is_file() and top.parent != top:
             top, depth = top.parent, depth + 1
@@ -153,7 +168,7 @@ def location_for(path: str, module: cst.Module) -> SharedLocation | None:
             return SharedLocation(shown, MODULE_NAME, relative=depth + 1)
         if _is_script(module, "") and not _imports_package(module, top.name):
             return None
-        return SharedLocation(shown, f"{top.name}.{MODULE_NAME}")
+        return SharedLocation(shown, f"{_imported_as(top)}.{MODULE_NAME}")
     if (directory.parent / "__init__.py").is_file():
         return _in_namespace_package(given, directory, module)
     if (not _is_script(module, given.name) or _names_directory(module, directory.name)
@@ -161,6 +176,75 @@ def location_for(path: str, module: cst.Module) -> SharedLocation | None:
         return None
     return SharedLocation(os.path.normpath(given.parent / FILE_NAME), MODULE_NAME,
                           every_helper=_holds_tests(directory))
+
+
+def _by_own_imports(given: Path, directory: Path, module: cst.Module) -> SharedLocation | None:
+    """What the module's own imports show to be importable wherever it runs: a directory above it
+    that it imports by name, with what it imports from there (``import big_vision.pp.builder`` in
+    ``big_vision/evaluators/psnr.py``, ``big_vision/pp/builder.py`` there): that directory's
+    module, by that name; else a module beside it that it imports by its plain name (``import
+    models`` with ``models.py`` beside it, in a directory without ``__init__.py``): its directory
+    is on ``sys.path``, so a sibling module, by its plain name."""
+    found = _above_by_name(given, directory, module)
+    if found is not None:
+        return found if found.module else None
+    if (directory / "__init__.py").is_file() or _names_directory(module, directory.name):
+        return None
+    if any(len(parts) == 1 and parts[0] != given.stem and _exists_below(directory, parts[0])
+           for parts in _absolute_imports(module)) and usable(directory / FILE_NAME):
+        return SharedLocation(os.path.normpath(given.parent / FILE_NAME), MODULE_NAME,
+                              every_helper=_holds_tests(directory))
+    return None
+
+
+def _above_by_name(given: Path, directory: Path, module: cst.Module) -> SharedLocation | None:
+    """The shared module of the directory above the module that it imports by name (see
+    ``_by_own_imports``); one with an empty ``module`` where that place is taken."""
+    above = [directory, *directory.parents]
+    for parts in _absolute_imports(module):
+        for depth, ancestor in enumerate(above):
+            if ancestor.name == parts[0] and _is_identifier(parts[0]) and len(parts) > 1 \
+                    and _exists_below(ancestor, parts[1]):
+                file = given.parent.joinpath(*[os.pardir] * depth, FILE_NAME)
+                if not usable(ancestor / FILE_NAME):
+                    return SharedLocation(os.path.normpath(file), "")
+                return SharedLocation(os.path.normpath(file), f"{parts[0]}.{MODULE_NAME}")
+    return None
+
+
+def _absolute_imports(module: cst.Module):
+    """The dotted names the module's absolute imports read: ``import a.b`` -> (a, b); ``from a
+    import b, c`` -> (a, b), (a, c); ``from a.b import c`` -> (a, b, c)."""
+    for small in _imports(module):
+        if isinstance(small, cst.ImportFrom):
+            if small.relative or small.module is None:
+                continue
+            head = _dotted(small.module)
+            names = [] if isinstance(small.names, cst.ImportStar) else [
+                alias.name.value for alias in small.names if isinstance(alias.name, cst.Name)]
+            if head:
+                yield from ([*head, name] for name in names) if names else [head]
+        else:
+            for alias in small.names:
+                parts = _dotted(alias.name)
+                if parts:
+                    yield parts
+
+
+def _dotted(node: cst.BaseExpression) -> list[str]:
+    parts = []
+    while isinstance(node, cst.Attribute):
+        parts.append(node.attr.value)
+        node = node.value
+    return [node.value, *reversed(parts)] if isinstance(node, cst.Name) else []
+
+
+def _exists_below(directory: Path, name: str) -> bool:
+    """A module or package ``name`` in ``directory``."""
+    try:
+        return (directory / f"{name}.py").is_file() or (directory / name).is_dir()
+    except OSError:
+        return False
 
 
 def _in_namespace_package(given: Path, directory: Path, module: cst.Module) -> SharedLocation | None:
@@ -175,6 +259,28 @@ def _in_namespace_package(given: Path, directory: Path, module: cst.Module) -> S
         return None
     file = given.parent.joinpath(*[os.pardir] * depth, FILE_NAME)
     return SharedLocation(os.path.normpath(file), f"{top.name}.{MODULE_NAME}")
+
+
+def _imported_as(top: Path) -> str:
+    """The name the modules of the top package ``top`` import it by: its own name, or, where they
+    import it through the namespace packages above it (``from byol.utils import helpers`` in
+    ``byol/utils/``, ``byol`` without ``__init__.py``), that dotted name."""
+    pattern = re.compile(rf"^\s*(?:from|import)\s+((?:\w+\.)+){re.escape(top.name)}\b", re.MULTILINE)
+    above = [parent.name for parent in top.parents]
+    try:
+        files = sorted(top.glob("*.py"))[:200]
+    except OSError:
+        return top.name
+    for file in files:
+        try:
+            text = file.read_text(encoding="utf-8", errors="replace")
+        except OSError:
+            continue
+        for match in pattern.finditer(text):
+            prefix = match.group(1).rstrip(".").split(".")
+            if list(reversed(prefix)) == above[:len(prefix)] and all(_is_identifier(p) for p in prefix):
+                return ".".join([*prefix, top.name])
+    return top.name
 
 
 def _holds_tests(directory: Path) -> bool:

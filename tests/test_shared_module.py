@@ -296,3 +296,127 @@ def test_a_namespace_directory_inside_a_package_uses_the_package_module_when_it_
     assert "from pkg._pmap_compat import " in text and "def _shard_mapped(" not in text, text
     assert (root / "pkg" / "_pmap_compat.py").exists()
     assert not (trainer.parent / "_pmap_compat.py").exists()
+
+
+# --------------------------------------------------------------------------- what the imports show
+# A project of namespace directories (no __init__.py anywhere), run from its root as
+# `python -m big.trainers.train`: its modules import each other by the names above them.
+BUILDER = '''import numpy as np
+
+
+def batch():
+    return np.arange(1.0, 17.0).reshape(8, 2)
+'''
+
+EVALUATOR = '''import jax
+from jax import lax
+
+import big.pp.builder as pp_builder
+
+
+def _mean(x):
+    return lax.pmean(x, "data")
+
+
+def evaluate():
+    return jax.pmap(_mean, axis_name="data")(pp_builder.batch())
+'''
+
+TRAINER = '''import jax
+import numpy as np
+
+from big.evaluators import psnr
+from big.pp import builder
+
+
+@jax.pmap
+def _double(x):
+    return 2 * x
+
+
+def main():
+    out = _double(builder.batch()) + psnr.evaluate()
+    print(np.round(np.asarray(out), 6).tolist(), out.shape)
+
+
+if __name__ == "__main__":
+    main()
+'''
+
+NAMESPACE_FILES = {"big/pp/builder.py": BUILDER, "big/evaluators/psnr.py": EVALUATOR, "big/trainers/train.py": TRAINER}
+
+
+def make_namespace_project(root: Path) -> Path:
+    root.mkdir(parents=True, exist_ok=True)
+    (root / "pyproject.toml").write_text("[tool.pmap-migrate]\n")
+    for rel, text in NAMESPACE_FILES.items():
+        (root / rel).parent.mkdir(parents=True, exist_ok=True)
+        (root / rel).write_text(text)
+    return root
+
+
+def test_modules_of_namespace_directories_import_the_module_of_the_directory_they_import_by_name(tmp_path):
+    """`import big.pp.builder` in `big/evaluators/psnr.py` (with `big/pp/builder.py` there): `big`
+    is importable wherever the module runs, so the helpers go in `big/_pmap_compat.py`, once, and
+    both the module and the script (which `python -m big.trainers.train` runs) import them by
+    that name."""
+    root = make_namespace_project(tmp_path / "ns")
+    assert run(root, "fix", "--no-cache", ".").exit_code == 0
+    files = tree(root)
+    assert set(files) == {*NAMESPACE_FILES, "big/_pmap_compat.py"}
+    for rel in ("big/evaluators/psnr.py", "big/trainers/train.py"):
+        assert "from big._pmap_compat import _shard_mapped\n" in files[rel], files[rel]
+        assert "def _shard_mapped(" not in files[rel]
+
+
+def test_the_namespace_project_prints_what_it_printed_on_legacy_pmap(tmp_path):
+    """Run as its imports say it runs (`python -m big.trainers.train` from the root): legacy jax
+    0.7.2 unchanged vs the fixed project on the newest jax."""
+    from tests.support import jaxenv
+
+    legacy = make_namespace_project(tmp_path / "legacy")
+    fixed = tmp_path / "fixed"
+    shutil.copytree(legacy, fixed)
+    assert run(fixed, "fix", "--no-cache", "--unsafe-fixes", ".").exit_code == 0
+    outputs = []
+    for env, root in ((jaxenv.LEGACY, legacy), (jaxenv.NEWEST, fixed)):
+        try:
+            python = jaxenv.python_for(env)
+        except jaxenv.EnvUnavailable as why:
+            pytest.skip(str(why))
+        proc = jaxenv.run_program(python, "-m", "big.trainers.train", cwd=root, repo_on_path=False)
+        assert proc.returncode == 0, proc.stderr[-3000:]
+        outputs.append(proc.stdout)
+    assert outputs[0] == outputs[1] and "(8, 2)" in outputs[0], outputs
+
+
+def test_a_module_that_imports_a_module_beside_it_by_its_plain_name_uses_a_sibling_module(tmp_path):
+    """`import models` with `models.py` beside it (a directory without __init__.py, not a
+    script): its directory is on `sys.path` wherever it runs, so is a sibling `_pmap_compat.py`."""
+    root = tmp_path / "plain"
+    (root / "wmt").mkdir(parents=True)
+    (root / "pyproject.toml").write_text("[tool.pmap-migrate]\n")
+    (root / "wmt" / "models.py").write_text("SCALE = 2\n")
+    (root / "wmt" / "train.py").write_text("import models\n" + OPS)
+    (root / "wmt" / "alone.py").write_text(OPS)  # imports nothing beside it: keeps its own helper
+    assert run(root, "fix", "--no-cache", ".").exit_code == 0
+    files = tree(root)
+    assert "from _pmap_compat import _replicate, _shard_mapped\n" in files["wmt/train.py"]
+    assert "def _shard_mapped(" in files["wmt/alone.py"] and "_pmap_compat" not in files["wmt/alone.py"]
+    assert "wmt/_pmap_compat.py" in files
+
+
+def test_a_package_below_a_namespace_directory_is_imported_by_the_name_its_modules_use(tmp_path):
+    """`byol/utils/` is a package, `byol/` a namespace directory, and the package's modules import
+    it as `byol.utils`: the helpers are imported as `byol.utils._pmap_compat` (`utils` alone is
+    not importable when the project runs from its root)."""
+    root = tmp_path / "nested"
+    (root / "byol" / "utils").mkdir(parents=True)
+    (root / "pyproject.toml").write_text("[tool.pmap-migrate]\n")
+    (root / "byol" / "utils" / "__init__.py").write_text("")
+    (root / "byol" / "utils" / "helpers.py").write_text(OPS)
+    (root / "byol" / "utils" / "checkpointing.py").write_text("from byol.utils import helpers\n")
+    assert run(root, "fix", "--no-cache", ".").exit_code == 0
+    text = (root / "byol" / "utils" / "helpers.py").read_text()
+    assert "from byol.utils._pmap_compat import _replicate, _shard_mapped\n" in text, text
+    assert (root / "byol" / "utils" / "_pmap_compat.py").is_file()
