@@ -445,7 +445,8 @@ def apply(module: cst.Module, chosen: Sequence[Finding],
     helpers = {helper.name: helper for finding in chosen for helper in finding.fix.helpers}
     imported = imported_helpers(module, chosen, shared)
     helper_imports = [spec for helper in helpers.values() if helper.name not in imported for spec in helper.imports]
-    helper_imports += [_shared_import(shared, helper.shared, name) for name, helper in imported.items()]
+    helper_imports += [_shared_import(shared, helper.shared, name) for name, helper in imported.items()
+                       if not helper.support]
     helpers = {name: helper for name, helper in helpers.items() if name not in imported}
     if helpers:  # first: code that runs at import may call them
         edits = _helper_edits(module, list(helpers.values()), edits, parents) + edits

@@ -4,11 +4,12 @@ import libcst as cst
 
 from pmap_migrate.rules.base import Fixable, Invalid, Rule, Valid
 from pmap_migrate.rules.fixes.pmap_render import shard_mapped_helper
-from pmap_migrate.rules.fixes.shared import host_local_helper, to_global_helper
+from pmap_migrate.rules.fixes.shared import global_call_helper, host_local_helper, to_global_helper
 from pmap_migrate.rules.knowledge import gates, tables
 
 # The shared helpers of the global-mesh rewrite as the fix writes them in a module of no package (the
 # expected outputs of the examples below); in a package, they are imported from its `_pmap_compat`.
+_GLOBAL_CALL = global_call_helper("    ")
 _MESH_HELPERS = to_global_helper("    ")
 _HOST_LOCAL = host_local_helper("    ")
 _SHARD_MAPPED = shard_mapped_helper("_shard_mapped", "    ")
@@ -60,15 +61,16 @@ class HostLocalInput(Rule):
 
     ## Fix safety
     Where the module's data flow is visible, the fix (also PM101's) rewrites every such pmap at once
-    to plain JAX that computes what legacy pmap computed (safe): a module-level `<axis>_mesh(rows)`
-    (the first `rows` devices of each process, process by process), a `<axis>_global(tree, rows)`
-    that turns this process's rows into global arrays (`jax.make_array_from_process_local_data`)
-    and passes global arrays (outputs fed back) through, the faithful `jax.jit(jax.shard_map(...))`
-    on that mesh, and a wrapper with the pmapped function's name. Outputs stay global arrays; where
+    to plain JAX that computes what legacy pmap computed (safe): under the pmapped function's name,
+    `_global_call(jax.jit(_shard_mapped(f, axis, processes=True)), axis)`, the faithful
+    `jax.jit(jax.shard_map(...))` over the first rows of each process's devices (process by
+    process), called with this process's rows made global arrays
+    (`jax.make_array_from_process_local_data`; global arrays, outputs fed back, pass through); the
+    helpers are written once per package. Outputs stay global arrays; where
     the program reads one it gets what legacy returned there: `out[k]` becomes
     `out.addressable_shards[k].data.squeeze(0)` (this process's row k; also inside
     `tree_map(lambda v: v[0], out)` and flax `unreplicate(out)`), an output passed straight to a
-    rewritten pmap stays global, any other read becomes `host_local(out)` (this process's rows, no
+    rewritten pmap stays global, any other read becomes `_host_local(out)` (this process's rows, no
     copy; host data and this process's arrays pass as they are). On one process the same code is the
     single-process pmap: the first n devices.
 
@@ -76,9 +78,9 @@ class HostLocalInput(Rule):
     (not stored on `self`, passed as a value, nor a public module-level name of a library module;
     a script or a module that calls `jax.distributed.initialize()` at module level is a program),
     and no output is updated in place (`out += 1`) or read in code that may be traced. Where it is
-    not, the pmap gets the boundary form: its wrapper takes and returns this process's rows (the
-    global result made host-local), so callers and reads stay as they are, and it raises when
-    called with traced values. Calls seen to be traced (in a lambda or function handed to a `jax.*`
+    not, the pmap gets the boundary form, `_global_call(..., local=True)`: it takes and returns
+    this process's rows (the global result made host-local), so callers and reads stay as they
+    are, and it raises when called with traced values. Calls seen to be traced (in a lambda or function handed to a `jax.*`
     callable or decorated by one; a call that only may be, in a method, a function with a decorator
     of its own, a callback, gets the boundary form), options that are not literals or are `devices=`, `backend=`, `axis_size=`, pytree `in_axes`
     prefixes, and an `in_axes=None` argument from callers not seen (it must be a Python or NumPy
@@ -158,7 +160,17 @@ class HostLocalInput(Rule):
                 "\n"
                 "\n"
                 )
+                + _GLOBAL_CALL
+                + (
+                "\n"
+                "\n"
+                )
                 + _MESH_HELPERS
+                + (
+                "\n"
+                "\n"
+                )
+                + _HOST_LOCAL
                 + (
                 "\n"
                 "\n"
@@ -174,15 +186,7 @@ class HostLocalInput(Rule):
                 "    return jax.lax.psum(x * x, \"batch\")\n"
                 "\n"
                 "\n"
-                "_step_sharded = jax.jit(_shard_mapped(_step, \"batch\", processes=True))\n"
-                "\n"
-                "\n"
-                "def step(x):\n"
-                "    # PM501: this process's rows in; global arrays out (reads take its rows)\n"
-                "    rows = jax.local_device_count() if jax.process_count() > 1 else"
-                " jax.tree.leaves(x)[0].shape[0]\n"
-                "    x = _to_global(x, \"batch\", rows)\n"
-                "    return _step_sharded(x)\n"
+                "step = _global_call(jax.jit(_shard_mapped(_step, \"batch\", processes=True)), \"batch\")\n"
                 "\n"
                 "\n"
                 "total = step(xs)\n"
@@ -210,6 +214,11 @@ class HostLocalInput(Rule):
                 "\n"
                 "\n"
                 )
+                + _GLOBAL_CALL
+                + (
+                "\n"
+                "\n"
+                )
                 + _MESH_HELPERS
                 + (
                 "\n"
@@ -226,18 +235,8 @@ class HostLocalInput(Rule):
                 "\n"
                 "class Trainer:\n"
                 "    def __init__(self):\n"
-                "        _step_mapped_sharded = jax.jit(_shard_mapped(f, \"i\", processes=True))\n"
-                "\n"
-                "        def step_mapped(*args, **kwargs):\n"
-                "            # PM501, callers or reads not all seen: this process's rows in and out\n"
-                "            if any(isinstance(leaf, jax.core.Tracer) for leaf in jax.tree.leaves((args,"
-                " kwargs))):\n"
-                "                raise NotImplementedError(\"a multi-process pmap called in traced code:"
-                " use runtime_shim.pmap\")\n"
-                "            rows = jax.local_device_count() if jax.process_count() > 1 else"
-                " jax.tree.leaves((args, kwargs))[0].shape[0]\n"
-                "            args, kwargs = _to_global((args, kwargs), \"i\", rows)\n"
-                "            return _host_local(_step_mapped_sharded(*args, **kwargs))\n"
+                "        step_mapped = _global_call(jax.jit(_shard_mapped(f, \"i\", processes=True)), \"i\","
+                " local=True)\n"
                 "\n"
                 "        self.step = step_mapped\n"
                 "\n"
@@ -267,6 +266,11 @@ class HostLocalInput(Rule):
                 "\n"
                 "\n"
                 )
+                + _GLOBAL_CALL
+                + (
+                "\n"
+                "\n"
+                )
                 + _MESH_HELPERS
                 + (
                 "\n"
@@ -282,19 +286,7 @@ class HostLocalInput(Rule):
                 "\n"
                 "\n"
                 "jax.distributed.initialize()\n"
-                "\n"
-                "\n"
-                "_step_sharded = jax.jit(_shard_mapped(f, \"i\", processes=True))\n"
-                "\n"
-                "\n"
-                "def step(*args):\n"
-                "    # PM501: this process's rows in; global arrays out (reads take its rows)\n"
-                "    rows = jax.local_device_count() if jax.process_count() > 1 else"
-                " jax.tree.leaves(args)[0].shape[0]\n"
-                "    args = _to_global(args, \"i\", rows)\n"
-                "    return _step_sharded(*args)\n"
-                "\n"
-                "\n"
+                "step = _global_call(jax.jit(_shard_mapped(f, \"i\", processes=True)), \"i\")\n"
                 "out = np.zeros((4,))\n"
                 "for x in batches:\n"
                 "    out = step(x)\n"

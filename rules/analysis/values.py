@@ -101,6 +101,10 @@ class ValueFlow:
             func = bound[0]
         if not isinstance(func, cst.Name):
             return False
+        if self.index.names.get("_global_call"):  # `step = _global_call(jax.jit(...), "i")`
+            values = [self.assigned_value(getattr(a, "node", None)) for a in self.assignments_of(func)]
+            if values and all(isinstance(v, cst.Call) and self._is_global_call(v) for v in values):
+                return True
         if self._row_wrappers is None:  # the candidates by their shape, found once
             self._row_wrappers = {}
             for function in self.index.functions:
@@ -119,6 +123,19 @@ class ValueFlow:
         if self.is_host_local_view(value) and isinstance(value.args[0].value, cst.Call):
             value = value.args[0].value
         site = self._calls_to.get(value)
+        return site is not None and site.transform == JIT and self._rows_per_local_device(site)
+
+    def _is_global_call(self, call: cst.Call) -> bool:
+        """``call`` is `_global_call(<a faithful rewrite's jit>, axis, ...)`, the multi-process
+        rewrite's call (the package's shared helper, or the module's copy, by its docstring)."""
+        if not call.args or call.args[0].keyword is not None:
+            return False
+        if not any(name.endswith(tables.SHARED_GLOBAL_CALL) for name in self.qualified_names(call.func)):
+            functions = self.resolve_functions(call.func) if isinstance(call.func, cst.Name) else []
+            if not (len(functions) == 1 and isinstance(functions[0], cst.FunctionDef)
+                    and functions[0].get_docstring() == tables.GLOBAL_CALL_DOC):
+                return False
+        site = self.sites.get(call.args[0].value) or self.callable_site(call.args[0].value)
         return site is not None and site.transform == JIT and self._rows_per_local_device(site)
 
     def _stacking_helper(self, func: cst.BaseExpression, names) -> str | None:

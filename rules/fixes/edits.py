@@ -207,7 +207,8 @@ def unindented(model, node, plain: dict[int, cst.CSTNode]):
 
 def spaced(model, edits: list[Edit], plain: dict[int, cst.CSTNode]) -> list[Edit]:
     """Blank lines around generated definitions: before the first one, and before the statement that
-    follows them (two at module level, one in a function)."""
+    follows them (two at module level, one in a function); none around plain statements that
+    replace one (`step = _global_call(...)` for `step = jax.pmap(...)`)."""
     out = [Edit(e.target, unindented(model, e.replacement, plain),
                 tuple(unindented(model, b, plain) for b in e.before)) for e in edits]
     replaced = {id(e.target): k for k, e in enumerate(out) if e.replacement is not None}
@@ -218,7 +219,8 @@ def spaced(model, edits: list[Edit], plain: dict[int, cst.CSTNode]) -> list[Edit
         if edit.before:
             out[k] = Edit(edit.target, edit.replacement, _separated(list(edit.before), n, first))
             follow.append(edit.target)
-        elif isinstance(edit.replacement, cst.FlattenSentinel) and isinstance(edit.target, cst.BaseStatement):
+        elif isinstance(edit.replacement, cst.FlattenSentinel) and isinstance(edit.target, cst.BaseStatement) \
+                and any(isinstance(node, _DEFINITIONS) for node in edit.replacement.nodes):
             nodes = _separated(list(edit.replacement.nodes), n, first)
             out[k] = Edit(edit.target, cst.FlattenSentinel(nodes), edit.before)
             following = _next_statement(model, edit.target)

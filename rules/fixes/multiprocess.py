@@ -12,47 +12,37 @@ processes x 4 CPU devices with jax 0.7.2 (`fixtures/programs_multiprocess/README
 The rewrite, once per module: one fix for all the pmaps it covers, so that the helpers are written
 once and every call site agrees on which values are global arrays.
 
-    @functools.cache
-    def batch_mesh(rows):  # legacy pmap's devices: the first `rows` of each process, process by process
-        devices = [d for p in range(jax.process_count()) for d in jax.local_devices(p)[:rows]]
-        return Mesh(np.array(devices), ("batch",))
-
-    def batch_global(tree, rows, spec=P("batch")):  # this process's rows -> global arrays
-        ...  # global arrays (outputs fed back) pass; host data: jax.make_array_from_process_local_data
-
-    def host_local(tree):  # once per module, when a read needs it
-        ...  # a global array -> this process's rows (global_array_to_host_local_array); the rest as it is
-
     def _step(x, w): ...                           # the pmapped body, unchanged
 
-    @jax.jit
-    def _step_sharded(x, w):                       # the faithful jit(shard_map), on the global mesh
-        def per_device(x, w): ...
-        mesh = batch_mesh(jax.tree.leaves(x)[0].shape[0] // jax.process_count())
-        return jax.shard_map(per_device, mesh=mesh, ...)(x, w)
+    step = _global_call(                           # this process's rows in, global arrays out
+        jax.jit(_shard_mapped(_step, "batch", processes=True)), "batch"
+    )
 
-    def step(x, w):                                # this process's rows in, global arrays out
-        rows = jax.local_device_count() if jax.process_count() > 1 else jax.tree.leaves(x)[0].shape[0]
-        x, w = batch_global((x, w), rows)
-        return _step_sharded(x, w)
+`_shard_mapped(..., processes=True)` is the compact form over the first n / process_count devices
+of every process (legacy pmap's devices, process by process); `_global_call` (rules/fixes/shared.py)
+makes this process's rows of each mapped argument global arrays (`_to_global`: outputs fed back
+pass through, host data is assembled from every process's part) and calls the jitted form; with
+``local=True`` (the boundary form below) it returns `_host_local` of the result and refuses traced
+inputs. The three helpers are written once per package (`_pmap_compat.py`), or once in the module.
 
 The outputs stay global; every place the program reads one is rewritten to what legacy returned
 there: `out[k]` on an array output -> `out.addressable_shards[k].data.squeeze(0)` (this process's
 row k, from the device that holds it), the same inside `tree_map(lambda v: v[0], out)` and for
 flax `unreplicate(out)`; an output passed straight to a rewritten pmap (at an in_axes-0 position)
-is left global; any other read becomes `host_local(out)` (the host-local view, no copy).
-On one process the same code computes what the single-process legacy pmap did: `batch_mesh(n)`
-is the first n devices and the conversions do nothing to arrays already there.
+is left global; any other read becomes `_host_local(out)` (the host-local view, no copy).
+On one process the same code computes what the single-process legacy pmap did: the mesh is the
+first n devices and the conversions do nothing to arrays already there.
 
-`host_local` converts only arrays that span other processes and takes their mesh and spec from
+`_host_local` converts only arrays that span other processes and takes their mesh and spec from
 the array itself, so a read of a name that may also hold host data (a NumPy stack before the first
 step) is exact too. Where the data flow is not visible -- the pmapped function used as a value,
 stored on `self`, a public module-level pmap of a library module (importers would get global
 arrays), a name bound more than once, an output updated in place, a call or read in code that may
 be traced (a method, a decorated function, a callback) -- the site gets the boundary form: the same
-definition, whose wrapper returns `host_local(...)` of the result (this process's rows, as legacy
-returned them) and raises on traced inputs, so no caller or read needs rewriting; an output fed back goes in without a copy (`batch_global` hands arrays whose rows
-already sit on this process's devices to `host_local_array_to_global_array`). A call seen to be
+definition through `_global_call(..., local=True)`, which returns this process's rows, as legacy
+returned them, and raises on traced inputs, so no caller or read needs rewriting; an output fed
+back goes in without a copy (`_to_global` hands arrays whose rows already sit on this process's
+devices to `host_local_array_to_global_array`). A call seen to be
 traced (in a lambda or function handed to a `jax.*` callable or decorated by one), options the mesh
 cannot express, or an `in_axes=None` argument from callers not seen keep the shim (`Unsupported`
 says why); the module's other pmaps are still rewritten.
@@ -360,9 +350,7 @@ class GlobalRewrite(GlobalRender):
         reads = Reads(self, by_site, outputs)
         for entry in self.sites:
             assert entry.fix is not None
-            site_edits = list(entry.fix.edits)
-            if entry.boundary is not None:
-                self.host_local_name()  # its wrapper returns host-local rows; its outputs are read as they are
+            site_edits = list(entry.fix.edits)  # (a boundary's wrapper returns host-local rows: `local=True`)
             try:
                 if entry.boundary is None:
                     site_edits += reads.for_calls(entry)

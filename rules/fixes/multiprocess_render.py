@@ -12,8 +12,10 @@ from pmap_migrate.rules.fixes.multiprocess_reads import PlannedSite
 from pmap_migrate.rules.fixes.pmap_options import Unsupported
 from pmap_migrate.rules.fixes.pmap_render import Plan, jitted_parts, spec_for, tuple_text
 from pmap_migrate.rules.fixes.shared import (
+    GLOBAL_CALL,
     HOST_LOCAL,
     TO_GLOBAL,
+    global_call_helper,
     host_local_helper,
     to_global_helper,
 )
@@ -24,9 +26,9 @@ class GlobalRender:
     """The rendering half of ``multiprocess.GlobalRewrite`` (which mixes it in)."""
 
     # ------------------------------------------------------------------ rendering
-    def _to_global(self) -> str:
-        """The conversion to global arrays: the package's shared `_to_global`."""
-        return self.rewriter.shared_helper(TO_GLOBAL, to_global_helper).name
+    def _global_call(self) -> str:
+        """The multi-process call: the package's shared `_global_call`."""
+        return self.rewriter.shared_helper(GLOBAL_CALL, global_call_helper).name
 
     def _render(self, entry: PlannedSite, plan: Plan, indent: str) -> str:
         if plan.params is None and plan.static:
@@ -39,57 +41,30 @@ class GlobalRender:
                                        + "(*args, **kwargs)")
         entry.plan = plan
         entry.wrapper_name = plan.name
-        to_global = self._to_global()
         jit_name = self.rewriter.names.fresh(f"_{plan.name.lstrip('_')}_sharded")
-        i1 = indent
-        size = jitted_parts(plan, indent, name=jit_name)[2]  # the mapped size, read from the arguments
         compact = self._compact(entry, plan, jit_name)
         if compact is None:
             raise Unsupported("a mapped function that is not a plain name, in a multi-process program")
         entry.compact = True
-        lines = [*plan.hoisted, compact, "", ""]
-        default = f"P({plan.axis})"
-        if plan.params is None and plan.keywords:
-            params, converted, forward = ["*args", "**kwargs"], [("args, kwargs", default)], "*args, **kwargs"
-        elif plan.params is None:
-            params, converted, forward = ["*args"], [("args", default)], "*args"
-        else:
-            params = list(plan.params)
-            mapped = [p for i, p in enumerate(plan.params) if i not in plan.static]
-            axes = plan.in_axes if isinstance(plan.in_axes, list) else [plan.in_axes] * len(mapped)
-            converted = [(p, spec_for(a, plan.axis)) for p, a in zip(mapped, axes) if a is not None]
-            forward = ", ".join(plan.params)
-        entry.uses_spec = any(spec != default for _, spec in converted)
-        lines.append(f"def {plan.name}({', '.join(params)}):")
-        if entry.boundary is None:
-            lines += [
-                f"{i1}# PM501: this process's rows in; global arrays out (reads take its rows)",
-            ]
-        else:
-            if plan.params is None:
-                checked = "(args, kwargs)" if plan.keywords else "args"
-            else:
-                checked = f"({', '.join(plan.params)}{',' if len(plan.params) == 1 else ''})"
-            lines += [
-                f"{i1}# PM501, callers or reads not all seen: this process's rows in and out",
-                f"{i1}if any(isinstance(leaf, jax.core.Tracer) for leaf in jax.tree.leaves({checked})):",
-                f"{i1}{i1}raise NotImplementedError(\"a multi-process pmap called in traced code: use runtime_shim.pmap\")",
-            ]
-        lines.append(f"{i1}rows = jax.local_device_count() if jax.process_count() > 1 else {size}")
-        if converted == [("args, kwargs", default)]:
-            lines.append(f"{i1}args, kwargs = {to_global}((args, kwargs), {plan.axis}, rows)")
-        elif all(spec == default for _, spec in converted) and len(converted) > 1:
-            names = ", ".join(name for name, _ in converted)
-            lines.append(f"{i1}{names} = {to_global}(({names}), {plan.axis}, rows)")
-        else:
-            for name, spec in converted:
-                extra = "" if spec == default else f", {spec}"
-                lines.append(f"{i1}{name} = {to_global}({name}, {plan.axis}, rows{extra})")
-        result = f"{jit_name}({forward})"
+        entry.uses_spec = False
+        options = [plan.axis]
+        if isinstance(plan.in_axes, list) and plan.params is not None:
+            entries = iter(plan.in_axes)
+            axes = tuple(None if k in plan.static else next(entries) for k in range(len(plan.params)))
+            if axes != (0,) * len(axes):
+                options.append(f"in_axes={_axes_text(axes)}")
+        elif plan.static:  # the static arguments go to jit as they are (`_global_call`: the rest on axis 0)
+            if plan.params is None and plan.in_axes != 0:
+                raise Unsupported("static_broadcasted_argnums and in_axes for arguments not seen")
+            count = len(plan.params) if plan.params is not None else max(plan.static) + 1
+            axes = tuple(None if k in plan.static else plan.in_axes for k in range(count))
+            options.append(f"in_axes={_axes_text(axes)}")
+        elif plan.in_axes != 0:
+            options.append(f"in_axes={_axes_text(plan.in_axes)}")
         if entry.boundary is not None:
-            result = f"{self.host_local_name()}({result})"
-        lines.append(f"{i1}return {result}")
-        return "\n".join(lines) + "\n"
+            options.append("local=True")  # callers or reads not all seen: this process's rows out
+        jitted = compact.removeprefix(f"{jit_name} = ")
+        return "\n".join([*plan.hoisted, f"{plan.name} = {self._global_call()}({jitted}, {', '.join(options)})"]) + "\n"
 
     def _compact(self, entry: PlannedSite, plan: Plan, jit_name: str) -> str | None:
         """`<jit_name> = jax.jit(_shard_mapped(f, axis, ..., processes=True), ...)`: the compact
@@ -130,10 +105,12 @@ class GlobalRender:
         return self._host_local
 
     def helpers_used(self) -> tuple[Helper, ...]:
-        """The shared helpers the module's rewrite calls."""
-        keys = [TO_GLOBAL] + ([HOST_LOCAL] if self._host_local_used else [])
-        renders = {TO_GLOBAL: to_global_helper, HOST_LOCAL: host_local_helper}
-        helpers = tuple(self.rewriter.shared_helper(key, renders[key]) for key in keys)
+        """The shared helpers the module's rewrite calls (`_global_call`, and the two it calls:
+        `_host_local` is imported too where reads call it)."""
+        renders = {GLOBAL_CALL: global_call_helper, TO_GLOBAL: to_global_helper, HOST_LOCAL: host_local_helper}
+        helpers = tuple(dataclasses.replace(self.rewriter.shared_helper(key, renders[key]),
+                                            support=key == TO_GLOBAL or (key == HOST_LOCAL and not self._host_local_used))
+                        for key in (GLOBAL_CALL, TO_GLOBAL, HOST_LOCAL))
         compact = any(entry.compact for entry in self.sites)
         return helpers + ((self.rewriter.compact_helper()[1],) if compact else ())
 

@@ -480,9 +480,11 @@ class Rewriter(EvaluationPlaces):
         indent = self.model.indent
         wrapper = self.parse_generated(renderer(plan, indent))
         wrapper_def = wrapper[-1]
-        assert isinstance(wrapper_def, cst.FunctionDef)
-        wrapper_def = wrapper_def.with_changes(decorators=[*above, *wrapper_def.decorators],
-                                               leading_lines=func.leading_lines)
+        if isinstance(wrapper_def, cst.FunctionDef):
+            wrapper_def = wrapper_def.with_changes(decorators=[*above, *wrapper_def.decorators],
+                                                   leading_lines=func.leading_lines)
+        elif above:  # an assignment (`step = _global_call(...)`) takes no decorator
+            raise Unsupported("decorators above the pmap")
         body_def = func.with_changes(name=cst.Name(body_name), decorators=below)
         blank = [line for line in func.leading_lines if line.comment is None]
         between = [w.with_changes(leading_lines=blank) if k == 0 else w for k, w in enumerate(wrapper[:-1])]

@@ -29,6 +29,7 @@ class SharedHelper:
     summary: str  # one line of the module's docstring
     source: str  # the definition, at module level, indented by INDENT
     imports: tuple[ImportSpec, ...]
+    requires: tuple[str, ...] = ()  # the helpers it calls, held beside it
 
 
 SHARD_MAPPED = "_shard_mapped"  # the compact form of the faithful pmap rewrite (pmap_render)
@@ -148,6 +149,50 @@ def host_local_helper(indent: str) -> str:
     ]) + "\n"
 
 
+GLOBAL_CALL = "_global_call"  # a multi-process pmap's call: rows in, global arrays to its jit (multiprocess_render)
+
+
+def global_call_helper(indent: str) -> str:
+    """A multi-process pmap's call as legacy pmap took it: this process's rows of each mapped
+    argument (positional ones on their in_axes, an int or None each; keyword ones on axis 0, as
+    legacy mapped them) made global arrays (``_to_global``) over the first rows of every process's
+    devices, ``jitted`` (`jax.jit(_shard_mapped(f, axis, processes=True))`) called on them; its
+    outputs returned global (the reads the rewrite saw take this process's rows), or with
+    ``local`` (callers or reads not all seen) as this process's rows, as legacy returned them,
+    refusing traced inputs (the global arrays are built outside traced code). On one process
+    the mesh is the first n local devices, n the mapped size, as legacy pmap's was."""
+    i1, i2, i3, i4 = indent, indent * 2, indent * 3, indent * 4
+    return "\n".join([
+        f"def {GLOBAL_CALL}(jitted, axis_name, in_axes=0, local=False):",
+        f'{i1}"""{tables.GLOBAL_CALL_DOC}"""',
+        "",
+        f"{i1}@functools.wraps(jitted)",
+        f"{i1}def call(*args, **kwargs):",
+        f"{i2}traced = jax.tree.leaves((args, kwargs))",
+        f"{i2}if local and any(isinstance(x, jax.core.Tracer) for x in traced):",
+        f"{i3}raise NotImplementedError(",
+        f'{i4}"a multi-process pmap called in traced code: use runtime_shim.pmap"',
+        f"{i3})",
+        f"{i2}args = list(args)",
+        f"{i2}axes = in_axes if isinstance(in_axes, tuple) else (in_axes,) * len(args)",
+        f"{i2}axes = list(axes) + [0] * (len(args) - len(axes))  # the rest: axis 0",
+        f"{i2}mapped = [(a, k) for a, k in zip(args, axes) if k is not None]",
+        f"{i2}mapped += [(v, 0) for v in kwargs.values()]",
+        f"{i2}rows = jax.local_device_count()",
+        f"{i2}if jax.process_count() == 1:  # the mapped size, as legacy pmap's mesh",
+        f"{i3}first = [(jax.tree.leaves(a), k) for a, k in mapped]",
+        f"{i3}rows = next(x[0].shape[k] for x, k in first if x)",
+        f"{i2}for i, k in enumerate(axes[: len(args)]):",
+        f"{i3}if k is not None:",
+        f"{i4}spec = P(*[None] * k, axis_name)",
+        f"{i4}args[i] = {TO_GLOBAL}(args[i], axis_name, rows, spec)",
+        f"{i2}out = jitted(*args, **{TO_GLOBAL}(kwargs, axis_name, rows))",
+        f"{i2}return {HOST_LOCAL}(out) if local else out",
+        "",
+        f"{i1}return call",
+    ]) + "\n"
+
+
 _MULTIHOST = ImportSpec("jax.experimental", "multihost_utils")
 
 SHARED_HELPERS: dict[str, SharedHelper] = {
@@ -170,6 +215,10 @@ SHARED_HELPERS: dict[str, SharedHelper] = {
         SharedHelper(HOST_LOCAL, "global arrays -> this process's rows (multi-process pmaps).",
                      host_local_helper(INDENT),
                      (ImportSpec("jax"), ImportSpec("jax.sharding", "NamedSharding"), _MULTIHOST)),
+        SharedHelper(GLOBAL_CALL, "a multi-process pmap's call: this process's rows in (calls the two above).",
+                     global_call_helper(INDENT),
+                     (ImportSpec("functools"), ImportSpec("jax"), ImportSpec("jax.sharding", "PartitionSpec", "P")),
+                     requires=(TO_GLOBAL, HOST_LOCAL)),
     )
 }
 
@@ -185,11 +234,19 @@ _STDLIB = frozenset({"functools"})
 _THIRD_PARTY_ORDER = ("jax", "numpy")  # isort: by module name
 
 
+def with_required(names) -> frozenset[str]:
+    """``names`` and the helpers they call."""
+    found = set(names)
+    for name in names:
+        found.update(SHARED_HELPERS[name].requires)
+    return frozenset(found)
+
+
 def module_text(names: frozenset[str] | set[str]) -> str:
     """The shared module holding the helpers ``names`` (every one a key of SHARED_HELPERS): a
     docstring saying what it is and what each helper does, the imports they need (isort's order:
     the standard library, then jax; ``import`` lines before ``from`` lines), the helpers by name."""
-    helpers = [SHARED_HELPERS[name] for name in sorted(names)]
+    helpers = [SHARED_HELPERS[name] for name in sorted(with_required(names))]
     specs = {spec for helper in helpers for spec in helper.imports}
     lines = [FIRST_LINE, "", "Plain JAX, written by pmap-migrate (it adds the helpers fixes need).", ""]
     lines += [f"{helper.name}: {helper.summary}" for helper in helpers]

@@ -46,6 +46,9 @@ class Helper:
     statements: tuple[cst.BaseStatement, ...]
     imports: tuple[ImportSpec, ...] = ()
     shared: str | None = None
+    # Called only by another helper: where the package's shared module holds them, it holds this
+    # one beside it and the module does not import it.
+    support: bool = False
 
 
 @dataclass(frozen=True)

@@ -51,6 +51,10 @@ SHARD_MAPPED_DOC = "pmap(f, axis_name, ...) as shard_map over the first local de
 # its value is the stack it is given, rows per device (imported, or the module's own copy).
 SHARED_HOST_LOCAL = ("_pmap_compat._host_local",)
 HOST_LOCAL_DOC = "Global arrays -> this process's rows, as legacy pmap returned them."
+# Its multi-process call: a wrapper returning the outputs of the jitted pmap it is given (the
+# rows per device; with local=True, their host-local view).
+SHARED_GLOBAL_CALL = ("_pmap_compat._global_call",)
+GLOBAL_CALL_DOC = "Legacy pmap's call in a multi-process program: this process's rows in."
 # The stacks `fix` writes for `jax.device_put_replicated` / `device_put_sharded` (rules/fixes/shared.py):
 # the helper imported from a package's shared module, by the end of its qualified name, or defined in
 # the module itself, by the first line of its docstring.
