@@ -51,6 +51,7 @@ class ResultCache:
         facts = self.entries.pop(FACTS_KEY, None)
         self.facts: dict[str, tuple[int, int, str, str]] = facts if isinstance(facts, dict) else {}
         self.dirty = False
+        self._now: dict[tuple[str, str], str | None] = {}  # this run's fingerprints (many results share a module)
 
     @staticmethod
     def _result(entry: Entry, shown: str) -> FileResult:
@@ -97,7 +98,13 @@ class ResultCache:
 
     def _fingerprint(self, path: str, name: str) -> str | None:
         """The fingerprint of the facts of module ``name`` in ``path`` now: from the cache while the
-        file's size and mtime are unchanged, else read again."""
+        file's size and mtime are unchanged, else read again (once per run)."""
+        key = (path, name)
+        if key not in self._now:
+            self._now[key] = self._fingerprint_now(path, name)
+        return self._now[key]
+
+    def _fingerprint_now(self, path: str, name: str) -> str | None:
         try:
             stat = os.stat(path)
         except OSError:

@@ -228,8 +228,13 @@ def _gate_for(codes: tuple[str, ...]) -> Gate:
 
 
 def _project(settings: Settings, files: Sequence[str | Path]) -> Project:
-    """The project of a run's jobs (one object, shared by every job of a chunk when pickled)."""
-    return os.fspath(settings.root), frozenset(os.path.abspath(f) for f in files)
+    """The project of a run's jobs (one object, shared by every job of a chunk when pickled): the
+    root and the files' absolute paths (a relative path from discovery, normal, joined to the
+    working directory without `abspath`: a warm run of a large tree spends its time on such steps)."""
+    cwd = os.path.join(os.getcwd(), "")
+    return os.fspath(settings.root), frozenset(
+        cwd + text if not os.path.isabs(text := os.fspath(f)) and os.path.normpath(text) == text
+        else os.path.abspath(text) for f in files)
 
 
 def _check_job(job: tuple[str, str, tuple[str, ...], RuleOptions, bool, bytes | None, Project | None]
