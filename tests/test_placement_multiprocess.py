@@ -66,7 +66,7 @@ def test_the_fix_rewrites_the_pmaps_and_reads_this_process_rows(fixed_program):
     text = fixed_program.read_text()
     assert "jax.pmap(" not in text and "jax.device_put_replicated(" not in text
     code = "\n".join(line.split("#")[0] for line in text.splitlines())  # the shim comments name the shim
-    assert "runtime_shim.pmap" not in code and "runtime_shim.device_put_replicated(" in code
+    assert "runtime_shim.pmap(" not in code and "runtime_shim.device_put_replicated(" in code
     assert "jax.make_array_from_process_local_data" in text
     # `tree_map(lambda v: v[0], params)`: this process's row from the device that holds it
     assert "lambda v: v.addressable_shards[0].data.squeeze(0), params)" in text
