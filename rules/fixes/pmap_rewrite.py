@@ -209,10 +209,9 @@ class Rewriter(EvaluationPlaces):
             in_function = any(isinstance(a, (cst.FunctionDef, cst.Lambda)) for a in self.model.ancestors(call))
             hoistable = in_function and top is not None and top is not statement and statement is not None \
                 and all(self._definition_time_only(e) for e in expressions)
-            if in_function and not hoistable and self._built_per_use(call) and not isinstance(fun, cst.Lambda):
-                # built anew each time it is used: the explicit forms keep jit's cache (a lambda is a
-                # new function each time: legacy pmap traced it anew as well)
-                return None
+            # (built anew each time it is used, `jax.pmap(f)(x)`: the helper gives the same function
+            # for the same `f`, so jit's cache holds; a lambda is a new function each time, which
+            # legacy pmap traced anew as well)
             if hoistable:
                 base = self._base_name(call, fun)
                 hoisted = self.names.fresh(f"{base}_mapped")
@@ -232,21 +231,6 @@ class Rewriter(EvaluationPlaces):
         return FixSpec(Applicability.SAFE, f"rewrite {what} as `jax.jit(jax.shard_map(...))` (same values as "
                        "legacy pmap)", edits=edits, add_imports=imports, remove_imports=self.pmap_imports(expr),
                        helpers=(helper,))
-
-    def _built_per_use(self, call: cst.Call) -> bool:
-        """The pmap is called where it is built (`jax.pmap(f)(x)`), or built in a lambda or a
-        comprehension: each use builds it again, where legacy pmap found its trace in the cache it
-        keyed on the function (a stored pmap, `self.step = jax.pmap(...)`, is built once per use
-        of its own)."""
-        parent = self.model.parent(call)
-        if isinstance(parent, cst.Call) and parent.func is call:
-            return True
-        for ancestor in self.model.ancestors(call):
-            if isinstance(ancestor, (cst.Lambda, cst.ListComp, cst.SetComp, cst.DictComp, cst.GeneratorExp)):
-                return True
-            if isinstance(ancestor, (cst.SimpleStatementLine, cst.BaseCompoundStatement)):
-                return False
-        return False
 
     def compact_helper(self) -> tuple[str, Helper]:
         """The compact form's helper of this module: one the module defines already or imports

@@ -201,7 +201,7 @@ SHARED_HELPERS: dict[str, SharedHelper] = {
             SHARD_MAPPED,
             "jax.pmap(f, axis_name, ...) as a shard_map on the local devices.",
             shard_mapped_helper(SHARD_MAPPED, INDENT),
-            (ImportSpec("functools"), ImportSpec("jax"), ImportSpec("jax.numpy", None, "jnp"),
+            (ImportSpec("functools"), ImportSpec("types"), ImportSpec("jax"), ImportSpec("jax.numpy", None, "jnp"),
              ImportSpec("jax.sharding", "Mesh"), ImportSpec("jax.sharding", "PartitionSpec", "P"))),
         SharedHelper(REPLICATE, "jax.device_put_replicated (removed in jax 0.10).",
                      replicate_helper(REPLICATE, INDENT), _SHARDING_IMPORTS),
@@ -230,7 +230,7 @@ def _import_line(spec: ImportSpec) -> str:
     return f"from {spec.module} import {spec.name}{alias}"
 
 
-_STDLIB = frozenset({"functools"})
+_STDLIB = frozenset({"functools", "types"})
 _THIRD_PARTY_ORDER = ("jax", "numpy")  # isort: by module name
 
 
