@@ -151,6 +151,7 @@ class HostLocalInput(Rule):
             lines=(7,),
             expected=((
                 "import functools\n"
+                "import types\n"
                 "import jax\n"
                 "import jax.numpy as jnp\n"
                 "import numpy as np\n"
@@ -204,6 +205,7 @@ class HostLocalInput(Rule):
             lines=(5,),
             expected=((
                 "import functools\n"
+                "import types\n"
                 "\n"
                 "import jax\n"
                 "import jax.numpy as jnp\n"
@@ -256,6 +258,7 @@ class HostLocalInput(Rule):
             lines=(5,),
             expected=((
                 "import functools\n"
+                "import types\n"
                 "\n"
                 "import jax\n"
                 "import jax.numpy as jnp\n"
