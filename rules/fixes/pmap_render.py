@@ -216,10 +216,12 @@ def shard_mapped_helper(name: str, indent: str) -> str:
     passed as they are; with ``processes``, over a global mesh of the first n / process_count
     devices of each process (the multi-process rewrite's wrappers pass global arrays). Call sites
     read `jax.jit(<name>(f, axis_name, ...), static_argnums=..., donate_argnums=...)`; jit caches
-    the trace, as pmap did. The function made is kept with ``f`` (a plain function or a partial,
-    in its `__dict__`) per set of options, so that a pmap built again where it is used
-    (`jax.pmap(f)(x)` in a loop) finds jit's cache as legacy pmap found its own, keyed on the
-    function. The mesh is built when jit traces, so importing the module queries no device. Lines
+    the trace, as pmap did. The function made is kept per set of options with ``f`` (a plain
+    function or a partial, in its `__dict__`: it goes when ``f`` goes) or, for another callable
+    (`jnp.sin`, a method), among the last 64 the helper keeps, so that a pmap built again where
+    it is used (`jax.pmap(f)(x)` in a loop) finds jit's cache as legacy pmap found its own, keyed
+    on the function (a bound method made anew at each access, and a lambda made anew, are traced
+    anew, as legacy did). The mesh is built when jit traces, so importing the module queries no device. Lines
     fit in 79 columns at any indentation of up to four spaces."""
     i1, i2, i3, i4 = indent, indent * 2, indent * 3, indent * 4
     return "\n".join([
@@ -236,11 +238,14 @@ def shard_mapped_helper(name: str, indent: str) -> str:
         f'{i1}"""{tables.SHARD_MAPPED_DOC}"""',
         f"{i1}options = (axis_name, in_axes, out_axes, static_broadcasted_argnums)",
         f"{i1}key = (id(f), repr((*options, devices, backend, processes)))",
-        f"{i1}made = {{}}  # per function: the same pmap again keeps jit's cache",
         f"{i1}if isinstance(f, (types.FunctionType, functools.partial)):",
-        f'{i2}made = f.__dict__.setdefault("{name}", made)',
-        f"{i1}if key in made:",
-        f"{i2}return made[key]",
+        f'{i2}made = f.__dict__.setdefault("{name}", {{}})  # kept with f',
+        f"{i1}else:  # a method, a jnp function, ...: the last few kept here",
+        f'{i2}made = {name}.__dict__.setdefault("made", {{}})',
+        f"{i2}if len(made) > 64:",
+        f"{i3}made.clear()",
+        f"{i1}if key in made:  # the same pmap again: the same function, jit's cache",
+        f"{i2}return made[key][1]",
         f'{i1}axis = "i" if axis_name is None else axis_name',
         f"{i1}static = static_broadcasted_argnums",
         f"{i1}static = (static,) if isinstance(static, int) else tuple(static)",
@@ -307,6 +312,6 @@ def shard_mapped_helper(name: str, indent: str) -> str:
         f"{i3}check_vma=False,",
         f"{i2})(dynamic, kwargs)",
         "",
-        f"{i1}made[key] = mapped",
+        f"{i1}made[key] = f, mapped",
         f"{i1}return mapped",
     ]) + "\n"
