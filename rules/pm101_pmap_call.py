@@ -190,8 +190,40 @@ class PmapCall(Rule):
         definition = self.model.alias_definitions.get(node)
         if definition is not None and definition[1].transform == PMAP:
             name, _ = definition
-            self.report(node, f"`{name}` is an alias of the legacy `jax.pmap`; its uses are reported where applied",
-                        fix=self._unused_alias_removal(node))
+            message = f"`{name}` is an alias of the legacy `jax.pmap`; its uses are reported where applied"
+            fix = self._unused_alias_removal(node)
+            if fix is None:  # its uses here may all be fixed: known at the end of the module
+                self.__dict__.setdefault("_aliases_in_use", []).append((node, message))
+            else:
+                self.report(node, message, fix=fix)
+
+    def leave_Module(self, original_node: cst.Module) -> None:
+        for node, message in self.__dict__.pop("_aliases_in_use", ()):
+            self.report(node, message, fix=self._after_its_uses(node))
+
+    def _after_its_uses(self, value: cst.BaseExpression) -> FixSpec | None:
+        """An alias still used here, where every use has a fix of its own: once those are applied
+        the alias is removed (or kept for importers on the shim), which `fix` does in its next
+        round; the finding goes with them, as safe as the weakest, with nothing to edit itself."""
+        assign = self.model.parent(value)
+        if not isinstance(assign, cst.Assign) or len(assign.targets) != 1 or \
+                not isinstance(assign.targets[0].target, cst.Name):
+            return None
+        target = assign.targets[0].target
+        assignment = self.model.assignment_for_target(target)
+        if assignment is None or not assignment.references or self.context.fixes.pmap_patched is not None:
+            return None
+        fixes = {id(report.node): report.fix for rule, report in self.context.reports if rule.CODE == "PM101"}
+        found = []
+        for access in assignment.references:
+            node = access.node
+            fix = next((fixes[id(a)] for a in (node, *self.model.ancestors(node)) if id(a) in fixes), None)
+            if fix is None or (not fix.edits and fix.replacement is None):
+                return None
+            found.append(fix)
+        safe = all(fix.applicability is Applicability.SAFE for fix in found)
+        return FixSpec(Applicability.SAFE if safe else Applicability.UNSAFE,
+                       f"remove `{target.value}` once its uses are rewritten (or keep it on the shim for importers)")
 
     def _unused_alias_removal(self, value: cst.BaseExpression) -> FixSpec | None:
         """Once every local use of an alias is rewritten, the alias goes too. A public module-level

@@ -222,7 +222,7 @@ class NestedPmap(Rule):
     ]
 
     def visit_Module(self, node: cst.Module) -> None:
-        self._pending: list[tuple[cst.CSTNode, str]] = []
+        self._pending: list[tuple[cst.CSTNode, TransformSite, str]] = []
         for inner, (_, outer) in self.model.nested_sites().items():
             if self._applied_directly(inner, outer):
                 where = "pmap applied to a function that is already pmapped"
@@ -230,13 +230,16 @@ class NestedPmap(Rule):
                 where = f"pmap run inside {self._describe(outer)}, which is itself pmapped"
             message = f"{where}: the new `jax.pmap` (a shard_map) raises on nesting; use one shard_map over a " \
                 "multi-axis mesh"
-            self._pending.append((inner, message))
+            self._pending.append((inner, outer, message))
 
     def leave_Module(self, original_node: cst.Module) -> None:
         # Reported once every pmap's fix is known: where PM101's fix keeps the inner pmap on the
         # shim (legacy nesting semantics), the finding goes with it.
-        for inner, message in self._pending:
-            self.report(inner, message, fix=self.with_shimmed_pmaps([self._site_of(inner)], "the nesting"))
+        for inner, outer, message in self._pending:
+            # the nesting goes where either pmap goes to the shim (which nests as legacy did)
+            fix = self.with_shimmed_pmaps([self._site_of(inner)], "the nesting") \
+                or self.with_shimmed_pmaps([outer.node], "the nesting")
+            self.report(inner, message, fix=fix)
 
     def _site_of(self, inner: cst.CSTNode) -> cst.CSTNode:
         """The inner pmap's own node: ``inner`` itself, or the site of the pmapped callable it calls

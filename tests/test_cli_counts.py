@@ -35,8 +35,8 @@ def main(batches, options):
         print([loss[i] for i in range(jax.local_device_count())])
 '''
 # The package's importer calling the alias with `*args` outside a multi-process program: the use is
-# rewritten to plain JAX (the explicit form, wrapped to the line length), whose output rows are still
-# a gather: the finding stays, and `check` still sees it in the fixed file.
+# rewritten to plain JAX (the compact form, in place), whose output rows are still a gather: the
+# finding stays, and `check` still sees it in the fixed file.
 REWRITTEN = '''import jax
 import jax.numpy as jnp
 
@@ -154,7 +154,7 @@ def test_package_an_index_into_a_rewritten_pmap_output_stays_and_check_sees_it(t
     assert index["fix"] is None
     assert trial["states"][("pkg/train.py", index["line"], index["column"], "PM201")] == "manual"
     fixed = (root / "pkg" / "train.py").read_text()
-    assert "def per_device(" in fixed and "shard_map(per_device" not in fixed  # wrapped to the line length
+    assert "out = jax.jit(_shard_mapped(mean_fn, constants.AXIS))(*args)\n" in fixed, fixed  # the compact form
     assert [(d["path"], d["code"]) for d in trial["left"]] == [("pkg/train.py", "PM201")]
 
 
@@ -195,3 +195,22 @@ def test_multi_process_reads_the_global_rewrite_takes_rows_from_are_fixed_with_i
     left = {fixed.splitlines()[d["line"] - 1].strip() for d in trial["left"]}
     assert left == {"return jax.tree.map(lambda x: x[0], out)",
                     "host = jax.tree.map(lambda x: x[0], _host_local(params))"}
+
+
+def test_project_counts_agree_and_reads_of_imported_rewritten_pmaps_stay_reported(tmp_path):
+    """fixtures/projects/shared_alias: an alias still used in its own module is fixable once its
+    uses are (`fix` removes it in its next round); the nesting of a pmap of another module in one
+    that goes to the shim goes with it; and after the fix, reads of the outputs of an imported
+    pmapped function, now its faithful rewrite in the other module, are still gathers, and still
+    reported there (the project index knows the rewritten form)."""
+    root = tmp_path / "shared_alias"
+    shutil.copytree(ROOT / "fixtures" / "projects" / "shared_alias", root,
+                    ignore=shutil.ignore_patterns("expected*"))
+    trial = _trial(root)
+    alias = next(d for d in trial["found"] if d["code"] == "PM101" and d["path"] == "pkg/constants.py"
+                 and d["line"] == 8)
+    assert alias["fix"]["applicability"] == "safe" and "once its uses are rewritten" in alias["fix"]["summary"]
+    assert "p_stats = jax.jit(" in (root / "pkg" / "constants.py").read_text() or \
+        "@functools.partial(_shard_mapped" in (root / "pkg" / "constants.py").read_text()
+    left = sorted((d["path"], d["code"]) for d in trial["left"])
+    assert ("pkg/sub/loop.py", "PM202") in left and ("pkg/sub/loop.py", "PM201") in left, left

@@ -25,3 +25,20 @@ def test_readme_rule_table_is_generated_from_the_rules():
 
 def test_quickstart_example_exists():
     assert (ROOT / "fixtures" / "example" / "train.py").exists()
+
+
+def test_the_facts_know_a_rewritten_pmap_by_its_form():
+    """What `fix` writes for a module-level pmap, read back: its outputs are the pmap's stacks."""
+    from pmap_migrate.rules.analysis.project import module_facts
+
+    source = (
+        "import functools\nimport jax\nfrom pkg._pmap_compat import _global_call, _shard_mapped\n\n"
+        "def _f(x):\n    return x, x\n\n"
+        "step = jax.jit(_shard_mapped(_f, 'i'))\n"
+        "mp = _global_call(jax.jit(_shard_mapped(_f, 'i', processes=True)), 'i')\n"
+        "other = jax.jit(_shard_mapped(_f, 'i', out_axes=None))\n\n"
+        "@jax.jit\n@functools.partial(_shard_mapped, axis_name='i')\ndef deco(x):\n    return x\n"
+    )
+    facts = module_facts(source, "pkg.m", False)
+    assert {name for name, fact in facts.pmapped.items() if fact.rewritten} == {"step", "mp", "deco"}
+    assert facts.pmapped["step"].returns_tuple and not facts.pmapped["deco"].returns_tuple

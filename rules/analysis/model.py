@@ -169,7 +169,14 @@ class SemanticModel(Bindings, ValueFlow, Nesting):
         if not isinstance(fact, PmappedFact):
             return None
         site = self._external_sites.get(fact)
-        if site is None:
+        if site is None and fact.rewritten:  # `fix` rewrote it: a jit whose outputs are the pmap's stacks
+            call = _parsed_call(f"jax.jit({fact.name})")
+            if call is None:
+                return None
+            site = TransformSite(JIT, call, Callee(JIT, via=(_code(expr),), origin=fact.module), tuple(call.args),
+                                 origin=fact.module, tuple_output=fact.returns_tuple, rows=True)
+            self._external_sites[fact] = site
+        elif site is None:
             call = _parsed_call(f"jax.pmap({fact.name}, {fact.options})" if fact.options else f"jax.pmap({fact.name})")
             if call is None:
                 return None

@@ -54,6 +54,9 @@ class PmappedFact:
     name: str
     options: str = ""  # pmap's arguments after the function (and the alias's), as written
     returns_tuple: bool = False  # every return is a tuple/list display: `f(x)[0]` picks an output
+    # The faithful rewrite of a pmap (`jax.jit(_shard_mapped(f, "i"))`, `_global_call(...)` of it):
+    # no pmap any more, but its outputs are the same stacks, one row per device.
+    rewritten: bool = False
 
 
 @dataclass(frozen=True)
@@ -183,6 +186,14 @@ class _FactReader:
             self._rebound_to(name)
             self.facts.aliases[name] = AliasFact(self.facts.name, name, alias)
             return
+        rewritten = self._rewritten(value)
+        if rewritten is not None:
+            function = rewritten.args[0] if rewritten.args else None
+            returns = isinstance(function, ast.Name) and function.id in self.functions \
+                and _returns_tuple(self.functions[function.id])
+            self._rebound_to(name)
+            self.facts.pmapped[name] = PmappedFact(self.facts.name, name, returns_tuple=returns, rewritten=True)
+            return
         if isinstance(value, ast.Call) and value.args and not isinstance(value.args[0], ast.Starred):
             options = self._transform(value.func)
             if options is not None:
@@ -200,7 +211,50 @@ class _FactReader:
         """``name`` bound to a pmap fact: an earlier plain binding makes it ambiguous."""
         self.facts.imports.pop(name, None)
 
+    def _rewritten(self, value: ast.expr) -> ast.Call | None:
+        """``value`` is what `fix` writes for a pmap, whose outputs are its stacks: `jax.jit(
+        _shard_mapped(f, ...))` without `out_axes`, or `_global_call(...)` of that (the
+        `_shard_mapped(...)` call, whose first argument is the function)."""
+        if not isinstance(value, ast.Call) or not value.args:
+            return None
+        if self._helper(value.func, "_global_call"):
+            value = value.args[0]
+            if not isinstance(value, ast.Call) or not value.args:
+                return None
+        if self._dotted(value.func) not in tables.JIT:
+            return None
+        inner = value.args[0]
+        if isinstance(inner, ast.Call) and self._helper(inner.func, "_shard_mapped") \
+                and not any(k.arg == "out_axes" for k in inner.keywords):
+            return inner
+        return None
+
+    def _helper(self, expr: ast.expr, name: str) -> bool:
+        """``expr`` names the helper ``name`` that `fix` writes: imported from a `_pmap_compat`
+        module, or defined in this one."""
+        if not isinstance(expr, ast.Name):
+            return False
+        if expr.id in self.functions:
+            return expr.id == name
+        imported = self.facts.imports.get(expr.id, "")
+        return imported.endswith(f"_pmap_compat.{name}")
+
     def _function(self, node: ast.FunctionDef | ast.AsyncFunctionDef) -> None:
+        decorators = node.decorator_list
+        top = decorators[0] if decorators else None
+        if isinstance(top, ast.Call) and top.args and self._dotted(top.func) in tables.PARTIAL:
+            top = top.args[0]  # `@functools.partial(jax.jit, donate_argnums=...)`
+        if len(decorators) >= 2 and self._dotted(top) in tables.JIT:
+            below = decorators[1]  # `@jax.jit` over `@functools.partial(_shard_mapped, ...)`
+            if isinstance(below, ast.Call) and below.args and self._dotted(below.func) in tables.PARTIAL:
+                if self._helper(below.args[0], "_shard_mapped") and not any(k.arg == "out_axes" for k in below.keywords):
+                    self.facts.pmapped[node.name] = PmappedFact(self.facts.name, node.name, returns_tuple=_returns_tuple(node),
+                                                                rewritten=True)
+                    return
+            elif self._helper(below, "_shard_mapped"):
+                self.facts.pmapped[node.name] = PmappedFact(self.facts.name, node.name, returns_tuple=_returns_tuple(node),
+                                                            rewritten=True)
+                return
         for decorator in node.decorator_list:
             options = self._transform(decorator)
             if options is not None:

@@ -76,6 +76,8 @@ class TransformSite:
     # and ``tuple_output`` says whether the function returns a tuple or list display.
     origin: str | None = None
     tuple_output: bool = False
+    # (a jit site) the faithful rewrite of a pmap that another module defines: its outputs are stacks
+    rows: bool = False
 
     @property
     def is_decorator(self) -> bool:

@@ -162,6 +162,8 @@ class ValueFlow:
         """The jitted function returns a shard_map over a mesh of the first local devices, one axis,
         with its output stacked along it (`out_specs=P(axis)`): what the faithful rewrite of a pmap
         makes (one row per device, in local device order), and a row read from it is a gather."""
+        if site.rows:
+            return True  # another module's rewritten pmap (the project index)
         cached = self._rows_per_device.get(id(site))
         if cached is None:
             function = site.decorated
