@@ -238,7 +238,7 @@ def shard_mapped_helper(name: str, indent: str) -> str:
         f'{i1}"""{tables.SHARD_MAPPED_DOC}"""',
         f"{i1}options = (axis_name, in_axes, out_axes, static_broadcasted_argnums)",
         f"{i1}key = (id(f), repr((*options, devices, backend, processes)))",
-        f"{i1}if isinstance(f, (types.FunctionType, functools.partial)):",
+        f"{i1}if isinstance(f, (type({name}), functools.partial)):  # a function",
         f'{i2}made = f.__dict__.setdefault("{name}", {{}})  # kept with f',
         f"{i1}else:  # a method, a jnp function, ...: the last few kept here",
         f'{i2}made = {name}.__dict__.setdefault("made", {{}})',

@@ -171,7 +171,7 @@ def global_call_helper(indent: str) -> str:
         f"{i2}traced = jax.tree.leaves((args, kwargs))",
         f"{i2}if local and any(isinstance(x, jax.core.Tracer) for x in traced):",
         f"{i3}raise NotImplementedError(",
-        f'{i4}"a multi-process pmap called in traced code: use runtime_shim.pmap"',
+        f'{i4}"a multi-process pmap in traced code: use runtime_shim.pmap"',
         f"{i3})",
         f"{i2}args = list(args)",
         f"{i2}axes = in_axes if isinstance(in_axes, tuple) else (in_axes,) * len(args)",
@@ -201,7 +201,7 @@ SHARED_HELPERS: dict[str, SharedHelper] = {
             SHARD_MAPPED,
             "jax.pmap(f, axis_name, ...) as a shard_map on the local devices.",
             shard_mapped_helper(SHARD_MAPPED, INDENT),
-            (ImportSpec("functools"), ImportSpec("types"), ImportSpec("jax"), ImportSpec("jax.numpy", None, "jnp"),
+            (ImportSpec("functools"), ImportSpec("jax"), ImportSpec("jax.numpy", None, "jnp"),
              ImportSpec("jax.sharding", "Mesh"), ImportSpec("jax.sharding", "PartitionSpec", "P"))),
         SharedHelper(REPLICATE, "jax.device_put_replicated (removed in jax 0.10).",
                      replicate_helper(REPLICATE, INDENT), _SHARDING_IMPORTS),
@@ -215,7 +215,7 @@ SHARED_HELPERS: dict[str, SharedHelper] = {
         SharedHelper(HOST_LOCAL, "global arrays -> this process's rows (multi-process pmaps).",
                      host_local_helper(INDENT),
                      (ImportSpec("jax"), ImportSpec("jax.sharding", "NamedSharding"), _MULTIHOST)),
-        SharedHelper(GLOBAL_CALL, "a multi-process pmap's call: this process's rows in (calls the two above).",
+        SharedHelper(GLOBAL_CALL, "a multi-process pmap's call (this process's rows in).",
                      global_call_helper(INDENT),
                      (ImportSpec("functools"), ImportSpec("jax"), ImportSpec("jax.sharding", "PartitionSpec", "P")),
                      requires=(TO_GLOBAL, HOST_LOCAL)),
@@ -230,7 +230,7 @@ def _import_line(spec: ImportSpec) -> str:
     return f"from {spec.module} import {spec.name}{alias}"
 
 
-_STDLIB = frozenset({"functools", "types"})
+_STDLIB = frozenset({"functools"})
 _THIRD_PARTY_ORDER = ("jax", "numpy")  # isort: by module name
 
 
