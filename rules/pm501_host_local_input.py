@@ -151,7 +151,6 @@ class HostLocalInput(Rule):
             lines=(7,),
             expected=((
                 "import functools\n"
-                "import types\n"
                 "import jax\n"
                 "import jax.numpy as jnp\n"
                 "import numpy as np\n"
@@ -205,7 +204,6 @@ class HostLocalInput(Rule):
             lines=(5,),
             expected=((
                 "import functools\n"
-                "import types\n"
                 "\n"
                 "import jax\n"
                 "import jax.numpy as jnp\n"
@@ -258,7 +256,6 @@ class HostLocalInput(Rule):
             lines=(5,),
             expected=((
                 "import functools\n"
-                "import types\n"
                 "\n"
                 "import jax\n"
                 "import jax.numpy as jnp\n"
