@@ -1,5 +1,5 @@
 """The text of the multi-process rewrite: the module's helpers (the global mesh, the conversions to
-and from global arrays) and each pmap's jitted shard_map over the global mesh with its wrapper."""
+and from global arrays) and each pmap as `_global_call` of its jitted shard_map over the global mesh."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ import libcst as cst
 from pmap_migrate.rules.fixes.code import code_of
 from pmap_migrate.rules.fixes.multiprocess_reads import PlannedSite
 from pmap_migrate.rules.fixes.pmap_options import Unsupported
-from pmap_migrate.rules.fixes.pmap_render import Plan, jitted_parts, spec_for, tuple_text
+from pmap_migrate.rules.fixes.pmap_render import Plan, tuple_text
 from pmap_migrate.rules.fixes.shared import (
     GLOBAL_CALL,
     HOST_LOCAL,
@@ -41,9 +41,8 @@ class GlobalRender:
                                        + "(*args, **kwargs)")
         entry.plan = plan
         entry.wrapper_name = plan.name
-        jit_name = self.rewriter.names.fresh(f"_{plan.name.lstrip('_')}_sharded")
-        compact = self._compact(entry, plan, jit_name)
-        if compact is None:
+        jitted = self._compact(entry, plan)
+        if jitted is None:
             raise Unsupported("a mapped function that is not a plain name, in a multi-process program")
         entry.compact = True
         entry.uses_spec = False
@@ -63,11 +62,10 @@ class GlobalRender:
             options.append(f"in_axes={_axes_text(plan.in_axes)}")
         if entry.boundary is not None:
             options.append("local=True")  # callers or reads not all seen: this process's rows out
-        jitted = compact.removeprefix(f"{jit_name} = ")
         return "\n".join([*plan.hoisted, f"{plan.name} = {self._global_call()}({jitted}, {', '.join(options)})"]) + "\n"
 
-    def _compact(self, entry: PlannedSite, plan: Plan, jit_name: str) -> str | None:
-        """`<jit_name> = jax.jit(_shard_mapped(f, axis, ..., processes=True), ...)`: the compact
+    def _compact(self, entry: PlannedSite, plan: Plan) -> str | None:
+        """`jax.jit(_shard_mapped(f, axis, ..., processes=True), ...)`: the compact
         form's helper over the global mesh (pmap_render.shard_mapped_helper), which applies the
         plan's axes at run time; None where the mapped function is not a plain name."""
         callee = plan.body_call[: plan.body_call.find("(")]
@@ -95,7 +93,7 @@ class GlobalRender:
         jit = [f"static_argnums={tuple_text(plan.static)}"] if plan.static else []
         jit += [f"donate_argnums={tuple_text(plan.donate)}"] if plan.donate else []
         mapped = f"{name}({callee}, {', '.join(options)})"
-        return f"{jit_name} = jax.jit({', '.join([mapped, *jit])})"
+        return f"jax.jit({', '.join([mapped, *jit])})"
 
     def host_local_name(self) -> str:
         """The host-local view helper (the package's shared `_host_local`), when a read uses it."""
