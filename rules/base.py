@@ -152,15 +152,17 @@ class Rule(cst.BatchableCSTVisitor):
         on the shim), that fix takes the finding with it (code calling the shim keeps legacy
         semantics; `check` reports nothing on it). The finding then carries it, with nothing to
         edit: shimmed, as safe as the weakest of those fixes, ``what`` it keeps and why."""
-        fixes = {id(report.node): report.fix for rule, report in self.context.reports if rule.CODE == "PM101"}
+        fixes = self.pmap_fixes()
         found = [fixes.get(id(node)) for node in nodes]
         if not found or not all(fix is not None and fix.shimmed for fix in found):
             return None
-        safe = all(fix.applicability is Applicability.SAFE for fix in found)
         why = next((fix.why for fix in found if fix.why), "no exact rewrite")
-        return FixSpec(Applicability.SAFE if safe else Applicability.UNSAFE,
-                       f"keep {what}: the pmap goes to `runtime_shim.pmap` with its own fix (legacy semantics at "
-                       f"run time): {why}", shimmed=True, why=why)
+        return FixSpec(weakest(found), f"keep {what}: the pmap goes to `runtime_shim.pmap` with its own fix (legacy "
+                       f"semantics at run time): {why}", shimmed=True, why=why)
+
+    def pmap_fixes(self) -> dict[int, FixSpec | None]:
+        """PM101's fix of each pmap reported so far, by the id of its node."""
+        return {id(report.node): report.fix for rule, report in self.context.reports if rule.CODE == "PM101"}
 
     def with_global_rewrite(self, node: cst.CSTNode) -> FixSpec | None:
         """For a read of a pmap output with no fix of its own (``node``: `out[0]`, a
@@ -184,6 +186,11 @@ class Rule(cst.BatchableCSTVisitor):
     @classmethod
     def summary(cls) -> str:
         return cls.documentation().splitlines()[0] if cls.documentation() else cls.MESSAGE
+
+
+def weakest(fixes: list[FixSpec]) -> Applicability:
+    """Safe when every one of ``fixes`` is safe, else unsafe: a finding that goes with them."""
+    return Applicability.SAFE if all(fix.applicability is Applicability.SAFE for fix in fixes) else Applicability.UNSAFE
 
 
 class ImportRule(Rule):

@@ -3,7 +3,7 @@ from __future__ import annotations
 import libcst as cst
 
 from pmap_migrate.rules.analysis.sites import PMAP, TransformSite
-from pmap_migrate.rules.base import Fixable, Invalid, Rule, Valid
+from pmap_migrate.rules.base import Fixable, Invalid, Rule, Valid, weakest
 from pmap_migrate.rules.fixes.api import delete_line
 from pmap_migrate.rules.fixes.choices import Applicability
 from pmap_migrate.rules.fixes.pmap_rewrite import Rewriter
@@ -193,12 +193,15 @@ class PmapCall(Rule):
             message = f"`{name}` is an alias of the legacy `jax.pmap`; its uses are reported where applied"
             fix = self._unused_alias_removal(node)
             if fix is None:  # its uses here may all be fixed: known at the end of the module
-                self.__dict__.setdefault("_aliases_in_use", []).append((node, message))
+                self._aliases_in_use.append((node, message))
             else:
                 self.report(node, message, fix=fix)
 
+    def visit_Module(self, node: cst.Module) -> None:
+        self._aliases_in_use: list[tuple[cst.BaseExpression, str]] = []
+
     def leave_Module(self, original_node: cst.Module) -> None:
-        for node, message in self.__dict__.pop("_aliases_in_use", ()):
+        for node, message in self._aliases_in_use:
             self.report(node, message, fix=self._after_its_uses(node))
 
     def _after_its_uses(self, value: cst.BaseExpression) -> FixSpec | None:
@@ -213,7 +216,7 @@ class PmapCall(Rule):
         assignment = self.model.assignment_for_target(target)
         if assignment is None or not assignment.references or self.context.fixes.pmap_patched is not None:
             return None
-        fixes = {id(report.node): report.fix for rule, report in self.context.reports if rule.CODE == "PM101"}
+        fixes = self.pmap_fixes()
         found = []
         for access in assignment.references:
             node = access.node
@@ -221,8 +224,7 @@ class PmapCall(Rule):
             if fix is None or (not fix.edits and fix.replacement is None):
                 return None
             found.append(fix)
-        safe = all(fix.applicability is Applicability.SAFE for fix in found)
-        return FixSpec(Applicability.SAFE if safe else Applicability.UNSAFE,
+        return FixSpec(weakest(found),
                        f"remove `{target.value}` once its uses are rewritten (or keep it on the shim for importers)")
 
     def _unused_alias_removal(self, value: cst.BaseExpression) -> FixSpec | None:

@@ -70,7 +70,8 @@ class SemanticModel(Bindings, ValueFlow, Nesting):
         self._find_transformed_calls()
         self._rows_per_device: dict[int, bool] = {}
         self._stacking_defs: dict[str, str] | None = None  # ValueFlow._stacking_helper's, made once
-        self._row_wrappers: dict[str, list[tuple[cst.FunctionDef, cst.Call]]] | None = None  # ValueFlow._returns_rows's
+        # ValueFlow._returns_rows's: the defs returning a jit's output (or its `_host_local` view), by name
+        self._row_wrappers: dict[str, list[tuple[cst.FunctionDef, cst.Call]]] | None = None
         self._tags: dict[BaseAssignment, set[str]] = defaultdict(set)
         self._call_tags: dict[cst.Call, set[str]] = {}
         # Which transform sites produced a value (PM304 compares the producer's `devices=`).

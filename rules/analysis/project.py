@@ -224,10 +224,12 @@ class _FactReader:
         if self._dotted(value.func) not in tables.JIT:
             return None
         inner = value.args[0]
-        if isinstance(inner, ast.Call) and self._helper(inner.func, "_shard_mapped") \
-                and not any(k.arg == "out_axes" for k in inner.keywords):
-            return inner
-        return None
+        return inner if isinstance(inner, ast.Call) and self._stacks(inner.func, inner.keywords) else None
+
+    def _stacks(self, helper: ast.expr, keywords: list[ast.keyword]) -> bool:
+        """``helper`` is `_shard_mapped`, given ``keywords`` that leave every output stacked on
+        axis 0 (no `out_axes`)."""
+        return self._helper(helper, "_shard_mapped") and not any(k.arg == "out_axes" for k in keywords)
 
     def _helper(self, expr: ast.expr, name: str) -> bool:
         """``expr`` names the helper ``name`` that `fix` writes: imported from a `_pmap_compat`
@@ -245,15 +247,11 @@ class _FactReader:
         if isinstance(top, ast.Call) and top.args and self._dotted(top.func) in tables.PARTIAL:
             top = top.args[0]  # `@functools.partial(jax.jit, donate_argnums=...)`
         if len(decorators) >= 2 and self._dotted(top) in tables.JIT:
-            below = decorators[1]  # `@jax.jit` over `@functools.partial(_shard_mapped, ...)`
-            if isinstance(below, ast.Call) and below.args and self._dotted(below.func) in tables.PARTIAL:
-                if self._helper(below.args[0], "_shard_mapped") and not any(k.arg == "out_axes" for k in below.keywords):
-                    self.facts.pmapped[node.name] = PmappedFact(self.facts.name, node.name, returns_tuple=_returns_tuple(node),
-                                                                rewritten=True)
-                    return
-            elif self._helper(below, "_shard_mapped"):
-                self.facts.pmapped[node.name] = PmappedFact(self.facts.name, node.name, returns_tuple=_returns_tuple(node),
-                                                            rewritten=True)
+            below = decorators[1]  # `@jax.jit` over `@functools.partial(_shard_mapped, ...)` or `@_shard_mapped`
+            partial = isinstance(below, ast.Call) and below.args and self._dotted(below.func) in tables.PARTIAL
+            if self._stacks(below.args[0], below.keywords) if partial else self._stacks(below, []):
+                self.facts.pmapped[node.name] = PmappedFact(self.facts.name, node.name,
+                                                            returns_tuple=_returns_tuple(node), rewritten=True)
                 return
         for decorator in node.decorator_list:
             options = self._transform(decorator)

@@ -51,8 +51,8 @@ class ValueFlow:
         elif isinstance(call.func, cst.Call) and call.func.args and not call.func.args[0].star \
                 and self.matches(call.func.func, tables.PARTIAL):
             # `partial(g_pmapped, g)(x)`: the rewrite that takes the function as a static argument
-            inner = self.sites.get(call.func.args[0].value) or self.callable_site(call.func.args[0].value)
-            if inner is not None and inner.transform == JIT and self._rows_per_local_device(inner):
+            function = call.func.args[0].value
+            if self._rows_jit(self.sites.get(function) or self.callable_site(function)):
                 tags |= {JIT_OUTPUT, PMAP_OUTPUT}
         names = self.qualified_names(call.func)
         stacking = self._stacking_helper(call.func, names)
@@ -78,18 +78,40 @@ class ValueFlow:
         docstring): this process's rows of ``x``, a stack as ``x`` is."""
         if len(call.args) != 1 or call.args[0].keyword is not None or call.args[0].star:
             return False
-        if any(name.endswith(tables.SHARED_HOST_LOCAL) for name in self.qualified_names(call.func)):
+        return self._is_helper(call.func, "_host_local", tables.SHARED_HOST_LOCAL, tables.HOST_LOCAL_DOC)
+
+    def _is_helper(self, func: cst.BaseExpression, name: str, shared: tuple[str, ...], doc: str) -> bool:
+        """``func`` is the helper ``name`` that `fix` writes: imported from the package's shared
+        module (a qualified name ending in one of ``shared``), or the module's own copy, by its
+        docstring ``doc``."""
+        if any(qualified.endswith(shared) for qualified in self.qualified_names(func)):
             return True
-        if not isinstance(call.func, cst.Name) or call.func.value != "_host_local":
+        if not isinstance(func, cst.Name) or func.value != name:
             return False
-        functions = self.resolve_functions(call.func)
+        functions = self.resolve_functions(func)
         return len(functions) == 1 and isinstance(functions[0], cst.FunctionDef) \
-            and functions[0].get_docstring() == tables.HOST_LOCAL_DOC
+            and functions[0].get_docstring() == doc
+
+    def _rows_jit(self, site: TransformSite | None) -> bool:
+        """``site`` is a jit of the faithful rewrite of a pmap: its outputs are the pmap's stacks."""
+        return site is not None and site.transform == JIT and self._rows_per_local_device(site)
 
     def _returns_rows(self, func: cst.BaseExpression) -> bool:
         """``func`` is a wrapper the multi-process rewrite writes for a pmap (called by the name it
         is bound to, or as the attribute `self.x` a method binds to it): every value it returns is
         the output of a faithful rewrite of a pmap (rows per device), or its `_host_local` view."""
+        if self._row_wrappers is None:  # the candidates, found once: defs returning a jit's output
+            self._row_wrappers = {}
+            for function in self.index.functions:
+                value = _returned_call(function)
+                if value is not None and self.is_host_local_view(value) and isinstance(value.args[0].value, cst.Call):
+                    value = value.args[0].value
+                site = self._calls_to.get(value) if value is not None else None
+                if site is not None and site.transform == JIT:
+                    self._row_wrappers.setdefault(function.name.value, []).append((function, value))
+        global_calls = bool(self.index.names.get("_global_call"))  # `step = _global_call(jax.jit(...), "i")`
+        if not global_calls and not self._row_wrappers:
+            return False  # most modules: no wrapper to look for (every call of the module asks)
         if isinstance(func, cst.Attribute) and isinstance(func.value, cst.Name) and func.value.value == "self":
             cls = self.enclosing_class(func)
             bound = [value for target, value in self.index.assigned_value.items()
@@ -101,16 +123,10 @@ class ValueFlow:
             func = bound[0]
         if not isinstance(func, cst.Name):
             return False
-        if self.index.names.get("_global_call"):  # `step = _global_call(jax.jit(...), "i")`
+        if global_calls:
             values = [self.assigned_value(getattr(a, "node", None)) for a in self.assignments_of(func)]
             if values and all(isinstance(v, cst.Call) and self._is_global_call(v) for v in values):
                 return True
-        if self._row_wrappers is None:  # the candidates by their shape, found once
-            self._row_wrappers = {}
-            for function in self.index.functions:
-                value = _returned_call(function)
-                if value is not None:
-                    self._row_wrappers.setdefault(function.name.value, []).append((function, value))
         candidates = self._row_wrappers.get(func.value)
         if not candidates:
             return False
@@ -118,25 +134,17 @@ class ValueFlow:
         if len(functions) != 1:
             return False
         value = next((v for f, v in candidates if f is functions[0]), None)
-        if value is None:
-            return False
-        if self.is_host_local_view(value) and isinstance(value.args[0].value, cst.Call):
-            value = value.args[0].value
-        site = self._calls_to.get(value)
-        return site is not None and site.transform == JIT and self._rows_per_local_device(site)
+        return value is not None and self._rows_jit(self._calls_to.get(value))
 
     def _is_global_call(self, call: cst.Call) -> bool:
         """``call`` is `_global_call(<a faithful rewrite's jit>, axis, ...)`, the multi-process
         rewrite's call (the package's shared helper, or the module's copy, by its docstring)."""
         if not call.args or call.args[0].keyword is not None:
             return False
-        if not any(name.endswith(tables.SHARED_GLOBAL_CALL) for name in self.qualified_names(call.func)):
-            functions = self.resolve_functions(call.func) if isinstance(call.func, cst.Name) else []
-            if not (len(functions) == 1 and isinstance(functions[0], cst.FunctionDef)
-                    and functions[0].get_docstring() == tables.GLOBAL_CALL_DOC):
-                return False
-        site = self.sites.get(call.args[0].value) or self.callable_site(call.args[0].value)
-        return site is not None and site.transform == JIT and self._rows_per_local_device(site)
+        if not self._is_helper(call.func, "_global_call", tables.SHARED_GLOBAL_CALL, tables.GLOBAL_CALL_DOC):
+            return False
+        jitted = call.args[0].value
+        return self._rows_jit(self.sites.get(jitted) or self.callable_site(jitted))
 
     def _stacking_helper(self, func: cst.BaseExpression, names) -> str | None:
         """"replicated" / "sharded" when ``func`` is the helper `fix` writes for

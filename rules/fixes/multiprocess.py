@@ -360,10 +360,7 @@ class GlobalRewrite(GlobalRender):
             except Unsupported as why:
                 raise SiteFailure(entry, str(why)) from None
             edits += site_edits
-            # the wrappers' own: the jitted part is the shared helper's (`jax.jit`), the mesh is theirs
-            imports.append(ImportSpec("jax"))
-            if entry.uses_spec:
-                imports.append(ImportSpec("jax.sharding", "PartitionSpec", "P"))
+            imports.append(ImportSpec("jax"))  # the call site's own `jax.jit`
             removes += entry.fix.remove_imports
         removes += reads.removes
         edits = reads.merge_inline(edits)

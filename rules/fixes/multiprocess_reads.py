@@ -41,8 +41,6 @@ class PlannedSite:
     boundary: str | None = None
     unseen: bool = False  # some callers are not seen (their in_axes=None arguments are not checked)
     names: set[str] = field(default_factory=set)  # the names its definition took (kept when rendered again)
-    compact: bool = False  # its jitted part is the compact form's helper (`_shard_mapped`)
-    uses_spec: bool = False  # its wrapper passes `_to_global` a PartitionSpec of its own
 
 
 class SiteFailure(Exception):

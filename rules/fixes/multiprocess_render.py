@@ -44,8 +44,6 @@ class GlobalRender:
         jitted = self._compact(entry, plan)
         if jitted is None:
             raise Unsupported("a mapped function that is not a plain name, in a multi-process program")
-        entry.compact = True
-        entry.uses_spec = False
         options = [plan.axis]
         if isinstance(plan.in_axes, list) and plan.params is not None:
             entries = iter(plan.in_axes)
@@ -109,8 +107,8 @@ class GlobalRender:
         helpers = tuple(dataclasses.replace(self.rewriter.shared_helper(key, renders[key]),
                                             support=key == TO_GLOBAL or (key == HOST_LOCAL and not self._host_local_used))
                         for key in (GLOBAL_CALL, TO_GLOBAL, HOST_LOCAL))
-        compact = any(entry.compact for entry in self.sites)
-        return helpers + ((self.rewriter.compact_helper()[1],) if compact else ())
+        # every site's jitted part is the compact form's helper (`_render` refuses any other)
+        return helpers + ((self.rewriter.compact_helper()[1],) if self.sites else ())
 
 
 def _axes_text(axes) -> str:
