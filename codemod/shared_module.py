@@ -145,14 +145,18 @@ def location_for(path: str, module: cst.Module) -> SharedLocation | None:
     if not directory.is_dir():
         return None
     if (directory / "__init__.py").is_file():
-        return _by_layout(given, directory, module) or _by_own_imports(given, directory, module)
+        found = _by_layout(given, directory, module)
+        if found is None:
+            found = _above_by_name(given, directory, module)
+            found = found if found is not None and found.module else None
+        return found
     # Outside a package, what the module imports by a name above it comes first: that name works
     # however it runs (`python -m pkg.tool` too, where a sibling module imported by its plain name
     # would not be found).
     found = _above_by_name(given, directory, module)
     if found is not None:
         return found if found.module else None  # (that place is taken: no shared module)
-    return _by_layout(given, directory, module) or _by_own_imports(given, directory, module)
+    return _by_layout(given, directory, module) or _beside_by_plain_name(given, directory, module)
 
 
 def _by_layout(given: Path, directory: Path, module: cst.Module) -> SharedLocation | None:
@@ -178,17 +182,11 @@ def _by_layout(given: Path, directory: Path, module: cst.Module) -> SharedLocati
                           every_helper=_holds_tests(directory))
 
 
-def _by_own_imports(given: Path, directory: Path, module: cst.Module) -> SharedLocation | None:
-    """What the module's own imports show to be importable wherever it runs: a directory above it
-    that it imports by name, with what it imports from there (``import big_vision.pp.builder`` in
-    ``big_vision/evaluators/psnr.py``, ``big_vision/pp/builder.py`` there): that directory's
-    module, by that name; else a module beside it that it imports by its plain name (``import
-    models`` with ``models.py`` beside it, in a directory without ``__init__.py``): its directory
-    is on ``sys.path``, so a sibling module, by its plain name."""
-    found = _above_by_name(given, directory, module)
-    if found is not None:
-        return found if found.module else None
-    if (directory / "__init__.py").is_file() or _names_directory(module, directory.name):
+def _beside_by_plain_name(given: Path, directory: Path, module: cst.Module) -> SharedLocation | None:
+    """A module outside packages that imports a module beside it by its plain name (``import
+    models`` with ``models.py`` beside it): its directory is on ``sys.path`` wherever it runs, so
+    a sibling module, by its plain name (not where it imports its own directory by name)."""
+    if _names_directory(module, directory.name):
         return None
     if any(len(parts) == 1 and parts[0] != given.stem and _exists_below(directory, parts[0])
            for parts in _absolute_imports(module)) and usable(directory / FILE_NAME):
@@ -198,8 +196,10 @@ def _by_own_imports(given: Path, directory: Path, module: cst.Module) -> SharedL
 
 
 def _above_by_name(given: Path, directory: Path, module: cst.Module) -> SharedLocation | None:
-    """The shared module of the directory above the module that it imports by name (see
-    ``_by_own_imports``); one with an empty ``module`` where that place is taken."""
+    """What the module's own imports show to be importable wherever it runs: a directory above it
+    that it imports by name, with what it imports from there (``import big_vision.pp.builder`` in
+    ``big_vision/evaluators/psnr.py``, ``big_vision/pp/builder.py`` there): that directory's
+    shared module, by that name; one with an empty ``module`` where that place is taken."""
     above = [directory, *directory.parents]
     for parts in _absolute_imports(module):
         for depth, ancestor in enumerate(above):
