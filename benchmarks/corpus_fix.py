@@ -57,14 +57,15 @@ TRACEBACK = re.compile(r"^Traceback \(most recent call last\)", re.MULTILINE)
 
 
 # --------------------------------------------------------------------------- helpers
-def source_files(roots: list[Path], all_files: bool) -> Iterator[tuple[Path, Path, bytes]]:
+def source_files(roots: list[Path], all_files: bool, suffixes: tuple[str, ...] = SUFFIXES
+                 ) -> Iterator[tuple[Path, Path, bytes]]:
     """``(root, path, data)`` of every ``.py`` / ``.ipynb`` file under the roots that mentions
     ``pmap`` (``all_files``: every one), ``root`` resolved; its copy goes to
     ``path.relative_to(root.parent)`` in a scratch tree."""
     for root in roots:
         root = root.resolve()
         for path in sorted(root.rglob("*")):
-            if path.suffix not in SUFFIXES or not path.is_file() or path.is_symlink():
+            if path.suffix not in suffixes or not path.is_file() or path.is_symlink():
                 continue
             try:
                 data = path.read_bytes()
@@ -164,13 +165,15 @@ def discovered_files(tree: Path, config: Path) -> set[Path]:
         os.chdir(cwd)
 
 
-def run_cli(exe: str, scratch: Path, config: Path, jobs: int | None, unsafe: bool = True) -> CliRun:
-    """``fix`` (``--unsafe-fixes`` when ``unsafe``) over ``scratch``, its findings as JSON."""
+def run_cli(exe: str, scratch: Path, config: Path, jobs: int | None, unsafe: bool = True,
+            paths: list[str] | None = None) -> CliRun:
+    """``fix`` (``--unsafe-fixes`` when ``unsafe``) over ``paths`` in ``scratch`` (default: all of
+    it), its findings as JSON."""
     command = [exe, "fix", *(["--unsafe-fixes"] if unsafe else []), "--no-cache", "--config", str(config),
                "--output-format", "json"]
     if jobs:
         command += ["--jobs", str(jobs)]
-    command.append(".")
+    command += paths if paths else ["."]
     start = time.perf_counter()
     proc = subprocess.run(command, cwd=scratch, capture_output=True, text=True, errors="replace")
     seconds = time.perf_counter() - start

@@ -6,7 +6,9 @@ lines it added, which lint findings it introduced, and where the safe fix alone 
 
 Every ``.py`` / ``.ipynb`` file under the DIRs that mentions ``pmap`` (``--all``: every one) is
 copied three times into a scratch directory (never into the repository), with its path relative to
-its DIR's parent: ``before/`` stays as it is, ``safe/`` gets ``pmap-migrate fix``, ``unsafe/`` gets
+its DIR's parent, along with every other ``.py`` file of the DIRs (not fixed, not counted: where
+`fix` puts the shared helpers, and how modules import them, depends on the modules around them):
+``before/`` stays as it is, ``safe/`` gets ``pmap-migrate fix`` of those files, ``unsafe/`` gets
 ``pmap-migrate fix --unsafe-fixes`` (the CLI installed beside the running Python, else the one on
 ``PATH``, or ``--pmap-migrate EXE``; ruff likewise, or ``--ruff EXE``; ``--config`` names an empty
 settings file so no repository's ``[tool.pmap-migrate]`` applies). The project
@@ -386,16 +388,25 @@ def _run(args, roots: list[Path], scratch: Path) -> int:
         configs.update((root, c) for c in finder.config_files(path, root))
         configs.update((root, d / "__init__.py") for d in path.parents
                        if d.is_relative_to(root) and (d / "__init__.py").is_file())
+    # The other modules of each tree go along too (not fixed, not counted): where `fix` puts a
+    # module's shared helpers and how it imports them depends on the modules beside and above it
+    # (`import models` with `models.py` beside it; `import big_vision.pp.builder`), and the
+    # project index reads importers and imported modules.
+    if not args.all:
+        configs.update((root, path) for root, path, _ in source_files(roots, True, suffixes=(".py",))
+                       if path.relative_to(root.parent).as_posix() not in original)
     context = {path.relative_to(root.parent).as_posix() for root, path in configs} - set(original)
     for tree in trees.values():
         for rel, data in original.items():
             (tree / rel).parent.mkdir(parents=True, exist_ok=True)
             (tree / rel).write_bytes(data)
         for root, path in configs:
+            (tree / path.relative_to(root.parent)).parent.mkdir(parents=True, exist_ok=True)
             (tree / path.relative_to(root.parent)).write_bytes(path.read_bytes())
 
-    runs = {"safe": run_cli(args.exe, trees["safe"], config, args.jobs, unsafe=False),
-            "unsafe": run_cli(args.exe, trees["unsafe"], config, args.jobs, unsafe=True)}
+    fixed = sorted(original)  # `fix` is given the files that mention pmap, as the issue measures
+    runs = {"safe": run_cli(args.exe, trees["safe"], config, args.jobs, unsafe=False, paths=fixed),
+            "unsafe": run_cli(args.exe, trees["unsafe"], config, args.jobs, unsafe=True, paths=fixed)}
     crashes = cli_crashes("safe fix", runs["safe"]) + cli_crashes("unsafe fix", runs["unsafe"])
     after = {name: {rel: data for rel, data in python_files(trees[name]).items() if rel not in context}
              for name in ("safe", "unsafe")}
