@@ -202,25 +202,10 @@ class Rewriter(EvaluationPlaces):
             built = cst.Call(jit, [cst.Arg(cst.Call(cst.Name(name), [
                 cst.Arg(fun), *([cst.Arg(axis)] if axis is not None else []), *mapping])), *donated],
                 lpar=call.lpar, rpar=call.rpar)
+            # In place, where pmap was built and evaluated (`jax.pmap(f)(x)` in a loop too: the
+            # helper gives the same function for the same `f`, so jit's cache holds; a lambda is a
+            # new function each time, which legacy pmap traced anew as well).
             edits = (Edit(call, built),)
-            statement = self._evaluating_statement(call)
-            top = self._top_level_statement(statement) if statement is not None else None
-            expressions = [fun] + [a.value for a in site.args if a.value is not fun]
-            in_function = any(isinstance(a, (cst.FunctionDef, cst.Lambda)) for a in self.model.ancestors(call))
-            hoistable = in_function and top is not None and top is not statement and statement is not None \
-                and all(self._definition_time_only(e) for e in expressions)
-            # (built anew each time it is used, `jax.pmap(f)(x)`: the helper gives the same function
-            # for the same `f`, so jit's cache holds; a lambda is a new function each time, which
-            # legacy pmap traced anew as well)
-            if hoistable:
-                base = self._base_name(call, fun)
-                hoisted = self.names.fresh(f"{base}_mapped")
-                definition = self.parse_generated(
-                    f"{hoisted} = {self.model.module.code_for_node(built.with_changes(lpar=(), rpar=()))}\n")
-                blank = [line for line in top.leading_lines if line.comment is None]
-                definition[0] = definition[0].with_changes(leading_lines=blank)
-                edits = (Edit(top, before=tuple(definition)),
-                         Edit(call, cst.Name(hoisted, lpar=call.lpar, rpar=call.rpar)))
             _, target = self.assignment_statement(call)
             what = f"`{target or self._base_name(call, fun)}`"
         self.check_names_free()

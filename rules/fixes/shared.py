@@ -26,7 +26,6 @@ FIRST_LINE = '"""Helpers of the modules that `pmap-migrate fix` rewrote in this 
 @dataclass(frozen=True)
 class SharedHelper:
     name: str
-    summary: str  # one line of the module's docstring
     source: str  # the definition, at module level, indented by INDENT
     imports: tuple[ImportSpec, ...]
     requires: tuple[str, ...] = ()  # the helpers it calls, held beside it
@@ -107,8 +106,7 @@ def to_global_helper(indent: str) -> str:
         "",
         f"{i1}def place(x):",
         f"{i2}if isinstance(x, jax.Array) and (",
-        f"{i3}x.sharding == sharding or not x.is_fully_addressable",
-        f"{i2}):",
+        f"{i2}{i2}x.sharding == sharding or not x.is_fully_addressable):",
         f"{i3}return x  # already global: an output fed back",
         f"{i2}if jax.process_count() == 1 and not isinstance(x, jax.Array):",
         f"{i3}return x  # one process: jit puts host data where it goes",
@@ -118,8 +116,7 @@ def to_global_helper(indent: str) -> str:
         f"{i3}and not jax.dtypes.issubdtype(x.dtype, jax.dtypes.prng_key)",
         f"{i2}):  # no copy",
         f"{i3}return multihost_utils.host_local_array_to_global_array(",
-        f"{i3}{i1}x, sharding.mesh, spec",
-        f"{i3})",
+        f"{i3}{i1}x, sharding.mesh, spec)",
         f"{i2}return jax.make_array_from_process_local_data(sharding, x)",
         "",
         f"{i1}return jax.tree.map(place, tree)",
@@ -135,14 +132,10 @@ def host_local_helper(indent: str) -> str:
         f'{i1}"""{tables.HOST_LOCAL_DOC}"""',
         "",
         f"{i1}def local(x):",
-        f"{i2}if (",
-        f"{i3}isinstance(x, jax.Array)",
-        f"{i3}and not x.is_fully_addressable",
-        f"{i3}and isinstance(x.sharding, NamedSharding)",
-        f"{i2}):",
+        f"{i2}if isinstance(x, jax.Array) and not x.is_fully_addressable and (",
+        f"{i2}{i2}isinstance(x.sharding, NamedSharding)):",
         f"{i3}return multihost_utils.global_array_to_host_local_array(",
-        f"{i3}{i1}x, x.sharding.mesh, x.sharding.spec",
-        f"{i3})",
+        f"{i3}{i1}x, x.sharding.mesh, x.sharding.spec)",
         f"{i2}return x  # host data, and arrays of this process only, as they are",
         "",
         f"{i1}return jax.tree.map(local, tree)",
@@ -171,8 +164,7 @@ def global_call_helper(indent: str) -> str:
         f"{i2}traced = jax.tree.leaves((args, kwargs))",
         f"{i2}if local and any(isinstance(x, jax.core.Tracer) for x in traced):",
         f"{i3}raise NotImplementedError(",
-        f'{i4}"a multi-process pmap in traced code: use runtime_shim.pmap"',
-        f"{i3})",
+        f'{i4}"a multi-process pmap in traced code: use runtime_shim.pmap")',
         f"{i2}args = list(args)",
         f"{i2}axes = in_axes if isinstance(in_axes, tuple) else (in_axes,) * len(args)",
         f"{i2}axes = list(axes) + [0] * (len(args) - len(axes))  # the rest: axis 0",
@@ -199,24 +191,18 @@ SHARED_HELPERS: dict[str, SharedHelper] = {
     helper.name: helper for helper in (
         SharedHelper(
             SHARD_MAPPED,
-            "jax.pmap(f, axis_name, ...) as a shard_map on the local devices.",
             shard_mapped_helper(SHARD_MAPPED, INDENT),
             (ImportSpec("functools"), ImportSpec("jax"), ImportSpec("jax.numpy", None, "jnp"),
              ImportSpec("jax.sharding", "Mesh"), ImportSpec("jax.sharding", "PartitionSpec", "P"))),
-        SharedHelper(REPLICATE, "jax.device_put_replicated (removed in jax 0.10).",
-                     replicate_helper(REPLICATE, INDENT), _SHARDING_IMPORTS),
-        SharedHelper(PUT_SHARDED, "jax.device_put_sharded (removed in jax 0.10).",
-                     put_sharded_helper(PUT_SHARDED, INDENT), _SHARDING_IMPORTS),
-        SharedHelper(TO_GLOBAL, "this process's rows -> global arrays (multi-process pmaps).",
-                     to_global_helper(INDENT),
+        SharedHelper(REPLICATE, replicate_helper(REPLICATE, INDENT), _SHARDING_IMPORTS),
+        SharedHelper(PUT_SHARDED, put_sharded_helper(PUT_SHARDED, INDENT), _SHARDING_IMPORTS),
+        SharedHelper(TO_GLOBAL, to_global_helper(INDENT),
                      (ImportSpec("jax"), ImportSpec("numpy", None, "np"), ImportSpec("jax.sharding", "Mesh"),
                       ImportSpec("jax.sharding", "NamedSharding"), ImportSpec("jax.sharding", "PartitionSpec", "P"),
                       _MULTIHOST)),
-        SharedHelper(HOST_LOCAL, "global arrays -> this process's rows (multi-process pmaps).",
-                     host_local_helper(INDENT),
+        SharedHelper(HOST_LOCAL, host_local_helper(INDENT),
                      (ImportSpec("jax"), ImportSpec("jax.sharding", "NamedSharding"), _MULTIHOST)),
-        SharedHelper(GLOBAL_CALL, "a multi-process pmap's call (this process's rows in).",
-                     global_call_helper(INDENT),
+        SharedHelper(GLOBAL_CALL, global_call_helper(INDENT),
                      (ImportSpec("functools"), ImportSpec("jax"), ImportSpec("jax.sharding", "PartitionSpec", "P")),
                      requires=(TO_GLOBAL, HOST_LOCAL)),
     )
@@ -244,13 +230,11 @@ def with_required(names) -> frozenset[str]:
 
 def module_text(names: frozenset[str] | set[str]) -> str:
     """The shared module holding the helpers ``names`` (every one a key of SHARED_HELPERS): a
-    docstring saying what it is and what each helper does, the imports they need (isort's order:
+    docstring saying what it is, the imports they need (isort's order:
     the standard library, then jax; ``import`` lines before ``from`` lines), the helpers by name."""
     helpers = [SHARED_HELPERS[name] for name in sorted(with_required(names))]
     specs = {spec for helper in helpers for spec in helper.imports}
-    lines = [FIRST_LINE, "", "Plain JAX, written by pmap-migrate (it adds the helpers fixes need).", ""]
-    lines += [f"{helper.name}: {helper.summary}" for helper in helpers]
-    lines += ['"""', ""]
+    lines = [FIRST_LINE, "", "Plain JAX, written by pmap-migrate (it adds the helpers fixes need).", '"""', ""]
     for group in ([s for s in specs if s.module.split(".")[0] in _STDLIB],
                   [s for s in specs if s.module.split(".")[0] not in _STDLIB]):
         plain = [_import_line(s) for s in sorted((s for s in group if s.name is None), key=lambda s: s.module)]
