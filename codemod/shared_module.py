@@ -20,6 +20,10 @@ The rule, for a module at ``path``:
   helper, so that either serves both (a directory of scripts only: the helpers its modules use);
 - a module of a namespace package inside a regular package, which imports that package's top by
   name (``from pkg.x import y``): the top package's module, imported by its name;
+- a module (not a script) that none of the above places, whose sibling modules import a
+  directory above them by name (``import big_vision.pp.builder``, or ``from kfac_alpha import
+  utils`` in a package whose top directory is not importable): that directory's module, by that
+  name, as it is imported the way its siblings are;
 - anything else (another module of a namespace package, a top package whose name is not an identifier,
   a ``_pmap_compat.py`` or ``_pmap_compat/`` that this tool did not write, an unreadable one): no
   shared module; the helpers are written in the module itself.
@@ -148,6 +152,8 @@ def location_for(path: str, module: cst.Module) -> SharedLocation | None:
         found = _by_layout(given, directory, module)
         if found is None:
             found = _above_by_name(given, directory, module)
+            if found is None and not _is_script(module, ""):
+                found = _above_by_siblings(given, directory)
             found = found if found is not None and found.module else None
         return found
     # Outside a package, what the module imports by a name above it comes first: that name works
@@ -156,7 +162,11 @@ def location_for(path: str, module: cst.Module) -> SharedLocation | None:
     found = _above_by_name(given, directory, module)
     if found is not None:
         return found if found.module else None  # (that place is taken: no shared module)
-    return _by_layout(given, directory, module) or _beside_by_plain_name(given, directory, module)
+    found = _by_layout(given, directory, module) or _beside_by_plain_name(given, directory, module)
+    if found is None and not _is_script(module, given.name):
+        found = _above_by_siblings(given, directory)
+        found = found if found is not None and found.module else None
+    return found
 
 
 def _by_layout(given: Path, directory: Path, module: cst.Module) -> SharedLocation | None:
@@ -209,6 +219,36 @@ def _above_by_name(given: Path, directory: Path, module: cst.Module) -> SharedLo
                 if not usable(ancestor / FILE_NAME):
                     return SharedLocation(os.path.normpath(file), "")
                 return SharedLocation(os.path.normpath(file), f"{parts[0]}.{MODULE_NAME}")
+    return None
+
+
+_IMPORT_LINE = re.compile(r"^[ \t]*(?:from[ \t]+([\w.]+)[ \t]+import[ \t]+(\w+)|import[ \t]+([\w.]+))", re.MULTILINE)
+
+
+def _above_by_siblings(given: Path, directory: Path) -> SharedLocation | None:
+    """A module (not a script) that imports nothing above it by name, beside modules that do
+    (``coltran_fid.py`` among ``big_vision/evaluators/proj/uvim/*.py``, which import
+    ``big_vision.pp.builder``): it is imported as they are, so that directory's shared module
+    by that name (the first such import of the siblings, in name order, decides)."""
+    above = [directory, *directory.parents]
+    try:
+        siblings = sorted(p for p in directory.glob("*.py") if p.name != given.name)[:50]
+    except OSError:
+        return None
+    for sibling in siblings:
+        try:
+            text = sibling.read_text(encoding="utf-8", errors="replace")
+        except OSError:
+            continue
+        for match in _IMPORT_LINE.finditer(text):
+            parts = (match.group(1) or match.group(3)).split(".") + ([match.group(2)] if match.group(2) else [])
+            for depth, ancestor in enumerate(above):
+                if ancestor.name == parts[0] and _is_identifier(parts[0]) and len(parts) > 1 \
+                        and _exists_below(ancestor, parts[1]):
+                    file = os.path.normpath(given.parent.joinpath(*[os.pardir] * depth, FILE_NAME))
+                    if not usable(ancestor / FILE_NAME):
+                        return SharedLocation(file, "")
+                    return SharedLocation(file, f"{parts[0]}.{MODULE_NAME}")
     return None
 
 

@@ -420,3 +420,89 @@ def test_a_package_below_a_namespace_directory_is_imported_by_the_name_its_modul
     text = (root / "byol" / "utils" / "helpers.py").read_text()
     assert "from byol.utils._pmap_compat import _replicate, _shard_mapped\n" in text, text
     assert (root / "byol" / "utils" / "_pmap_compat.py").is_file()
+
+
+# --------------------------------------------------------------------------- what the siblings show
+LONELY = '''import jax
+import numpy as np
+
+
+def _triple(x):
+    return 3 * x
+
+
+def evaluate():
+    return jax.pmap(_triple)(np.arange(1.0, 17.0).reshape(8, 2))
+'''
+
+TRAINER_OF_LONELY = '''import numpy as np
+
+from big.evaluators import lonely
+
+
+def main():
+    out = lonely.evaluate()
+    print(np.round(np.asarray(out), 6).tolist(), out.shape)
+
+
+if __name__ == "__main__":
+    main()
+'''
+
+
+def test_a_module_that_imports_nothing_above_it_is_imported_as_its_siblings_are(tmp_path):
+    """`big/evaluators/lonely.py` imports nothing of `big`, but the modules beside it import
+    `big.pp.builder`: it is imported the way they are (`big.evaluators.lonely`), so it imports
+    `big._pmap_compat` too, instead of keeping a copy of the helper."""
+    root = make_namespace_project(tmp_path / "ns")
+    (root / "big/evaluators/lonely.py").write_text(LONELY)
+    assert run(root, "fix", "--no-cache", ".").exit_code == 0
+    files = tree(root)
+    assert "from big._pmap_compat import _shard_mapped\n" in files["big/evaluators/lonely.py"]
+    assert "def _shard_mapped(" not in files["big/evaluators/lonely.py"]
+    assert "def _shard_mapped(" in files["big/_pmap_compat.py"]
+
+
+def test_the_module_imported_as_its_siblings_are_prints_what_it_printed_on_legacy_pmap(tmp_path):
+    """Legacy jax 0.7.2 unchanged vs fixed on the newest jax, run as `python -m big.trainers.lonely`."""
+    from tests.support import jaxenv
+
+    legacy = make_namespace_project(tmp_path / "legacy")
+    (legacy / "big/evaluators/lonely.py").write_text(LONELY)
+    (legacy / "big/trainers/lonely.py").write_text(TRAINER_OF_LONELY)
+    fixed = tmp_path / "fixed"
+    shutil.copytree(legacy, fixed)
+    assert run(fixed, "fix", "--no-cache", "--unsafe-fixes", ".").exit_code == 0
+    assert "from big._pmap_compat import" in (fixed / "big/evaluators/lonely.py").read_text()
+    outputs = []
+    for env, root in ((jaxenv.LEGACY, legacy), (jaxenv.NEWEST, fixed)):
+        try:
+            python = jaxenv.python_for(env)
+        except jaxenv.EnvUnavailable as why:
+            pytest.skip(str(why))
+        proc = jaxenv.run_program(python, "-m", "big.trainers.lonely", cwd=root, repo_on_path=False)
+        assert proc.returncode == 0, proc.stderr[-3000:]
+        outputs.append(proc.stdout)
+    assert outputs[0] == outputs[1] and "(8, 2)" in outputs[0], outputs
+
+
+def test_a_package_below_an_unimportable_top_uses_the_name_its_siblings_import_it_by(tmp_path):
+    """A repository whose root holds `__init__.py` (`deep-mind/`, not importable by that name):
+    `alpha/utils.py` imports nothing of its package, but `alpha/optimizer.py` imports it as
+    `from alpha import utils`, so both import `alpha._pmap_compat`; a script beside them that
+    imports nothing of the package (it may be run as `python alpha/run.py`) keeps its copy."""
+    root = tmp_path / "deep-mind"
+    (root / "alpha").mkdir(parents=True)
+    (root / "pyproject.toml").write_text("[tool.pmap-migrate]\n")
+    (root / "__init__.py").write_text("")
+    (root / "alpha" / "__init__.py").write_text("")
+    (root / "alpha" / "utils.py").write_text(OPS)
+    (root / "alpha" / "optimizer.py").write_text("from alpha import utils\n" + OPS)
+    (root / "alpha" / "run.py").write_text(OPS + '\n\nif __name__ == "__main__":\n    pass\n')
+    assert run(root, "fix", "--no-cache", ".").exit_code == 0
+    files = tree(root)
+    for rel in ("alpha/utils.py", "alpha/optimizer.py"):
+        assert "from alpha._pmap_compat import _replicate, _shard_mapped\n" in files[rel], files[rel]
+        assert "def _shard_mapped(" not in files[rel]
+    assert "def _shard_mapped(" in files["alpha/run.py"] and "_pmap_compat" not in files["alpha/run.py"]
+    assert "alpha/_pmap_compat.py" in files
