@@ -54,6 +54,7 @@ import sys
 import time
 import xml.etree.ElementTree as ET
 from collections import Counter
+from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
@@ -402,7 +403,10 @@ def tool_version(exe: str) -> str:
 
 
 # --------------------------------------------------------------------------- main
-def main(argv: list[str] | None = None) -> int:
+def main(argv: list[str] | None = None, around_fix: tuple[Callable[[Path], None], Callable[[Path], None]] | None
+         = None) -> int:
+    """``around_fix``: what to do to the copy before and after `fix` runs on it (a caller's
+    preparation that the fixer must not see, undone before and done again after)."""
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("tree", type=Path, help="the library's source tree (a scratch checkout)")
     parser.add_argument("tests", nargs="*", help="test paths relative to TREE (default: test files mentioning --grep)")
@@ -443,13 +447,13 @@ def main(argv: list[str] | None = None) -> int:
     if not tests:
         parser.error(f"no test files under {args.tree} mention {args.grep!r}")
     try:
-        return run(args, tests)
+        return run(args, tests, around_fix)
     except SetupError as error:
         print(f"error: {error}", file=sys.stderr)
         return 2
 
 
-def run(args, tests: list[str]) -> int:
+def run(args, tests: list[str], around_fix=None) -> int:
     scratch = CACHE / args.name
     scratch.mkdir(parents=True, exist_ok=True)
     log = scratch / "setup.log"
@@ -463,7 +467,11 @@ def run(args, tests: list[str]) -> int:
     new = build_venv(args.name, VenvSpec("new", args.new_jax, args.python, requirements, editable, constraints),
                      args.extras, log)
     copy_tree(args.tree, copy)
+    if around_fix:
+        around_fix[0](copy)
     fix = run_fix(args.exe, copy, args.fix_path or ["."], scratch / "fix.log")
+    if around_fix:
+        around_fix[1](copy)
     fixed_editable = None if args.no_install else str(copy)
     fixed = build_venv(args.name, VenvSpec("fixed", args.new_jax, args.python, requirements, fixed_editable,
                                            constraints), args.extras, log)
