@@ -26,7 +26,8 @@ The rule, for a module at ``path``:
   name, as it is imported the way its siblings are;
 - anything else (another module of a namespace package, a top package whose name is not an identifier,
   a ``_pmap_compat.py`` or ``_pmap_compat/`` that this tool did not write, an unreadable one): no
-  shared module; the helpers are written in the module itself.
+  shared module; the helpers are written in the module itself. One that an earlier version of
+  this tool wrote is this tool's: written anew, with today's helpers, when a fix needs it.
 """
 
 from __future__ import annotations
@@ -41,7 +42,7 @@ import libcst as cst
 
 from pmap_migrate.importorder import ImportOrder, line_key, member_key, section
 from pmap_migrate.projectstyle import import_order
-from pmap_migrate.rules.fixes.shared import MODULE_NAME, SHARED_HELPERS, helpers_in, module_text
+from pmap_migrate.rules.fixes.shared import MODULE_NAME, SHARED_HELPERS, helpers_in, is_current, module_text
 
 FILE_NAME = f"{MODULE_NAME}.py"
 _TEST_NAME = ("test_", "_test.py", "conftest.py")
@@ -388,12 +389,14 @@ def shared_modules(needs: list[tuple[SharedLocation, frozenset[str]]]) -> list[S
         path = Path(key)
         original = None
         held: frozenset[str] = frozenset()
+        current = True
         if path.exists():
             try:
                 original = path.read_bytes()
                 held = helpers_in(original.decode("utf-8")) or frozenset()
+                current = is_current(original.decode("utf-8"))
             except (OSError, UnicodeDecodeError):
                 continue
-        if not names <= held:
+        if not names <= held or not current:  # (an earlier version's helpers: written anew)
             out.append(SharedModule(shown[key], original, frozenset(held | names)))
     return out

@@ -506,3 +506,37 @@ def test_a_package_below_an_unimportable_top_uses_the_name_its_siblings_import_i
         assert "def _shard_mapped(" not in files[rel]
     assert "def _shard_mapped(" in files["alpha/run.py"] and "_pmap_compat" not in files["alpha/run.py"]
     assert "alpha/_pmap_compat.py" in files
+
+
+# --------------------------------------------------------------------------- earlier versions
+OLDER = (Path(__file__).parent.parent / "fixtures" / "shared" / "older_pmap_compat.py").read_text()
+
+
+def test_a_shared_module_an_earlier_version_wrote_is_written_anew_when_a_fix_needs_it(tmp_path):
+    """`pkg/_pmap_compat.py` as an earlier version of the tool wrote it (one parameter a line, a
+    docstring listing the helpers): still this tool's, so a module fixed today imports it rather
+    than keeping a copy, and the module is rewritten with today's helpers (which accept every call
+    the earlier one's importers make); left as it is by a run that needs nothing of it."""
+    root = tmp_path / "older"
+    (root / "pkg").mkdir(parents=True)
+    (root / "pyproject.toml").write_text("[tool.pmap-migrate]\n")
+    (root / "pkg" / "__init__.py").write_text("")
+    (root / "pkg" / "_pmap_compat.py").write_text(OLDER)
+    assert helpers_in(OLDER) == {"_shard_mapped"} and OLDER != module_text({"_shard_mapped"})
+    fixed_before = "import jax\n\nfrom pkg._pmap_compat import _shard_mapped\n\nsquare = jax.jit(_shard_mapped(lambda x: x * x))\n"
+    (root / "pkg" / "a.py").write_text(fixed_before)
+    assert run(root, "fix", "--no-cache", ".").exit_code == 0
+    assert (root / "pkg" / "_pmap_compat.py").read_text() == OLDER  # nothing needed it
+    (root / "pkg" / "b.py").write_text(OPS)
+    assert run(root, "fix", "--no-cache", ".").exit_code == 0
+    files = tree(root)
+    assert "from pkg._pmap_compat import _replicate, _shard_mapped\n" in files["pkg/b.py"], files["pkg/b.py"]
+    assert "def _shard_mapped(" not in files["pkg/b.py"]
+    assert files["pkg/_pmap_compat.py"] == module_text({"_replicate", "_shard_mapped"})
+    assert files["pkg/a.py"] == fixed_before
+
+
+def test_a_shared_module_edited_by_hand_is_not_taken_for_an_earlier_versions(tmp_path):
+    edited = OLDER.replace("    return mapped\n", "    return mapped  # ours now\n")
+    assert helpers_in(edited) is None
+    assert helpers_in(OLDER.replace('"""\n\nimport functools', '"""\n\nimport os\nimport functools')) is None

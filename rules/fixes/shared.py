@@ -10,6 +10,8 @@ it is recognisable as this tool's own, and extending it is re-rendering it with 
 
 from __future__ import annotations
 
+import hashlib
+import re
 from dataclasses import dataclass
 
 import libcst as cst
@@ -252,14 +254,65 @@ def module_text(names: frozenset[str] | set[str]) -> str:
     return text
 
 
+# What earlier versions of this tool wrote for each helper (sha256 of the definition's text, its
+# first 16 hex digits): a shared module holding them is still this tool's, and is written anew
+# (current helpers accept every call an earlier version wrote) when a fix needs it.
+_OLDER_TEXTS = {
+    "_global_call": frozenset({"2c3edceb47850ab9", "e2fa1718804f1887"}),
+    "_host_local": frozenset({"154eac9fad91f8c5"}),
+    "_put_sharded": frozenset({"f7adeab83ee10695"}),
+    "_replicate": frozenset({"8ffd517d6a147f6f"}),
+    "_shard_mapped": frozenset({"112b0323086a94cb", "13b90b7578367271", "1b4f7bcb87bdc4e0", "505684a747ce7471",
+                                "a39fc6c3089b86d0", "dc5175209a1084e3", "e78ca28ccc0ffbe1", "fa1a4b081e62a371"}),
+    "_to_global": frozenset({"3853e1795fa44596", "c2df8f1f5c1c31a1"}),
+}
+_PRELUDE_IMPORTS = re.compile(r"(import (functools|types|jax|jax\.numpy as jnp|numpy as np)"
+                              r"|from (jax\.sharding|jax\.experimental) import [\w ,]+)")
+
+
+def _text_hash(text: str) -> str:
+    return hashlib.sha256(text.strip().encode("utf-8")).hexdigest()[:16]
+
+
 def helpers_in(text: str) -> frozenset[str] | None:
-    """The helpers a shared module holds, when ``text`` is exactly what this tool writes for them
-    (its imports in the order of the project's isort settings, ``pmap_migrate.shared_module``);
-    None: a file of someone else's (or edited since), which fixes must not rely on nor change."""
+    """The helpers a shared module holds, when ``text`` is what this tool writes for them (its
+    imports in the order of the project's isort settings, ``pmap_migrate.shared_module``), now or
+    in an earlier version (``is_current`` tells); None: a file of someone else's (or edited
+    since), which fixes must not rely on nor change."""
     if not text.startswith(FIRST_LINE):
         return None
     names = frozenset(name for name in SHARED_HELPERS if f"\ndef {name}(" in text)
-    return names if names and _imports_aside(module_text(names)) == _imports_aside(text) else None
+    if names and _imports_aside(module_text(names)) == _imports_aside(text):
+        return names
+    # An earlier version's: its docstring, imports that helpers use, and definitions of helpers
+    # each as some version wrote it.
+    _, _, rest = text[len(FIRST_LINE):].partition('"""')
+    chunks: list[str] = []
+    for chunk in re.split(r"\n(?=\S)", rest.strip("\n")):
+        if chunk.startswith(")") and chunks:  # the end of a signature written one parameter a line
+            chunks[-1] += "\n" + chunk
+        else:
+            chunks.append(chunk)
+    found = set()
+    for chunk in chunks:
+        chunk = chunk.strip("\n")
+        if not chunk or _PRELUDE_IMPORTS.fullmatch(chunk):
+            continue
+        name = chunk[4:].partition("(")[0] if chunk.startswith("def ") else None
+        if name not in SHARED_HELPERS or _text_hash(chunk) not in (
+                _OLDER_TEXTS.get(name, frozenset()) | {_text_hash(SHARED_HELPERS[name].source)}):
+            return None
+        found.add(name)
+    if not found or not with_required(found) <= found:
+        return None
+    present, needed = _imports_aside(text), _imports_aside(module_text(found))
+    return frozenset(found) if present and needed and needed[1] <= present[1] else None
+
+
+def is_current(text: str) -> bool:
+    """Whether ``text`` is what this version writes for the helpers it holds."""
+    names = helpers_in(text)
+    return bool(names) and _imports_aside(module_text(names)) == _imports_aside(text)
 
 
 def _imports_aside(text: str) -> tuple[list[str], frozenset[str]] | None:
