@@ -540,3 +540,36 @@ def test_a_shared_module_edited_by_hand_is_not_taken_for_an_earlier_versions(tmp
     edited = OLDER.replace("    return mapped\n", "    return mapped  # ours now\n")
     assert helpers_in(edited) is None
     assert helpers_in(OLDER.replace('"""\n\nimport functools', '"""\n\nimport os\nimport functools')) is None
+
+
+# --------------------------------------------------------------------------- the module's own names
+BINDS_MESH = '''import jax
+import numpy as np
+from jax._src.mesh import Mesh
+
+mesh = Mesh(np.array(jax.devices()), ("x",))
+
+
+def double(x):
+    return jax.pmap(lambda v: v * 2)(x)
+'''
+
+
+def test_a_module_binding_a_name_the_helper_uses_imports_the_helper_from_the_shared_module(tmp_path):
+    """The compact call site uses `jax` only; the helper's `Mesh`, `P`, `jnp` are its module's.
+    A module that binds `Mesh` otherwise (`from jax._src.mesh import Mesh`) is rewritten where the
+    helper comes from the shared module; where the helper would be copied into it, the copy's
+    `from jax.sharding import Mesh` would rebind the module's name: the name check keeps that site
+    on the shim, with the reason."""
+    root = tmp_path / "binds"
+    (root / "pkg").mkdir(parents=True)
+    (root / "pyproject.toml").write_text("[tool.pmap-migrate]\n")
+    (root / "pkg" / "__init__.py").write_text("")
+    (root / "pkg" / "mod.py").write_text(BINDS_MESH)
+    (root / "lone.py").write_text(BINDS_MESH)  # no package, no script: no shared module
+    assert run(root, "fix", "--no-cache", ".").exit_code == 0
+    files = tree(root)
+    assert "return jax.jit(_shard_mapped(lambda v: v * 2))(x)" in files["pkg/mod.py"], files["pkg/mod.py"]
+    assert "from jax._src.mesh import Mesh\n" in files["pkg/mod.py"] and "runtime_shim" not in files["pkg/mod.py"]
+    assert "runtime_shim.pmap(lambda v: v * 2)(x)" in files["lone.py"], files["lone.py"]
+    assert "would leave `Mesh` imported" in files["lone.py"]

@@ -151,9 +151,9 @@ class Rewriter(EvaluationPlaces):
         did): for pmaps spelled directly (not through an alias, whose options were evaluated
         elsewhere, but for an alias of another module whose options this module spells:
         analysis/imported.py) whose options are literals. The function and axis name are evaluated
-        where pmap evaluated them; a pmap built inside a function from module-level definitions only
-        is built once at module level instead (no trace per call). None: the site needs the
-        explicit form."""
+        where pmap evaluated them, in place (the helper gives the same function for the same `f`
+        and options, so jit's cache holds where a pmap is built again and again). None: the site
+        needs the explicit form."""
         direct = not site.callee.via or (site.callee.imported is not None and len(site.callee.via) == 1)
         if not direct or site.dynamic_options or len(site.positional()) > (1 if site.is_decorator else 2):
             return None
@@ -208,10 +208,12 @@ class Rewriter(EvaluationPlaces):
             edits = (Edit(call, built),)
             _, target = self.assignment_statement(call)
             what = f"`{target or self._base_name(call, fun)}`"
-        self.check_names_free()
         expr = site.node.func if isinstance(site.node, cst.Call) else site.node.decorator
-        # the call site's own: jax.jit, and functools.partial for a decorator with options
+        # the call site's own: jax.jit, and functools.partial for a decorator with options (the
+        # helper's names are its module's: the shared module's, or this one's where it is copied,
+        # whose added imports the engine's name check refuses if they would rebind a name)
         partial_used = site.is_decorator and (axis is not None or bool(donated) or bool(mapping))
+        self.check_names_free({"jax": {"jax"}, **({"functools": {"functools"}} if partial_used else {})})
         imports = (ImportSpec("jax"), *((ImportSpec("functools"),) if partial_used else ()))
         return FixSpec(Applicability.SAFE, f"rewrite {what} as `jax.jit(jax.shard_map(...))` (same values as "
                        "legacy pmap)", edits=edits, add_imports=imports, remove_imports=self.pmap_imports(expr),
