@@ -182,14 +182,21 @@ class SiteReader:
         """The options of ``site`` as the compact form's helper takes them (pmap_render.
         shard_mapped_helper applies them at run time, as legacy pmap did): ``in_axes`` and
         ``out_axes`` as literal expressions (None where absent), ``static`` and ``donate`` as tuples
-        of ints. Unsupported: an option that is not a literal pytree prefix of non-negative axes
-        (or a list where legacy pmap wanted a tuple), or no argument mapped."""
+        of ints (``donate_expr``: a computed donate_argnums, as written, else None). Unsupported:
+        an option that is not a literal pytree prefix of non-negative axes (or a list where legacy
+        pmap wanted a tuple), or no argument mapped."""
         static = int_tuple(self._folded(site.option("static_broadcasted_argnums"), iterable=True),
                             "static_broadcasted_argnums")
-        donate = int_tuple(self._folded(site.option("donate_argnums"), iterable=True), "donate_argnums")
+        # donate_argnums is jit's alone: one computed (`donate_argnums=donated`) moves there as written,
+        # evaluated once, where pmap evaluated it
+        donate_node = self._folded(site.option("donate_argnums"), iterable=True)
+        try:
+            donate, computed = int_tuple(donate_node, "donate_argnums"), None
+        except Unsupported:
+            donate, computed = (), donate_node
         if any(i < 0 for i in static + donate):
             raise Unsupported("negative argnums")
-        found: dict = {"static": static, "donate": donate}
+        found: dict = {"static": static, "donate": donate, "donate_expr": computed}
         for option in ("in_axes", "out_axes"):
             node = self._folded(site.option(option))
             if node is not None and isinstance(node, cst.List):

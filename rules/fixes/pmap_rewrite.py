@@ -178,6 +178,8 @@ class Rewriter(EvaluationPlaces):
         # the argnums as the literal they fold to (legacy took any iterable; jit takes a sequence)
         argnums = [(option, cst.parse_expression(tuple_text(opts[key])))
                    for option, key in (("static_argnums", "static"), ("donate_argnums", "donate")) if opts[key]]
+        if opts["donate_expr"] is not None:
+            argnums.append(("donate_argnums", opts["donate_expr"]))
         donated = [_keyword(option, value) for option, value in argnums]  # jit's
         mapping = [_keyword(option, opts[option]) for option in ("in_axes", "out_axes") if opts[option] is not None]
         if opts["static"]:
