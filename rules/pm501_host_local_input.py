@@ -62,7 +62,7 @@ class HostLocalInput(Rule):
     ## Fix safety
     Where the module's data flow is visible, the fix (also PM101's) rewrites every such pmap at once
     to plain JAX that computes what legacy pmap computed (safe): under the pmapped function's name,
-    `_global_call(jax.jit(_shard_mapped(f, axis, processes=True)), axis)`, the faithful
+    `_global_call(jax.jit(_shard_mapped(f, axis, processes=True)))`, the faithful
     `jax.jit(jax.shard_map(...))` over the first rows of each process's devices (process by
     process), called with this process's rows made global arrays
     (`jax.make_array_from_process_local_data`; global arrays, outputs fed back, pass through); the
@@ -186,7 +186,7 @@ class HostLocalInput(Rule):
                 "    return jax.lax.psum(x * x, \"batch\")\n"
                 "\n"
                 "\n"
-                "step = _global_call(jax.jit(_shard_mapped(_step, \"batch\", processes=True)), \"batch\")\n"
+                "step = _global_call(jax.jit(_shard_mapped(_step, \"batch\", processes=True)))\n"
                 "\n"
                 "\n"
                 "total = step(xs)\n"
@@ -235,7 +235,7 @@ class HostLocalInput(Rule):
                 "\n"
                 "class Trainer:\n"
                 "    def __init__(self):\n"
-                "        step_mapped = _global_call(jax.jit(_shard_mapped(f, \"i\", processes=True)), \"i\","
+                "        step_mapped = _global_call(jax.jit(_shard_mapped(f, \"i\", processes=True)),"
                 " local=True)\n"
                 "\n"
                 "        self.step = step_mapped\n"
@@ -286,7 +286,7 @@ class HostLocalInput(Rule):
                 "\n"
                 "\n"
                 "jax.distributed.initialize()\n"
-                "step = _global_call(jax.jit(_shard_mapped(f, \"i\", processes=True)), \"i\")\n"
+                "step = _global_call(jax.jit(_shard_mapped(f, \"i\", processes=True)))\n"
                 "out = np.zeros((4,))\n"
                 "for x in batches:\n"
                 "    out = step(x)\n"

@@ -15,7 +15,7 @@ once and every call site agrees on which values are global arrays.
     def _step(x, w): ...                           # the pmapped body, unchanged
 
     step = _global_call(                           # this process's rows in, global arrays out
-        jax.jit(_shard_mapped(_step, "batch", processes=True)), "batch"
+        jax.jit(_shard_mapped(_step, "batch", processes=True))
     )
 
 `_shard_mapped(..., processes=True)` is the compact form over the first n / process_count devices

@@ -44,23 +44,14 @@ class GlobalRender:
         jitted = self._compact(entry, plan)
         if jitted is None:
             raise Unsupported("a mapped function that is not a plain name, in a multi-process program")
-        options = [plan.axis]
-        if isinstance(plan.in_axes, list) and plan.params is not None:
-            entries = iter(plan.in_axes)
-            axes = tuple(None if k in plan.static else next(entries) for k in range(len(plan.params)))
-            if axes != (0,) * len(axes):
-                options.append(f"in_axes={_axes_text(axes)}")
-        elif plan.static:  # the static arguments go to jit as they are (`_global_call`: the rest on axis 0)
-            if plan.params is None and plan.in_axes != 0:
-                raise Unsupported("static_broadcasted_argnums and in_axes for arguments not seen")
-            count = len(plan.params) if plan.params is not None else max(plan.static) + 1
-            axes = tuple(None if k in plan.static else plan.in_axes for k in range(count))
-            options.append(f"in_axes={_axes_text(axes)}")
-        elif plan.in_axes != 0:
-            options.append(f"in_axes={_axes_text(plan.in_axes)}")
-        if entry.boundary is not None:
-            options.append("local=True")  # callers or reads not all seen: this process's rows out
-        return "\n".join([*plan.hoisted, f"{plan.name} = {self._global_call()}({jitted}, {', '.join(options)})"]) + "\n"
+        if plan.static and plan.params is None and plan.in_axes != 0:
+            raise Unsupported("static_broadcasted_argnums and in_axes for arguments not seen")
+        # (`_global_call` reads the axis name, in_axes and static positions from `_shard_mapped`'s
+        # function; the static arguments go to jit as they are, the rest of the positional ones on
+        # their axes, keyword arguments on axis 0)
+        local = ["local=True"] if entry.boundary is not None else []  # callers or reads not all seen
+        options = [jitted, *local]
+        return "\n".join([*plan.hoisted, f"{plan.name} = {self._global_call()}({', '.join(options)})"]) + "\n"
 
     def _compact(self, entry: PlannedSite, plan: Plan) -> str | None:
         """`jax.jit(_shard_mapped(f, axis, ..., processes=True), ...)`: the compact

@@ -295,6 +295,7 @@ def shard_mapped_helper(name: str, indent: str) -> str:
         f"{i3}per_device, mesh=Mesh(chosen, (axis,)), in_specs=in_specs,",
         f"{i3}out_specs=out_specs, check_vma=False)(dynamic, kwargs)",
         "",
+        f"{i1}mapped.pmap_options = axis, in_axes, static  # (read by _global_call)",
         f"{i1}if not own and len(made) > 64:  # other callables: the last few kept",
         f"{i2}made.clear()",
         f"{i1}made[key] = f, mapped",

@@ -151,15 +151,21 @@ def global_call_helper(indent: str) -> str:
     """A multi-process pmap's call as legacy pmap took it: this process's rows of each mapped
     argument (positional ones on their in_axes, an int or None each; keyword ones on axis 0, as
     legacy mapped them) made global arrays (``_to_global``) over the first rows of every process's
-    devices, ``jitted`` (`jax.jit(_shard_mapped(f, axis, processes=True))`) called on them; its
+    devices, ``jitted`` (`jax.jit(_shard_mapped(f, axis, processes=True))`, whose axis name,
+    in_axes and static positions the helper reads from the function `_shard_mapped` made, unless
+    given as an earlier version wrote its calls) called on them; its
     outputs returned global (the reads the rewrite saw take this process's rows), or with
     ``local`` (callers or reads not all seen) as this process's rows, as legacy returned them,
     refusing traced inputs (the global arrays are built outside traced code). On one process
     the mesh is the first n local devices, n the mapped size, as legacy pmap's was."""
     i1, i2, i3, i4 = indent, indent * 2, indent * 3, indent * 4
     return "\n".join([
-        f"def {GLOBAL_CALL}(jitted, axis_name, in_axes=0, local=False):",
+        f"def {GLOBAL_CALL}(jitted, axis_name=None, in_axes=None, local=False):",
         f'{i1}"""{tables.GLOBAL_CALL_DOC}"""',
+        f"{i1}if axis_name is None:  # the pmap's own, as {SHARD_MAPPED} keeps them",
+        f"{i2}axis_name, in_axes, static = jitted.__wrapped__.pmap_options",
+        f"{i1}else:  # given (static arguments: None in in_axes)",
+        f"{i2}in_axes, static = 0 if in_axes is None else in_axes, ()",
         "",
         f"{i1}@functools.wraps(jitted)",
         f"{i1}def call(*args, **kwargs):",
@@ -169,7 +175,8 @@ def global_call_helper(indent: str) -> str:
         f'{i4}"a multi-process pmap in traced code: use runtime_shim.pmap")',
         f"{i2}args = list(args)",
         f"{i2}axes = in_axes if isinstance(in_axes, tuple) else (in_axes,) * len(args)",
-        f"{i2}axes = list(axes) + [0] * (len(args) - len(axes))  # the rest: axis 0",
+        f"{i2}axes = [None if k in static else a for k, a in enumerate(axes)]",
+        f"{i2}axes += [0] * (len(args) - len(axes))  # the rest: axis 0",
         f"{i2}mapped = [(a, k) for a, k in zip(args, axes) if k is not None]",
         f"{i2}mapped += [(v, 0) for v in kwargs.values()]",
         f"{i2}rows = jax.local_device_count()",
@@ -258,7 +265,7 @@ def module_text(names: frozenset[str] | set[str]) -> str:
 # first 16 hex digits): a shared module holding them is still this tool's, and is written anew
 # (current helpers accept every call an earlier version wrote) when a fix needs it.
 _OLDER_TEXTS = {
-    "_global_call": frozenset({"2c3edceb47850ab9", "e2fa1718804f1887"}),
+    "_global_call": frozenset({"2c3edceb47850ab9", "e2fa1718804f1887", "296c78bd45d9c5e8"}),
     "_host_local": frozenset({"154eac9fad91f8c5"}),
     "_put_sharded": frozenset({"f7adeab83ee10695"}),
     "_replicate": frozenset({"8ffd517d6a147f6f"}),
