@@ -38,7 +38,10 @@ def digest(data: bytes) -> bytes:
 Entry = tuple
 
 # The key (no file's path) under which the entries keep the facts fingerprints of the modules results
-# depend on: {path: (size, mtime_ns, module name, fingerprint)}.
+# depend on: {(path, module name): (size, mtime_ns, fingerprint)}. By path and name: one file can be
+# two modules of the run (`acme/jax/__init__.py` is `acme.jax` from the repository's root and `jax`
+# from its package's directory), and keyed by path alone the two names evicted each other, so every
+# warm run read such files again and rewrote the whole cache.
 FACTS_KEY = "\0facts"
 
 
@@ -49,7 +52,7 @@ class ResultCache:
         loaded = load_pickle(self.file)
         self.entries: dict[str, Entry] = loaded if isinstance(loaded, dict) else {}
         facts = self.entries.pop(FACTS_KEY, None)
-        self.facts: dict[str, tuple[int, int, str, str]] = facts if isinstance(facts, dict) else {}
+        self.facts: dict[tuple[str, str], tuple[int, int, str]] = facts if isinstance(facts, dict) else {}
         self.dirty = False
         self._now: dict[tuple[str, str], str | None] = {}  # this run's fingerprints (many results share a module)
 
@@ -83,7 +86,7 @@ class ResultCache:
             entry += (tuple((path, name, fingerprint, in_run)
                             for path, name, fingerprint, _, _, in_run in dependencies),)
             for path, name, fingerprint, size, mtime, _ in dependencies:
-                self.facts[path] = (size, mtime, name, fingerprint)
+                self.facts[path, name] = (size, mtime, fingerprint)
         self.entries[key] = entry
         self.dirty = True
 
@@ -109,9 +112,9 @@ class ResultCache:
             stat = os.stat(path)
         except OSError:
             return None
-        known = self.facts.get(path)
-        if known is not None and known[:3] == (stat.st_size, stat.st_mtime_ns, name):
-            return known[3]
+        known = self.facts.get((path, name))
+        if known is not None and known[:2] == (stat.st_size, stat.st_mtime_ns):
+            return known[2]
         from pmap_migrate.rules.analysis.project import facts_fingerprint, module_facts
 
         try:
@@ -120,7 +123,7 @@ class ResultCache:
         except OSError:
             return None
         fingerprint = facts_fingerprint(module_facts(data, name, path.endswith("__init__.py")))
-        self.facts[path] = (stat.st_size, stat.st_mtime_ns, name, fingerprint)
+        self.facts[path, name] = (stat.st_size, stat.st_mtime_ns, fingerprint)
         self.dirty = True
         return fingerprint
 

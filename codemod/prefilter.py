@@ -456,12 +456,30 @@ def _bindings_and_chains(tree: ast.AST, found: set[str], keywords: dict[str, lis
         bindings.setdefault(local, set()).add(qualified)
 
     # Breadth-first, as `ast.walk` (children listed inline: a call and a generator step per node were a
-    # third of this walk).
+    # third of this walk). An attribute chain ``a.b.c`` is read whole at its outermost node: its inner
+    # nodes (``a.b``, ``a``) hold nothing else, and what they would add (``a.b``'s qualified names
+    # and the root ``a``) is implied by the whole chain, so the walk does not go down into them.
     todo = deque([tree])
     popleft, append = todo.popleft, todo.append
+    Name, Attribute, keyword = ast.Name, ast.Attribute, ast.keyword
     while todo:
         node = popleft()
         cls = node.__class__
+        if cls is Name:  # no child nodes
+            chains.append((node.id, []))
+            continue
+        if cls is Attribute:  # its only child node is its value
+            value = node.value
+            if value.__class__ is Name:
+                chains.append((value.id, [node.attr]))
+                continue
+            if value.__class__ is Attribute:
+                chain = dotted(node)
+                if chain is not None:
+                    chains.append(chain)
+                    continue
+            append(value)
+            continue
         fields = _NODE_FIELDS.get(cls)
         if fields is None:
             fields = node_fields(cls)
@@ -473,14 +491,11 @@ def _bindings_and_chains(tree: ast.AST, found: set[str], keywords: dict[str, lis
                         append(item)
             elif isinstance(value, ast.AST):
                 append(value)
-        if cls is ast.Name:
-            chains.append((node.id, []))
-            continue
-        if cls is ast.keyword:
+        if cls is keyword:
             if node.arg is not None:
                 keywords.setdefault(node.arg, []).append(node.lineno)
             continue
-        if isinstance(node, ast.Import):
+        if cls is ast.Import:
             for alias in node.names:
                 found.update(prefixes(alias.name))
                 if alias.asname:
@@ -488,7 +503,7 @@ def _bindings_and_chains(tree: ast.AST, found: set[str], keywords: dict[str, lis
                 else:
                     top = alias.name.split(".")[0]
                     bind(top, top)
-        elif isinstance(node, ast.ImportFrom):
+        elif cls is ast.ImportFrom:
             module = "." * node.level + (node.module or "")
             if node.module:
                 found.update(prefixes(module))  # `from removed.module import *` is itself reported
@@ -499,14 +514,8 @@ def _bindings_and_chains(tree: ast.AST, found: set[str], keywords: dict[str, lis
                 qualified = f"{module}.{alias.name}" if module and not module.endswith(".") else module + alias.name
                 found.update(prefixes(qualified))
                 bind(alias.asname or alias.name, qualified)
-        elif isinstance(node, ast.Attribute):
-            if not isinstance(node.value, (ast.Attribute, ast.Name)):
-                continue
-            chain = dotted(node)
-            if chain is not None:
-                chains.append(chain)
-        if isinstance(node, (ast.Assign, ast.AnnAssign, ast.NamedExpr)) and node.value is not None:
-            targets = node.targets if isinstance(node, ast.Assign) else [node.target]
+        elif (cls is ast.Assign or cls is ast.AnnAssign or cls is ast.NamedExpr) and node.value is not None:
+            targets = node.targets if cls is ast.Assign else [node.target]
             source = dotted(node.value)
             if source is not None:
                 aliases.extend((t.id, source) for t in targets if isinstance(t, ast.Name))

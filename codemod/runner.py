@@ -288,18 +288,22 @@ def _checked(data: bytes, shown: str, codes: tuple[str, ...], options: RuleOptio
     from pmap_migrate.slices import parse_python
     from pmap_migrate.stack import collector_paused
 
+    # The collector stays paused from the parse to the end of the analysis: the `ast` tree, which
+    # holds no cycles, is freed before the collector's next pass, which would otherwise walk it
+    # (it then also counts no more towards starting one).
     with collector_paused():
         parsed = parse_python(data)
+        tree = scanned = None
         if not text_matched:
             # Without a tree of its own: Python 3.12's type parameters on an older Python, say.
             tree, scanned = (parsed.tree, parsed.names) if parsed is not None else (gate.newer_grammar_tree(data), None)
             if tree is not None and not gate.tree_refers_to_names(tree, scanned) \
                     and (project is None or not project.refers_to_exports(tree)):
-                # Freed while the collector is paused (`ast` trees hold no cycles): the objects the
-                # parse made then no longer count towards a collection, which would walk them.
                 parsed = tree = scanned = None
                 return FileResult(shown)
-    return lint_file(data, shown, rules_for(codes), options, parsed, project=project)
+        result = lint_file(data, shown, rules_for(codes), options, parsed, project=project)
+        parsed = tree = scanned = None
+    return result
 
 
 @lru_cache(maxsize=1)

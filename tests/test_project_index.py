@@ -221,6 +221,31 @@ def test_a_change_that_keeps_the_facts_keeps_the_importers_cached(tmp_path: Path
     assert after.files - after.cached == 1  # constants.py only
 
 
+def test_a_file_read_as_two_modules_keeps_both_fingerprints(tmp_path: Path):
+    """One file can be two modules of a run (`acme/jax/__init__.py` is `acme.jax` from the
+    repository's root and `jax` from its parent directory): the cache keeps the fingerprint of
+    each, so that a warm run neither reads the file again nor rewrites the cache."""
+    from pmap_migrate.cache import ResultCache
+    from pmap_migrate.diagnostics import FileResult
+    from pmap_migrate.rules.analysis.project import facts_fingerprint
+
+    module = tmp_path / "pkg" / "jax" / "__init__.py"
+    module.parent.mkdir(parents=True)
+    module.write_text("import jax\npmap = jax.pmap\n")
+    stat = module.stat()
+    path = str(module)
+    dependencies = tuple((path, name, facts_fingerprint(module_facts(module.read_bytes(), name, True)),
+                          stat.st_size, stat.st_mtime_ns, True) for name in ("pkg.jax", "jax"))
+    importer = str(tmp_path / "train.py")
+    first = ResultCache(tmp_path / "cache", "k")
+    first.store(importer, stat, b"digest", FileResult("train.py"), dependencies)
+    first.save()
+
+    again = ResultCache(tmp_path / "cache", "k")
+    assert not again.dependencies_changed(importer, frozenset({path}))
+    assert not again.dirty  # nothing recomputed: nothing to write
+
+
 def test_a_notebook_importer_follows_the_alias_module(tmp_path: Path):
     root = _copy(tmp_path)
     before = _check(root, use_cache=True)
