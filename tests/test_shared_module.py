@@ -573,3 +573,22 @@ def test_a_module_binding_a_name_the_helper_uses_imports_the_helper_from_the_sha
     assert "from jax._src.mesh import Mesh\n" in files["pkg/mod.py"] and "runtime_shim" not in files["pkg/mod.py"]
     assert "runtime_shim.pmap(lambda v: v * 2)(x)" in files["lone.py"], files["lone.py"]
     assert "would leave `Mesh` imported" in files["lone.py"]
+
+
+def test_a_multi_process_module_binding_mesh_otherwise_is_rewritten_too(tmp_path):
+    """The multi-process form names `jax` only at its sites (`_global_call(jax.jit(...))`): a
+    multi-process module that binds `Mesh` from `jax._src.mesh` is rewritten, its helpers imported
+    from the package's shared module."""
+    root = tmp_path / "mp"
+    (root / "pkg").mkdir(parents=True)
+    (root / "pyproject.toml").write_text("[tool.pmap-migrate]\n")
+    (root / "pkg" / "__init__.py").write_text("")
+    (root / "pkg" / "m.py").write_text(
+        "import jax\nimport jax.numpy as jnp\nfrom jax._src.mesh import Mesh\n"
+        "from jax.experimental import multihost_utils\n\n\n"
+        "def f():\n    out = jax.pmap(lambda x: x)(jnp.arange(2.0))\n"
+        "    return multihost_utils.process_allgather(out), Mesh\n")
+    assert run(root, "fix", "--no-cache", ".").exit_code == 0
+    text = tree(root)["pkg/m.py"]
+    assert "runtime_shim" not in text and "_global_call(jax.jit(_shard_mapped(lambda x: x" in text, text
+    assert "from jax._src.mesh import Mesh\n" in text and "from pkg._pmap_compat import" in text

@@ -410,8 +410,12 @@ class Rewriter(EvaluationPlaces):
                 if not found <= meanings:
                     raise Unsupported(f"the module binds `{name}` to something other than `{min(meanings)}`")
 
-    def _finish(self, site: TransformSite, plan: Plan, edits: tuple[Edit, ...], what: str) -> FixSpec:
-        self.check_names_free()
+    def _finish(self, site: TransformSite, plan: Plan, edits: tuple[Edit, ...], what: str,
+                renderer=render) -> FixSpec:
+        # The explicit form names Mesh, P, jnp ... at the site; the multi-process renderer's
+        # `_global_call(jax.jit(_shard_mapped(...)))` names `jax` only (its helpers' names are
+        # their module's, checked by the engine's name check where they are copied).
+        self.check_names_free(None if renderer is render else {"jax": {"jax"}})
         summary = f"rewrite {what} as `jax.jit(jax.shard_map(...))` (same values as legacy pmap)"
         applicability = Applicability.SAFE
         if plan.unsafe_reasons:
@@ -465,7 +469,7 @@ class Rewriter(EvaluationPlaces):
         blank = [line for line in func.leading_lines if line.comment is None]
         between = [w.with_changes(leading_lines=blank) if k == 0 else w for k, w in enumerate(wrapper[:-1])]
         replacement = cst.FlattenSentinel([body_def, *between, wrapper_def])
-        return self._finish(site, plan, (Edit(func, replacement),), f"`{func.name.value}`")
+        return self._finish(site, plan, (Edit(func, replacement),), f"`{func.name.value}`", renderer)
 
     def _call_fix(self, site: TransformSite, renderer=render) -> FixSpec:
         call = site.node
@@ -481,7 +485,7 @@ class Rewriter(EvaluationPlaces):
             new = self.parse_generated(renderer(plan, self.model.indent))
             first = new[0].with_changes(leading_lines=statement.leading_lines)
             replacement = cst.FlattenSentinel([first, *new[1:]])
-            return self._finish(site, plan, (Edit(statement, replacement),), f"`{target}`")
+            return self._finish(site, plan, (Edit(statement, replacement),), f"`{target}`", renderer)
         return self._hoisted_fix(site, call, fun, renderer)
 
     def _hoisted_fix(self, site: TransformSite, call: cst.Call, fun: cst.BaseExpression,
@@ -520,7 +524,7 @@ class Rewriter(EvaluationPlaces):
         blank = [line for line in anchor.leading_lines if line.comment is None]
         new[0] = new[0].with_changes(leading_lines=blank)
         edits = (Edit(anchor, before=tuple(new)), Edit(call, cst.Name(wrapper_name, lpar=call.lpar, rpar=call.rpar)))
-        return self._finish(site, plan, edits, f"`{base}`")
+        return self._finish(site, plan, edits, f"`{base}`", renderer)
 
     _STATIC_FORM_OPTIONS = frozenset({"fun", "axis_name", "in_axes", "out_axes", "donate_argnums"})
 
