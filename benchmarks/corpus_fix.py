@@ -215,10 +215,12 @@ class ApiResult:
     exception: str | None = None
 
 
-def _api_job(job: tuple[str, bytes, bool]) -> ApiResult:
-    """``(shown path, data, unsafe)``: the findings before, then what the fix (with unsafe fixes or
-    not) applies and leaves."""
-    path, data, unsafe = job
+def _api_job(job: tuple[str, bytes, bool] | tuple[str, bytes, bool, str]) -> ApiResult:
+    """``(shown path, data, unsafe[, where])``: the findings before, then what the fix (with unsafe
+    fixes or not) applies and leaves; ``where``, the file's path in a tree that holds the modules
+    around it: the helpers are imported from the shared module `fix` would place there, as the CLI
+    does (without it, they are written in the module, and a name they would rebind refuses the fix)."""
+    path, data, unsafe, *where = job
     if str(REPO) not in sys.path:
         sys.path.insert(0, str(REPO))
     from pmap_migrate.rules import all_rules
@@ -228,7 +230,8 @@ def _api_job(job: tuple[str, bytes, bool]) -> ApiResult:
     start = time.perf_counter()
     try:
         before = lint_file(data, path, rules)
-        outcome = fix_file(data, path, rules, unsafe=unsafe)
+        outcome = fix_file(data, where[0], rules, unsafe=unsafe, shared=True) if where else \
+            fix_file(data, path, rules, unsafe=unsafe)
     except BaseException as error:  # noqa: BLE001 - the API promises never to raise; report it if it does
         return ApiResult(path, time.perf_counter() - start, None, None, exception=f"{type(error).__name__}: {error}")
     seconds = time.perf_counter() - start

@@ -40,7 +40,9 @@ modules import it (those it creates are counted, their lines among the lines add
   per site rewritten to plain JAX; added lines longer than the file's limit;
 - **what became of each site** (rewritten / taken along by another site's fix / shimmed / manual,
   with the reasons): ``corpus_fix.py``'s accounting of the fixer API (unsafe fixes) over the
-  original files;
+  original files, each at its place in the ``before/`` tree, so that its helpers come from the
+  shared module `fix` places there, as in the CLI's run (the API reads no other module: sites
+  that the CLI fixes through the project index may count as shimmed or manual here);
 - **files importing the shim after the safe fix alone** (``import runtime_shim`` or ``from
   runtime_shim ...`` where the original had none), each with the reasons its fixes state (the fixer
   API with safe fixes only, over those files).
@@ -421,7 +423,7 @@ def _run(args, roots: list[Path], scratch: Path) -> int:
     api_start = time.perf_counter()
     discovered = discovered_files(trees["before"], config)
     listed = [rel for rel in original if (trees["before"] / rel).resolve() in discovered]
-    api = run_api([(rel, original[rel], True) for rel in listed], args.jobs)
+    api = run_api([(rel, original[rel], True, str(trees["before"] / rel)) for rel in listed], args.jobs)
     account = account_sites(api)
     crashes += [f"api: {r.path}: raised {r.exception}" for r in api if r.exception]
 
@@ -429,8 +431,8 @@ def _run(args, roots: list[Path], scratch: Path) -> int:
     shim_files = [rel for rel, data in after["safe"].items()
                   if SHIM_IMPORT.search(data.decode("utf-8", errors="replace"))
                   and not SHIM_IMPORT.search(original.get(rel, b"").decode("utf-8", errors="replace"))]
-    safe_api = {r.path: r for r in run_api([(rel, original[rel], False) for rel in shim_files if rel in original],
-                                           args.jobs)}
+    safe_api = {r.path: r for r in run_api([(rel, original[rel], False, str(trees["before"] / rel))
+                                            for rel in shim_files if rel in original], args.jobs)}
     crashes += [f"api (safe): {r.path}: raised {r.exception}" for r in safe_api.values() if r.exception]
     api_seconds = time.perf_counter() - api_start
     shim_why: dict[str, list[str]] = {}
