@@ -58,8 +58,10 @@ class GlobalRender:
         form's helper over the global mesh (pmap_render.shard_mapped_helper), which applies the
         plan's axes at run time; None where the mapped function is not a plain name."""
         callee = plan.body_call[: plan.body_call.find("(")]
-        if not callee.isidentifier() and isinstance(entry.site.fun, cst.Lambda):
-            callee = code_of(entry.site.fun)  # its body was inlined: the lambda itself, where pmap took it
+        if isinstance(entry.site.fun, cst.Lambda):
+            # its body was inlined in the plan (`tuple(jax.random.split(key))`): the lambda itself,
+            # where pmap took it (never the name its body happens to call first)
+            callee = code_of(entry.site.fun)
         elif not callee.isidentifier():
             return None
         if plan.leading or plan.size is not None:
