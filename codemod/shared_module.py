@@ -150,24 +150,18 @@ def location_for(path: str, module: cst.Module) -> SharedLocation | None:
     if not directory.is_dir():
         return None
     if (directory / "__init__.py").is_file():
-        found = _by_layout(given, directory, module)
-        if found is None:
-            found = _above_by_name(given, directory, module)
-            if found is None and not _is_script(module, ""):
-                found = _above_by_siblings(given, directory)
-            found = found if found is not None and found.module else None
-        return found
-    # Outside a package, what the module imports by a name above it comes first: that name works
-    # however it runs (`python -m pkg.tool` too, where a sibling module imported by its plain name
-    # would not be found).
-    found = _above_by_name(given, directory, module)
-    if found is not None:
-        return found if found.module else None  # (that place is taken: no shared module)
-    found = _by_layout(given, directory, module) or _beside_by_plain_name(given, directory, module)
-    if found is None and not _is_script(module, given.name):
-        found = _above_by_siblings(given, directory)
-        found = found if found is not None and found.module else None
-    return found
+        found = _by_layout(given, directory, module) or _above_by_name(given, directory, module)
+        if found is None and not _is_script(module, ""):
+            found = _above_by_siblings(given, directory)
+    else:
+        # Outside a package, what the module imports by a name above it comes first: that name
+        # works however it runs (`python -m pkg.tool` too, where a sibling module imported by its
+        # plain name would not be found).
+        found = _above_by_name(given, directory, module) or _by_layout(given, directory, module) \
+            or _beside_by_plain_name(given, directory, module)
+        if found is None and not _is_script(module, given.name):
+            found = _above_by_siblings(given, directory)
+    return found if found is not None and found.module else None  # (a place taken: no shared module)
 
 
 def _by_layout(given: Path, directory: Path, module: cst.Module) -> SharedLocation | None:
@@ -211,15 +205,22 @@ def _above_by_name(given: Path, directory: Path, module: cst.Module) -> SharedLo
     that it imports by name, with what it imports from there (``import big_vision.pp.builder`` in
     ``big_vision/evaluators/psnr.py``, ``big_vision/pp/builder.py`` there): that directory's
     shared module, by that name; one with an empty ``module`` where that place is taken."""
+    return _first_above(given, directory, _absolute_imports(module))
+
+
+def _first_above(given: Path, directory: Path, imports) -> SharedLocation | None:
+    """The shared module of the first directory above ``directory`` that one of ``imports`` (dotted
+    names, as lists of their parts) names, with something below it: by that name; one with an
+    empty ``module`` where that place is taken."""
     above = [directory, *directory.parents]
-    for parts in _absolute_imports(module):
+    for parts in imports:
         for depth, ancestor in enumerate(above):
             if ancestor.name == parts[0] and _is_identifier(parts[0]) and len(parts) > 1 \
                     and _exists_below(ancestor, parts[1]):
-                file = given.parent.joinpath(*[os.pardir] * depth, FILE_NAME)
+                file = os.path.normpath(given.parent.joinpath(*[os.pardir] * depth, FILE_NAME))
                 if not usable(ancestor / FILE_NAME):
-                    return SharedLocation(os.path.normpath(file), "")
-                return SharedLocation(os.path.normpath(file), f"{parts[0]}.{MODULE_NAME}")
+                    return SharedLocation(file, "")
+                return SharedLocation(file, f"{parts[0]}.{MODULE_NAME}")
     return None
 
 
@@ -231,26 +232,22 @@ def _above_by_siblings(given: Path, directory: Path) -> SharedLocation | None:
     (``coltran_fid.py`` among ``big_vision/evaluators/proj/uvim/*.py``, which import
     ``big_vision.pp.builder``): it is imported as they are, so that directory's shared module
     by that name (the first such import of the siblings, in name order, decides)."""
-    above = [directory, *directory.parents]
     try:
         siblings = sorted(p for p in directory.glob("*.py") if p.name != given.name)[:50]
     except OSError:
         return None
-    for sibling in siblings:
-        try:
-            text = sibling.read_text(encoding="utf-8", errors="replace")
-        except OSError:
-            continue
-        for match in _IMPORT_LINE.finditer(text):
-            parts = (match.group(1) or match.group(3)).split(".") + ([match.group(2)] if match.group(2) else [])
-            for depth, ancestor in enumerate(above):
-                if ancestor.name == parts[0] and _is_identifier(parts[0]) and len(parts) > 1 \
-                        and _exists_below(ancestor, parts[1]):
-                    file = os.path.normpath(given.parent.joinpath(*[os.pardir] * depth, FILE_NAME))
-                    if not usable(ancestor / FILE_NAME):
-                        return SharedLocation(file, "")
-                    return SharedLocation(file, f"{parts[0]}.{MODULE_NAME}")
-    return None
+    return _first_above(given, directory, (parts for sibling in siblings for parts in _imports_in_text(sibling)))
+
+
+def _imports_in_text(file: Path):
+    """The dotted names the absolute imports of ``file`` read (as ``_absolute_imports``, the first
+    name of a ``from`` import only), from its text, without parsing it."""
+    try:
+        text = file.read_text(encoding="utf-8", errors="replace")
+    except OSError:
+        return
+    for match in _IMPORT_LINE.finditer(text):
+        yield (match.group(1) or match.group(3)).split(".") + ([match.group(2)] if match.group(2) else [])
 
 
 def _absolute_imports(module: cst.Module):
@@ -393,10 +390,11 @@ def shared_modules(needs: list[tuple[SharedLocation, frozenset[str]]]) -> list[S
         if path.exists():
             try:
                 original = path.read_bytes()
-                held = helpers_in(original.decode("utf-8")) or frozenset()
-                current = is_current(original.decode("utf-8"))
+                text = original.decode("utf-8")
             except (OSError, UnicodeDecodeError):
                 continue
+            held = helpers_in(text) or frozenset()
+            current = is_current(text, held)
         if not names <= held or not current:  # (an earlier version's helpers: written anew)
             out.append(SharedModule(shown[key], original, frozenset(held | names)))
     return out

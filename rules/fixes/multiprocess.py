@@ -370,10 +370,7 @@ class GlobalRewrite(GlobalRender):
         except LostEdit as lost:
             raise SiteFailure(owner_of(lost.edit.target, self.sites), "its rewrite overlaps the rewrite of "
                                "another part of the program") from None
-        # The call sites name `jax` only (`_global_call(jax.jit(_shard_mapped(...)))`); the helpers'
-        # names are their module's: the shared module's, or this one's where they are copied, whose
-        # added imports the engine's name check refuses if they would rebind a name.
-        self.rewriter.check_names_free({"jax": {"jax"}})
+        self.rewriter.check_names_free(self.rewriter.SITE_NAMES)
         # each name once (functions of different scopes may share one)
         inside = ", ".join(dict.fromkeys(f"`{e.wrapper_name}`" for e in self.sites if e.boundary is None))
         boundary = ", ".join(dict.fromkeys(f"`{e.wrapper_name}`" for e in self.sites if e.boundary is not None))

@@ -213,11 +213,9 @@ class Rewriter(EvaluationPlaces):
             _, target = self.assignment_statement(call)
             what = f"`{target or self._base_name(call, fun)}`"
         expr = site.node.func if isinstance(site.node, cst.Call) else site.node.decorator
-        # the call site's own: jax.jit, and functools.partial for a decorator with options (the
-        # helper's names are its module's: the shared module's, or this one's where it is copied,
-        # whose added imports the engine's name check refuses if they would rebind a name)
+        # the call site's own: jax.jit, and functools.partial for a decorator with options
         partial_used = site.is_decorator and (axis is not None or bool(donated) or bool(mapping))
-        self.check_names_free({"jax": {"jax"}, **({"functools": {"functools"}} if partial_used else {})})
+        self.check_names_free({**self.SITE_NAMES, **({"functools": {"functools"}} if partial_used else {})})
         imports = (ImportSpec("jax"), *((ImportSpec("functools"),) if partial_used else ()))
         return FixSpec(Applicability.SAFE, f"rewrite {what} as `jax.jit(jax.shard_map(...))` (same values as "
                        "legacy pmap)", edits=edits, add_imports=imports, remove_imports=self.pmap_imports(expr),
@@ -393,11 +391,11 @@ class Rewriter(EvaluationPlaces):
         "functools": {"functools"},
         "np": {"numpy"},
     }
-    # and the global-mesh form of multi-process modules (rules/fixes/multiprocess.py)
-    GLOBAL_TEMPLATE_NAMES = {
-        "multihost_utils": {"jax.experimental.multihost_utils"},
-        "NamedSharding": {"jax.sharding.NamedSharding", "jax.NamedSharding"},
-    }
+    # What the compact and the multi-process call sites name (`jax.jit(_shard_mapped(...))`,
+    # `_global_call(jax.jit(...))`): the helpers' own names are their module's, the shared module's
+    # or this one's where they are copied, whose added imports the engine's name check refuses if
+    # they would rebind a name.
+    SITE_NAMES = {"jax": {"jax"}}
 
     def check_names_free(self, names: dict[str, set[str]] | None = None) -> None:
         """The template's names must be unbound or bound to what the template means."""
@@ -412,10 +410,8 @@ class Rewriter(EvaluationPlaces):
 
     def _finish(self, site: TransformSite, plan: Plan, edits: tuple[Edit, ...], what: str,
                 renderer=render) -> FixSpec:
-        # The explicit form names Mesh, P, jnp ... at the site; the multi-process renderer's
-        # `_global_call(jax.jit(_shard_mapped(...)))` names `jax` only (its helpers' names are
-        # their module's, checked by the engine's name check where they are copied).
-        self.check_names_free(None if renderer is render else {"jax": {"jax"}})
+        # the explicit form names Mesh, P, jnp ... at the site; the multi-process renderer's, `jax` only
+        self.check_names_free(None if renderer is render else self.SITE_NAMES)
         summary = f"rewrite {what} as `jax.jit(jax.shard_map(...))` (same values as legacy pmap)"
         applicability = Applicability.SAFE
         if plan.unsafe_reasons:

@@ -289,7 +289,7 @@ def helpers_in(text: str) -> frozenset[str] | None:
     if not text.startswith(FIRST_LINE):
         return None
     names = frozenset(name for name in SHARED_HELPERS if f"\ndef {name}(" in text)
-    if names and _imports_aside(module_text(names)) == _imports_aside(text):
+    if is_current(text, names):
         return names
     # An earlier version's: its docstring, imports that helpers use, and definitions of helpers
     # each as some version wrote it.
@@ -316,9 +316,9 @@ def helpers_in(text: str) -> frozenset[str] | None:
     return frozenset(found) if present and needed and needed[1] <= present[1] else None
 
 
-def is_current(text: str) -> bool:
-    """Whether ``text`` is what this version writes for the helpers it holds."""
-    names = helpers_in(text)
+def is_current(text: str, names: frozenset[str]) -> bool:
+    """Whether ``text``, a shared module holding the helpers ``names`` (``helpers_in``), is what
+    this version writes for them."""
     return bool(names) and _imports_aside(module_text(names)) == _imports_aside(text)
 
 
