@@ -129,6 +129,7 @@ class Rewriter(EvaluationPlaces):
         chain = self._direct_nest(site)
         if chain is not None:
             return self._nest_fix_once(chain)
+        self.check_legacy_unobserved(site)
         enclosing = self._enclosing_direct_nest(site)
         if enclosing is not None:
             # Rewritten with its nest, or not at all: alone it would run a shard_map inside the
@@ -268,7 +269,45 @@ class Rewriter(EvaluationPlaces):
             raise Unsupported("the pmap alias is also bound to something else")
         if self._direct_nest(site) is not None or self._inner_of_direct_nest(site):
             raise Unsupported("a nested pmap in a multi-process program (host-local inputs, see PM501)")
+        self.check_legacy_unobserved(site)
         self._check_options(site)
+
+    def check_legacy_unobserved(self, site: TransformSite) -> None:
+        """Unsupported where the program observes what only legacy pmap's object does: its errors
+        (the pmapped function called where an exception is expected: `with self.assertRaises(...)`,
+        `self.assertRaisesRegex(E, msg, lambda: f(x))`, `pytest.raises`; the rewrite raises other
+        errors, or none, for misuse legacy pmap refused) or its own attributes (`f._cache_size`)."""
+        uses: list[cst.CSTNode] = [site.node] if isinstance(site.node, cst.Call) else []
+        uses += [access.node for assignment in site.bound_names for access in assignment.references]
+        for use in uses:
+            parent = self.model.parent(use)
+            if isinstance(parent, cst.Attribute) and parent.value is use \
+                    and parent.attr.value in tables.LEGACY_PMAP_ATTRIBUTES:
+                raise Unsupported(f"the code reads `{code_of(parent)}`, an attribute of legacy pmap's object")
+            expecting = self._expecting_error(use)
+            if expecting is not None:
+                raise Unsupported(f"the code expects it to raise (`{expecting}`): the rewrite's errors are not "
+                                  "legacy pmap's")
+
+    def _expecting_error(self, node: cst.CSTNode) -> str | None:
+        """The call that expects an exception around ``node`` in its function: a `with` item's
+        (``node`` in the block) or a call's (``node`` among its arguments)."""
+        child = node
+        for ancestor in self.model.ancestors(node):
+            if isinstance(ancestor, (cst.FunctionDef, cst.ClassDef)):
+                return None
+            calls = []
+            if isinstance(ancestor, cst.With) and child is ancestor.body:
+                calls = [item.item for item in ancestor.items if isinstance(item.item, cst.Call)]
+            elif isinstance(ancestor, cst.Call) and child is not ancestor.func:
+                calls = [ancestor]
+            for call in calls:
+                func = call.func
+                if (isinstance(func, cst.Attribute) and func.attr.value in tables.EXPECTS_ERROR_METHODS) \
+                        or self.model.matches(func, tables.EXPECTS_ERROR):
+                    return f"{code_of(func)}(...)"
+            child = ancestor
+        return None
 
     def _check_options(self, site: TransformSite) -> None:
         if id(site.node) in self.model.nested_nodes():
@@ -306,6 +345,7 @@ class Rewriter(EvaluationPlaces):
 
     def _nested_fix(self, chain: list[TransformSite]) -> FixSpec:
         outer = chain[0]
+        self.check_legacy_unobserved(outer)
         statement, target = self.assignment_statement(outer.node)
         fun = chain[-1].fun
         assert statement is not None and fun is not None
