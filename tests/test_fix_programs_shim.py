@@ -39,6 +39,13 @@ def test_observed_pmaps_stay_on_the_shim_with_their_reason(rewritten):
     assert again.fixed is None, "a second fix changed it again"
 
 
+def test_a_pmap_over_a_transform_passed_in_stays_on_the_shim(rewritten):
+    fixed = rewritten.path("map_passed_in").read_text()
+    words = " ".join(fixed.replace("#", " ").split())  # the comments as wrapped at the line length
+    assert words.count("the function is first transformed by `map2`, a parameter") == 2, fixed
+    assert fixed.count("@partial(runtime_shim.pmap, axis_name=\"i\")") == 2, fixed
+
+
 def test_the_reference_ran_on_the_legacy_jax(runs):
     assert batch(runs, REFERENCE).jax_version == "0.7.2"
 

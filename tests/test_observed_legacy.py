@@ -1,6 +1,8 @@
 """A pmap whose program observes legacy pmap itself keeps the shim, with the reason: called where
 an exception is expected (its errors are legacy pmap's own: jax's `tests/pmap_test.py` checks
-their messages), or with an attribute of legacy pmap's object read (`f._cache_size`). Programs:
+their messages), or with an attribute of legacy pmap's object read (`f._cache_size`); and a pmap
+whose function a parameter transforms first, in a module that passes pmap as a value (maybe a
+nested pmap, which only the shim runs). Programs:
 fixtures/programs_shim/ (tests/test_fix_programs_shim.py)."""
 
 from __future__ import annotations
@@ -51,3 +53,12 @@ def test_a_legacy_attribute_read_keeps_the_shim():
 def test_pmaps_called_elsewhere_are_rewritten(code):
     (summary,) = _summaries(HEAD + code)
     assert "runtime_shim" not in summary, summary
+
+
+def test_a_pmap_over_a_parameter_transform_keeps_the_shim_where_pmap_is_passed_as_a_value():
+    code = ("from functools import partial\n\n\ndef build(map2):\n    @partial(jax.pmap, axis_name='i')\n"
+            "    @partial(map2)\n    def f(x):\n        return x\n    return f\n\n\n")
+    (summary,) = _summaries(HEAD + code + "g = build(jax.vmap)\n")
+    assert "runtime_shim" not in summary, summary  # pmap is never a value here: rewritten
+    summaries = _summaries(HEAD + code + "g = build(jax.pmap)\n")
+    assert any("first transformed by `map2`, a parameter" in s for s in summaries), summaries

@@ -130,6 +130,7 @@ class Rewriter(EvaluationPlaces):
         if chain is not None:
             return self._nest_fix_once(chain)
         self.check_legacy_unobserved(site)
+        self._check_inner_transform(site)
         enclosing = self._enclosing_direct_nest(site)
         if enclosing is not None:
             # Rewritten with its nest, or not at all: alone it would run a shard_map inside the
@@ -270,6 +271,7 @@ class Rewriter(EvaluationPlaces):
         if self._direct_nest(site) is not None or self._inner_of_direct_nest(site):
             raise Unsupported("a nested pmap in a multi-process program (host-local inputs, see PM501)")
         self.check_legacy_unobserved(site)
+        self._check_inner_transform(site)
         self._check_options(site)
 
     def check_legacy_unobserved(self, site: TransformSite) -> None:
@@ -288,6 +290,24 @@ class Rewriter(EvaluationPlaces):
             if expecting is not None:
                 raise Unsupported(f"the code expects it to raise (`{expecting}`): the rewrite's errors are not "
                                   "legacy pmap's")
+
+    def _check_inner_transform(self, site: TransformSite) -> None:
+        """Unsupported where a decorator below the pmap is a parameter (`@partial(map2)` in `def
+        f(map2)`) in a module that passes pmap around as a value: it may be a pmap, whose nest
+        only legacy pmap (the shim) runs."""
+        if not site.is_decorator or not self.model.value_uses(PMAP):
+            return
+        below = site.decorated.decorators[list(site.decorated.decorators).index(site.node) + 1:]
+        for decorator in below:
+            expr = decorator.decorator
+            if isinstance(expr, cst.Call) and self.model.matches(expr.func, tables.PARTIAL) and expr.args:
+                expr = expr.args[0].value
+            elif isinstance(expr, cst.Call):
+                expr = expr.func
+            if isinstance(expr, cst.Name) and any(
+                    isinstance(getattr(a, "node", None), cst.Param) for a in self.model.assignments_of(expr)):
+                raise Unsupported(f"the function is first transformed by `{expr.value}`, a parameter, and "
+                                  "the module passes pmap as a value: maybe a nested pmap")
 
     def _expecting_error(self, node: cst.CSTNode) -> str | None:
         """The call that expects an exception around ``node`` in its function: a `with` item's
