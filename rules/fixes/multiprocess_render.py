@@ -51,16 +51,27 @@ class GlobalRender:
         # their axes, keyword arguments on axis 0)
         local = ["local=True"] if entry.boundary is not None else []  # callers or reads not all seen
         options = [jitted, *local]
-        return "\n".join([*plan.hoisted, f"{plan.name} = {self._global_call()}({', '.join(options)})"]) + "\n"
+        hoisted = [] if self._in_place(entry) else plan.hoisted
+        return "\n".join([*hoisted, f"{plan.name} = {self._global_call()}({', '.join(options)})"]) + "\n"
+
+    @staticmethod
+    def _in_place(entry: PlannedSite) -> bool:
+        """The mapped function is the expression of a pmap call (not a decorated def), a lambda or
+        on one line: it goes into the new statement as written, where the pmap call was (one that
+        spans lines keeps them, under a name of its own, evaluated there too)."""
+        fun = entry.site.fun
+        return fun is not None and not entry.site.is_decorator \
+            and (isinstance(fun, cst.Lambda) or "\n" not in code_of(fun))
 
     def _compact(self, entry: PlannedSite, plan: Plan) -> str | None:
         """`jax.jit(_shard_mapped(f, axis, ..., processes=True), ...)`: the compact
         form's helper over the global mesh (pmap_render.shard_mapped_helper), which applies the
         plan's axes at run time; None where the mapped function is not a plain name."""
         callee = plan.body_call[: plan.body_call.find("(")]
-        if isinstance(entry.site.fun, cst.Lambda):
-            # its body was inlined in the plan (`tuple(jax.random.split(key))`): the lambda itself,
-            # where pmap took it (never the name its body happens to call first)
+        if self._in_place(entry):
+            # the expression pmap was given, evaluated where pmap evaluated it (a lambda as written:
+            # never the name its body happens to call first; `functools.partial(step, ...)` and
+            # bound methods without a name of their own)
             callee = code_of(entry.site.fun)
         elif not callee.isidentifier():
             return None
