@@ -61,4 +61,10 @@ def test_a_pmap_over_a_parameter_transform_keeps_the_shim_where_pmap_is_passed_a
     (summary,) = _summaries(HEAD + code + "g = build(jax.vmap)\n")
     assert "runtime_shim" not in summary, summary  # pmap is never a value here: rewritten
     summaries = _summaries(HEAD + code + "g = build(jax.pmap)\n")
-    assert any("first transformed by `map2`, a parameter" in s for s in summaries), summaries
+    assert any("made by `map2`, a parameter" in s for s in summaries), summaries
+
+
+def test_a_pmap_of_what_a_parameter_makes_keeps_the_shim_where_pmap_is_passed_as_a_value():
+    code = "def build(map2, g):\n    return jax.pmap(map2(g), axis_name='i')\n\n\nh = build(jax.pmap, abs)\n"
+    summaries = _summaries(HEAD + code)
+    assert any("made by `map2`, a parameter" in s for s in summaries), summaries

@@ -292,22 +292,25 @@ class Rewriter(EvaluationPlaces):
                                   "legacy pmap's")
 
     def _check_inner_transform(self, site: TransformSite) -> None:
-        """Unsupported where a decorator below the pmap is a parameter (`@partial(map2)` in `def
-        f(map2)`) in a module that passes pmap around as a value: it may be a pmap, whose nest
-        only legacy pmap (the shim) runs."""
-        if not site.is_decorator or not self.model.value_uses(PMAP):
+        """Unsupported where the mapped function is what a parameter makes (`jax.pmap(map2(g))`,
+        a decorator `@partial(map2)` below the pmap's, in `def build(map2)`) in a module that
+        passes pmap as a value: it may be a pmap, whose nest only legacy pmap (the shim) runs."""
+        if not self.model.value_uses(PMAP):
             return
-        below = site.decorated.decorators[list(site.decorated.decorators).index(site.node) + 1:]
-        for decorator in below:
-            expr = decorator.decorator
+        if site.is_decorator:
+            below = site.decorated.decorators[list(site.decorated.decorators).index(site.node) + 1:]
+            makers = [decorator.decorator for decorator in below]
+        else:
+            makers = [site.fun.func] if isinstance(site.fun, cst.Call) else []
+        for expr in makers:
             if isinstance(expr, cst.Call) and self.model.matches(expr.func, tables.PARTIAL) and expr.args:
                 expr = expr.args[0].value
             elif isinstance(expr, cst.Call):
                 expr = expr.func
             if isinstance(expr, cst.Name) and any(
                     isinstance(getattr(a, "node", None), cst.Param) for a in self.model.assignments_of(expr)):
-                raise Unsupported(f"the function is first transformed by `{expr.value}`, a parameter, and "
-                                  "the module passes pmap as a value: maybe a nested pmap")
+                raise Unsupported(f"the function is made by `{expr.value}`, a parameter, and the module passes "
+                                  "pmap as a value: maybe a nested pmap")
 
     def _expecting_error(self, node: cst.CSTNode) -> str | None:
         """The call that expects an exception around ``node`` in its function: a `with` item's
