@@ -42,7 +42,7 @@ def test_observed_pmaps_stay_on_the_shim_with_their_reason(rewritten):
 def test_a_pmap_over_a_transform_passed_in_stays_on_the_shim(rewritten):
     fixed = rewritten.path("map_passed_in").read_text()
     words = " ".join(fixed.replace("#", " ").split())  # the comments as wrapped at the line length
-    assert words.count("the function is made by `map2`, a parameter") == 2, fixed
+    assert words.count("the function is made by `map2`, a parameter") == 3, fixed
     assert fixed.count("@partial(runtime_shim.pmap, axis_name=\"i\")") == 2, fixed
     assert "return runtime_shim.pmap(map2(partial(" in fixed, fixed
 
