@@ -376,7 +376,7 @@ class GlobalRewrite(GlobalRender):
         boundary = ", ".join(dict.fromkeys(f"`{e.wrapper_name}`" for e in self.sites if e.boundary is not None))
         mesh = "as `jax.jit(jax.shard_map(...))` over a global mesh of every process's devices (legacy pmap's order)"
         at_boundary = ("taking and returning this process's rows as legacy pmap did (their callers or reads are not "
-                       "all seen here; called in traced code, they raise)")
+                       "all seen here; called in traced code on several processes, they raise)")
         if not inside:
             summary = f"rewrite {boundary} {mesh}, {at_boundary} (same values as legacy pmap)"
         else:

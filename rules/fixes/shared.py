@@ -155,9 +155,11 @@ def global_call_helper(indent: str) -> str:
     in_axes and static positions the helper reads from the function `_shard_mapped` made, unless
     given as an earlier version wrote its calls) called on them; its
     outputs returned global (the reads the rewrite saw take this process's rows), or with
-    ``local`` (callers or reads not all seen) as this process's rows, as legacy returned them,
-    refusing traced inputs (the global arrays are built outside traced code). On one process
-    the mesh is the first n local devices, n the mapped size, as legacy pmap's was."""
+    ``local`` (callers or reads not all seen) as this process's rows, as legacy returned them.
+    Traced inputs (a call under `jax.jit`) are refused on several processes (the global arrays
+    are built outside traced code) and passed to ``jitted`` as they are on one, where this
+    process's rows are the whole arrays. On one process the mesh is the first n local devices, n
+    the mapped size, as legacy pmap's was."""
     i1, i2, i3, i4 = indent, indent * 2, indent * 3, indent * 4
     return "\n".join([
         f"def {GLOBAL_CALL}(jitted, axis_name=None, in_axes=None, local=False):",
@@ -170,9 +172,11 @@ def global_call_helper(indent: str) -> str:
         f"{i1}@functools.wraps(jitted)",
         f"{i1}def call(*args, **kwargs):",
         f"{i2}traced = jax.tree.leaves((args, kwargs))",
-        f"{i2}if local and any(isinstance(x, jax.core.Tracer) for x in traced):",
-        f"{i3}raise NotImplementedError(",
-        f'{i4}"a multi-process pmap in traced code: use runtime_shim.pmap")',
+        f"{i2}if any(isinstance(x, jax.core.Tracer) for x in traced):",
+        f"{i3}if jax.process_count() > 1:",
+        f"{i4}raise NotImplementedError(",
+        f'{i4}{i1}"a multi-process pmap in traced code: use runtime_shim.pmap")',
+        f"{i3}return jitted(*args, **kwargs)  # one process: rows are all",
         f"{i2}args = list(args)",
         f"{i2}axes = in_axes if isinstance(in_axes, tuple) else (in_axes,) * len(args)",
         f"{i2}axes = [None if k in static else a for k, a in enumerate(axes)]",
@@ -265,7 +269,7 @@ def module_text(names: frozenset[str] | set[str]) -> str:
 # first 16 hex digits): a shared module holding them is still this tool's, and is written anew
 # (current helpers accept every call an earlier version wrote) when a fix needs it.
 _OLDER_TEXTS = {
-    "_global_call": frozenset({"2c3edceb47850ab9", "e2fa1718804f1887", "296c78bd45d9c5e8"}),
+    "_global_call": frozenset({"2c3edceb47850ab9", "e2fa1718804f1887", "296c78bd45d9c5e8", "f2436949b7735625"}),
     "_host_local": frozenset({"154eac9fad91f8c5"}),
     "_put_sharded": frozenset({"f7adeab83ee10695"}),
     "_replicate": frozenset({"8ffd517d6a147f6f"}),
