@@ -37,6 +37,9 @@ class RemovedName:
     rename: str | None = None
     # For RENAME_SIMILAR: what the unsafe rename assumes (shown in the fix summary).
     assumes: str = ""
+    # Where the object itself lives on in newer jax (`jax.extend.core.DropVar`), when no release
+    # from 0.7.2 on has it under one name: objects are still instances of a moved class.
+    moved_to: str | None = None
 
     @property
     def last(self) -> str:
@@ -189,7 +192,8 @@ REMOVED_NAMES: tuple[RemovedName, ...] = (
     RemovedName("jax.ad_checkpoint.remat", "0.10.2", "jax.remat", rename=RENAME_SAME),
     RemovedName("jax.lax.pvary", "0.10.2", None, "use jax.lax.pcast(x, axis_name, to='varying') (jax 0.8 and later)"),
     RemovedName("jax.core.get_aval", "0.10.2", "jax.typeof", rename=RENAME_SAME),
-    *(RemovedName(f"jax.core.{name}", "0.10.2", None, f"use jax.extend.core.{name} (jax 0.8 and later)")
+    *(RemovedName(f"jax.core.{name}", "0.10.2", None, f"use jax.extend.core.{name} (jax 0.8 and later)",
+                  moved_to=f"jax.extend.core.{name}")
       for name in ("AbstractToken", "TraceTag", "mapped_aval", "unmapped_aval", "set_current_trace",
                    "take_current_trace", "subjaxprs")),
     RemovedName("jax.core.call_impl", "0.10.2", None, "no public replacement in the newest jax"),
@@ -208,13 +212,15 @@ REMOVED_NAMES: tuple[RemovedName, ...] = (
     # Removed in jax 0.11.0 (each checked present in 0.7.2 and 0.10.2, absent in the newest jax):
     # jax.core internals, most of which moved to jax.extend.core in 0.10.0 (which 0.7.2 lacks, so
     # the move is a message, not a fix), and the mesh machinery left in jax.interpreters.pxla.
-    *(RemovedName(f"jax.core.{name}", "0.12", None, f"use jax.extend.core.{name} (jax 0.10 and later)")
+    *(RemovedName(f"jax.core.{name}", "0.12", None, f"use jax.extend.core.{name} (jax 0.10 and later)",
+                  moved_to=f"jax.extend.core.{name}")
       for name in ("CallPrimitive", "DebugInfo", "DropVar", "Effect", "Effects", "check_jaxpr",
                    "concrete_or_error", "find_top_trace", "gensym", "get_opaque_trace_state",
                    "jaxprs_in_params", "new_jaxpr_eqn", "no_effects", "nonempty_axis_env_DO_NOT_USE",
                    "primal_dtype_to_tangent_dtype", "unsafe_am_i_under_a_jit_DO_NOT_USE",
                    "unsafe_am_i_under_a_vmap_DO_NOT_USE", "unsafe_get_axis_names_DO_NOT_USE", "valid_jaxtype")),
-    *(RemovedName(f"jax.core.{name}", "0.12", None, f"use jax.errors.{name} (jax 0.10 and later)")
+    *(RemovedName(f"jax.core.{name}", "0.12", None, f"use jax.errors.{name} (jax 0.10 and later)",
+                  moved_to=f"jax.errors.{name}")
       for name in ("InconclusiveDimensionOperation", "JaxprTypeError")),
     *(RemovedName(f"jax.core.{name}", "0.12", None, "no public replacement")
       for name in ("JaxprPpContext", "JaxprPpSettings", "OutputType", "abstract_token", "aval_mapping_handlers",
