@@ -144,6 +144,11 @@ class ResultCache:
         for stale in others[KEEP_OTHER_RESULTS:]:
             stale.unlink(missing_ok=True)
 
+    def unchanged(self, path: str, stat: os.stat_result) -> bool:
+        """Whether the file ``path`` has the size and mtime its cached result was computed for."""
+        entry = self.entries.get(path)
+        return entry is not None and entry[0] == stat.st_size and entry[1] == stat.st_mtime_ns
+
     def use_exports(self, exports: frozenset, changed: bool) -> frozenset:
         """Record the project's ``exports`` for this run's results (``changed``: some module's
         contribution was read anew); the exports that the cached results did not know."""

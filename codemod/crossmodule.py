@@ -22,11 +22,13 @@ import ast
 import bisect
 import os
 import re
-from collections.abc import Iterable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
-from functools import lru_cache
+from functools import cache, lru_cache
+from typing import TYPE_CHECKING
 
-from pmap_migrate.rules.analysis.project import AliasFact, ModuleView, ProjectIndex, module_identity, refers_to_alias
+if TYPE_CHECKING:  # the index loads when a module is read for its facts (a warm run lists files only)
+    from pmap_migrate.rules.analysis.project import AliasFact, ModuleView, ProjectIndex
 
 # Directories never read for importers: tools' and environments' own.
 SKIPPED_DIRECTORIES = frozenset({"__pycache__", "node_modules", "site-packages", "build", "dist"})
@@ -35,13 +37,33 @@ SKIPPED_DIRECTORIES = frozenset({"__pycache__", "node_modules", "site-packages",
 def _project_files(root: str) -> Iterator[str]:
     """The Python files and notebooks under ``root`` (hidden directories and virtual environments
     aside)."""
-    for directory, subdirectories, files in os.walk(root):
-        subdirectories[:] = sorted(
-            d for d in subdirectories if not d.startswith(".") and d not in SKIPPED_DIRECTORIES
-            and not os.path.isfile(os.path.join(directory, d, "pyvenv.cfg")))
-        for name in sorted(files):
-            if name.endswith((".py", ".ipynb")):
-                yield os.path.join(directory, name)
+    for entry in _project_entries(root):
+        yield entry.path
+
+
+def _project_entries(directory: str, top: bool = True) -> Iterator[os.DirEntry]:
+    """``_project_files`` as directory entries (each directory listed once, its files in order
+    first, then its subdirectories; symbolic links to directories are not followed)."""
+    try:
+        with os.scandir(directory) as listing:
+            entries = list(listing)
+    except OSError:
+        return
+    if not top and any(e.name == "pyvenv.cfg" and e.is_file() for e in entries):
+        return  # a virtual environment
+    subdirectories = []
+    for entry in sorted(entries, key=lambda e: e.name):
+        try:
+            is_directory = entry.is_dir()
+        except OSError:
+            is_directory = False
+        if is_directory:
+            if not entry.name.startswith(".") and entry.name not in SKIPPED_DIRECTORIES and not entry.is_symlink():
+                subdirectories.append(entry.path)
+        elif entry.name.endswith((".py", ".ipynb")):
+            yield entry
+    for subdirectory in subdirectories:
+        yield from _project_entries(subdirectory, False)
 
 
 def _read(path: str) -> bytes | None:
@@ -53,6 +75,8 @@ def _read(path: str) -> bytes | None:
 
 
 def _view(index: ProjectIndex, path: str) -> ModuleView:
+    from pmap_migrate.rules.analysis.project import ModuleView, module_identity
+
     base, name, package = module_identity(path)
     return ModuleView(index, base, name, package)
 
@@ -60,6 +84,7 @@ def _view(index: ProjectIndex, path: str) -> ModuleView:
 def _names_alias(data: bytes, path: str, index: ProjectIndex, alias: AliasFact) -> bool:
     """Whether the file's text ``data`` (a module, or a notebook: its code cells) names ``alias``."""
     from pmap_migrate.notebooks import NotebookError, load
+    from pmap_migrate.rules.analysis.project import ModuleView, refers_to_alias
 
     try:
         if path.endswith(".ipynb"):
@@ -81,6 +106,8 @@ def alias_decisions(candidates: Sequence[str], files: Sequence[str], fixed: Mapp
     no more). ``fixed``: the new text of each file the run changes, by absolute path (any other
     file is as it is on disk). ``exports``: the project's (``project_exports``): an importer may
     name an alias by another name a module re-exports it as (``from pkg import P``)."""
+    from pmap_migrate.rules.analysis.project import ProjectIndex
+
     index = ProjectIndex((root,))
     run = {os.path.abspath(f) for f in files}
     defined: dict[str, list[AliasFact]] = {}
@@ -162,17 +189,27 @@ class Export:
 # `from ... import` statements).
 Contribution = tuple[tuple[str, ...], tuple[tuple[str, str], ...]] | None
 
-# Where a pmap fact can start: the name `pmap` (``jax.pmap``, an import of it), or a helper that
-# `fix` writes (its outputs are pmap's stacks).
-_FACT_ROOT = re.compile(rb"\bpmap\b|\b_shard_mapped\b|\b_global_call\b")
-# A line that starts a statement at module level (or is text at column 0 in a string).
-_COLUMN_ZERO = re.compile(rb"(?m)^[^ \t\r\n\f#]")
-# Statements whose bodies the facts never read; a `def` line itself binds no fact (its decorators do).
-_BLOCK = re.compile(rb"(?:async|def|class|if|elif|else|for|while|with|try|except|finally)\b")
-_IMPORT = re.compile(rb"(?:from|import)\b")
-_RENAMED = re.compile(rb"\w*[ \t]+as\b")
-_FROM_IMPORT = re.compile(rb"(?m)^from[ \t]+[\w.]+[ \t]+import[ \t]*(\([^)]*\)|[^\n]*(?:\\\r?\n[^\n]*)*)")
-_IMPORTED = re.compile(rb"(\w+)(?:\s+as\s+(\w+))?")
+# The texts `may_define_facts` and `contribution` search, compiled when first used (a warm run
+# reads no module).
+_TEXTS = {
+    # where a pmap fact can start: the name `pmap` (``jax.pmap``, an import of it), or a helper
+    # that `fix` writes (its outputs are pmap's stacks)
+    "fact root": rb"\bpmap\b|\b_shard_mapped\b|\b_global_call\b",
+    # a line that starts a statement at module level (or is text at column 0 in a string)
+    "column zero": rb"(?m)^[^ \t\r\n\f#]",
+    # statements whose bodies the facts never read; a `def` line itself binds no fact (its
+    # decorators do)
+    "block": rb"(?:async|def|class|if|elif|else|for|while|with|try|except|finally)\b",
+    "import": rb"(?:from|import)\b",
+    "renamed": rb"\w*[ \t]+as\b",
+    "from import": rb"(?m)^from[ \t]+[\w.]+[ \t]+import[ \t]*(\([^)]*\)|[^\n]*(?:\\\r?\n[^\n]*)*)",
+    "imported": rb"(\w+)(?:\s+as\s+(\w+))?",
+}
+
+
+@cache
+def _text(name: str) -> re.Pattern[bytes]:
+    return re.compile(_TEXTS[name])
 
 
 def may_define_facts(data: bytes) -> bool:
@@ -184,9 +221,9 @@ def may_define_facts(data: bytes) -> bool:
     above it, past the lines that close brackets, opens no body), outside comments, and not only in
     an import that binds it under its own name."""
     starts: list[int] | None = None
-    for match in _FACT_ROOT.finditer(data):
+    for match in _text("fact root").finditer(data):
         if starts is None:
-            starts = [m.start() for m in _COLUMN_ZERO.finditer(data)]
+            starts = [m.start() for m in _text("column zero").finditer(data)]
         position = match.start()
         i = bisect.bisect_right(starts, position) - 1
         while i >= 0 and data[starts[i]] in b")]}":
@@ -194,10 +231,10 @@ def may_define_facts(data: bytes) -> bool:
         if i < 0:
             return True
         start = starts[i]
-        if _BLOCK.match(data, start):
+        if _text("block").match(data, start):
             continue
-        if _IMPORT.match(data, start):
-            if _RENAMED.match(data, match.end()):
+        if _text("import").match(data, start):
+            if _text("renamed").match(data, match.end()):
                 return True
             continue
         before = data[data.rfind(b"\n", 0, position) + 1:position]
@@ -213,14 +250,14 @@ def contribution(data: bytes, path: str) -> Contribution:
         return None
     names: tuple[str, ...] = ()
     if may_define_facts(data):
-        from pmap_migrate.rules.analysis.project import module_facts
+        from pmap_migrate.rules.analysis.project import module_facts, module_identity
 
         _, name, package = module_identity(path)
         facts = module_facts(data, name, package)
         names = tuple(sorted({*facts.aliases, *facts.pmapped}))
     imported = []
-    for statement in _FROM_IMPORT.finditer(data):
-        for match in _IMPORTED.finditer(statement.group(1)):
+    for statement in _text("from import").finditer(data):
+        for match in _text("imported").finditer(statement.group(1)):
             original, local = match.group(1).decode(), (match.group(2) or match.group(1)).decode()
             if original not in ("import", "as"):
                 imported.append((original, local))
@@ -235,29 +272,34 @@ def _handle(path: str) -> tuple[bytes, bool]:
 
 
 def project_exports(root: str, known: dict[str, tuple[int, int, Contribution]] | None = None,
-                    files: Iterable[str] = ()) -> tuple[frozenset[Export], bool]:
+                    files: Iterable[str] = (), vouched: Callable[[str, os.stat_result], bool] | None = None
+                    ) -> tuple[frozenset[Export], bool]:
     """The exports of the project's Python modules under ``root`` (``_project_files``) and of the
     run's ``files`` (absolute paths: some may lie elsewhere), and whether ``known`` changed: each
     file's contribution by (size, mtime) from an earlier run (the cache's), updated here; a file
-    whose size and mtime are unchanged is not read."""
+    whose size and mtime are unchanged is not read. ``vouched``: whether a file's size and mtime
+    are those an earlier run saw (the result cache's): one that ``known`` does not hold then did not
+    mention pmap, and ``known`` keeps only the files that mention it and those not vouched for (a
+    warm run of a large tree loads and stores a few hundred entries, not one per file)."""
     known = {} if known is None else known
     changed = False
     seen: set[str] = set()
     contributions: dict[str, Contribution] = {}
-    inside = os.path.join(os.path.abspath(root), "")
+    root = os.path.abspath(root)
+    inside = os.path.join(root, "")
     outside = sorted(f for f in files if not f.startswith(inside))
-    for path in (*_project_files(root), *outside):
-        if not path.endswith(".py"):
-            continue
-        path = os.path.abspath(path)
-        if path in seen:
+    for item in (*_project_entries(root), *outside):
+        path = item if isinstance(item, str) else item.path
+        if not path.endswith(".py") or path in seen:
             continue
         seen.add(path)
         try:
-            stat = os.stat(path)
+            stat = os.stat(path) if isinstance(item, str) else item.stat()
         except OSError:
             continue
         entry = known.get(path)
+        if entry is None and vouched is not None and vouched(path, stat):
+            continue  # unchanged, and without pmap
         if entry is None or entry[:2] != (stat.st_size, stat.st_mtime_ns):
             data = _read(path)
             if data is None:
@@ -266,6 +308,9 @@ def project_exports(root: str, known: dict[str, tuple[int, int, Contribution]] |
             changed = True
         if entry[2] is not None:
             contributions[path] = entry[2]
+        elif vouched is not None and vouched(path, stat):
+            del known[path]  # the result cache's entry stands for it from now on
+            changed = True
     for gone in set(known) - seen:
         del known[gone]
         changed = True

@@ -253,9 +253,10 @@ def _exports(settings: Settings, files: frozenset[str], cache: ResultCache | Non
     results did not know."""
     from pmap_migrate.crossmodule import project_exports
 
-    exports, changed = project_exports(os.fspath(settings.root), cache.contributions if cache is not None else None,
-                                       files)
-    return exports, cache.use_exports(exports, changed) if cache is not None else frozenset()
+    if cache is None:
+        return project_exports(os.fspath(settings.root), None, files)[0], frozenset()
+    exports, changed = project_exports(os.fspath(settings.root), cache.contributions, files, cache.unchanged)
+    return exports, cache.use_exports(exports, changed)
 
 
 def _may_import(path: str, exports: tuple[Export, ...]) -> bool:
