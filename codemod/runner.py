@@ -246,17 +246,23 @@ def _importable(exports: frozenset[Export]) -> tuple[Export, ...]:
     return tuple(sorted((e for e in exports if b"pmap" not in e.name), key=lambda e: (e.name, e.handle, e.origin)))
 
 
-def _exports(settings: Settings, files: frozenset[str], cache: ResultCache | None = None
+def _exports(settings: Settings, files: frozenset[str], cache: ResultCache | None = None, *, record: bool = True
              ) -> tuple[frozenset[Export], frozenset[Export]]:
     """The exports of the project and of the run's ``files`` (codemod/crossmodule.py), each
     module's part from the cache while its size and mtime hold; and those of them that the cached
-    results did not know."""
+    results did not know (``record``: the run's results are stored with them; `fix` only reads)."""
     from pmap_migrate.crossmodule import project_exports
 
     if cache is None:
         return project_exports(os.fspath(settings.root), None, files)[0], frozenset()
-    exports, changed = project_exports(os.fspath(settings.root), cache.contributions, files, cache.unchanged)
-    return exports, cache.use_exports(exports, changed)
+    known = cache.contributions if record else dict(cache.contributions)
+    exports, changed = project_exports(os.fspath(settings.root), known, files, cache.unchanged)
+    return exports, cache.use_exports(exports, changed) if record else frozenset()
+
+
+def _result_cache(settings: Settings, codes: tuple[str, ...]) -> ResultCache:
+    directory = settings.cache_dir or (settings.root / CACHE_DIR_NAME)
+    return ResultCache(directory, settings.fingerprint(f"{__version__}+{_code_fingerprint()}", codes))
 
 
 def _may_import(path: str, exports: tuple[Export, ...]) -> bool:
@@ -384,10 +390,7 @@ def run(
 ) -> RunResult:
     """Check ``files`` with ``rules`` (classes, or codes: a run the cache answers whole loads no rule)."""
     codes = tuple(rule if isinstance(rule, str) else rule.CODE for rule in rules)
-    cache = None
-    if use_cache:
-        directory = settings.cache_dir or (settings.root / CACHE_DIR_NAME)
-        cache = ResultCache(directory, settings.fingerprint(f"{__version__}+{_code_fingerprint()}", codes))
+    cache = _result_cache(settings, codes) if use_cache else None
     outcome = RunResult(files=len(files))
     options = rule_options(settings)
     pending: list[tuple[int, str, os.stat_result, str]] = []  # (slot, cache key, stat, shown) of each job
@@ -570,19 +573,21 @@ def _refers_to_exports(data: bytes, view: ModuleView) -> bool:
 
 def run_fix(files: Sequence[str | Path], settings: Settings, rules: Sequence[type[Rule]] | Sequence[str], *,
             unsafe: bool, jobs: int | None = None, progress: Callable[[int], None] | None = None,
-            on_total: Callable[[int], None] | None = None, shared: bool = False) -> list:
+            on_total: Callable[[int], None] | None = None, shared: bool = False, use_cache: bool = False) -> list:
     """``(path, FixOutcome)`` for every file that could need a fix or could not be read (path None);
     nothing is written here. The workers read the files (no file's bytes through a pipe). ``rules``:
     classes, or codes (a run whose files the prefilter all rules out loads no rule, nor libcst).
     ``shared``: fixed modules import shared helpers from their package's shared module
-    (``shared_module_outcomes`` adds the outcomes that create or extend those modules)."""
+    (``shared_module_outcomes`` adds the outcomes that create or extend those modules).
+    ``use_cache``: the project's exports are read with `check`'s cache (as `fix` runs after a
+    `check` of the same files), which this run does not change."""
     codes = tuple(rule if isinstance(rule, str) else rule.CODE for rule in rules)
     outcomes: list = []
     options = rule_options(settings)
     work: list[tuple[str, str, tuple[str, ...], bool, RuleOptions, bool, Project]] = []
     shower = PathDisplay()
     project = _project(settings, files)
-    exports, _ = _exports(settings, project[1])
+    exports, _ = _exports(settings, project[1], _result_cache(settings, codes) if use_cache else None, record=False)
     project = (*project[:2], _importable(exports))
     root = project[0]
     _INDEXES.clear()  # files may have changed since an earlier run in this process

@@ -418,3 +418,19 @@ def test_fix_of_the_whole_project_counts_what_check_finds_after_it(tmp_path: Pat
         assert f"Found {left} legacy pattern" in result.output
     else:
         assert "All checks passed!" in after.output and "All checks passed!" in result.output
+
+
+@pytest.mark.parametrize("cache", [[], ["--no-cache"]], ids=["cache", "no cache"])
+def test_fix_of_an_importer_without_pmap_alone_rewrites_what_check_reports_on_it(tmp_path: Path, cache):
+    """`fix` sees an importer that never spells pmap as `check` does (the exports read with the
+    cache `check` just filled, or anew): its committed input to the imported pmapped function is
+    rewritten, the module that defines it is left as it is."""
+    root = _copy_importers(tmp_path)
+    steps = (root / "pkg" / "steps.py").read_text()
+    before = _check(root, ["pkg/use.py"]).results[0].active
+    assert [d.code for d in before] == ["PM304", "PM201"]
+    result = _cli(root, "fix", *cache, "pkg/use.py")
+    assert "NamedSharding" in (root / "pkg" / "use.py").read_text()
+    assert (root / "pkg" / "steps.py").read_text() == steps
+    assert "Fixed 1 of 2 legacy patterns" in result.output, result.output
+    assert [d.code for d in _check(root, ["pkg/use.py"]).results[0].active] == ["PM201"]
