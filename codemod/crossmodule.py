@@ -271,11 +271,11 @@ def _handle(path: str) -> tuple[bytes, bool]:
     return filename.rsplit(".", 1)[0].encode(), False
 
 
-def project_exports(root: str, known: dict[str, tuple[int, int, Contribution]] | None = None,
+def project_exports(root: str | None, known: dict[str, tuple[int, int, Contribution]] | None = None,
                     files: Iterable[str] = (), vouched: Callable[[str, os.stat_result], bool] | None = None
                     ) -> tuple[frozenset[Export], bool]:
-    """The exports of the project's Python modules under ``root`` (``_project_files``) and of the
-    run's ``files`` (absolute paths: some may lie elsewhere), and whether ``known`` changed: each
+    """The exports of the project's Python modules under ``root`` (``_project_files``; None: no
+    tree) and of the run's ``files`` (absolute paths: some may lie elsewhere), and whether ``known`` changed: each
     file's contribution by (size, mtime) from an earlier run (the cache's), updated here; a file
     whose size and mtime are unchanged is not read. ``vouched``: whether a file's size and mtime
     are those an earlier run saw (the result cache's): one that ``known`` does not hold then did not
@@ -285,10 +285,10 @@ def project_exports(root: str, known: dict[str, tuple[int, int, Contribution]] |
     changed = False
     seen: set[str] = set()
     contributions: dict[str, Contribution] = {}
-    root = os.path.abspath(root)
-    inside = os.path.join(root, "")
-    outside = sorted(f for f in files if not f.startswith(inside))
-    for item in (*_project_entries(root), *outside):
+    tree = () if root is None else _project_entries(os.path.abspath(root))
+    inside = None if root is None else os.path.join(os.path.abspath(root), "")
+    outside = sorted(f for f in files if inside is None or not f.startswith(inside))
+    for item in (*tree, *outside):
         path = item if isinstance(item, str) else item.path
         if not path.endswith(".py") or path in seen:
             continue
@@ -344,8 +344,11 @@ def imports_exports(data: bytes, exports: Iterable[Export]) -> bool:
     it spells the name, and the module as an import or an attribute chain spells it
     (``from .steps import``, ``steps.p_double``, ``import pkg.steps as s``; for a package, also
     ``from . import``). An over-approximation: the index, asked next, decides."""
-    for export in exports:
-        if export.name in data and _import_pattern(export.handle, export.package, export.name).search(data):
+    name, spelled = None, False
+    for export in exports:  # in order of their names (a name of several modules is searched once)
+        if export.name != name:
+            name, spelled = export.name, export.name in data
+        if spelled and _import_pattern(export.handle, export.package, export.name).search(data):
             return True
     return False
 

@@ -253,10 +253,13 @@ def _exports(settings: Settings, files: frozenset[str], cache: ResultCache | Non
     results did not know (``record``: the run's results are stored with them; `fix` only reads)."""
     from pmap_migrate.crossmodule import project_exports
 
+    # The tree under the root when a configuration names it: without one the root is the working
+    # directory, which may be a home directory (the run's files are the project then).
+    root = os.fspath(settings.root) if settings.config_file is not None else None
     if cache is None:
-        return project_exports(os.fspath(settings.root), None, files)[0], frozenset()
+        return project_exports(root, None, files)[0], frozenset()
     known = cache.contributions if record else dict(cache.contributions)
-    exports, changed = project_exports(os.fspath(settings.root), known, files, cache.unchanged)
+    exports, changed = project_exports(root, known, files, cache.unchanged)
     return exports, cache.use_exports(exports, changed) if record else frozenset()
 
 

@@ -351,6 +351,18 @@ def test_project_exports_are_the_facts_names_and_their_re_exports(tmp_path: Path
                      (b"pkg", True, b"double_on_devices", same, "p_double")}  # by name: over-approximated
 
 
+def test_without_a_configuration_the_exports_are_the_run_files_own(tmp_path: Path):
+    """Without a configuration the root is the working directory (a home directory, say), which is
+    not listed: the exports come from the run's files."""
+    from pmap_migrate.crossmodule import project_exports
+
+    root = _copy_importers(tmp_path)
+    steps, use = str(root / "pkg" / "steps.py"), str(root / "pkg" / "use2.py")
+    exports, _ = project_exports(None, files=[steps, use])
+    assert {(e.name, e.origin) for e in exports} == {(b"p_double", (steps, "p_double"))}
+    assert project_exports(None, files=[use])[0] == frozenset()
+
+
 @pytest.mark.parametrize("text, expected", [
     ("import jax\n\ndef f(x):\n    return jax.pmap(g)(x)\n", False),
     ("import jax\n\nclass A:\n    step = jax.pmap(g)\n", False),
