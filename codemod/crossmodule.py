@@ -265,10 +265,12 @@ def contribution(data: bytes, path: str) -> Contribution:
 
 
 def _handle(path: str) -> tuple[bytes, bool]:
+    """(The module's last name component as an import spells it, whether it is a package); a file
+    name that is not UTF-8 (no module an import can name) as its bytes."""
     directory, filename = os.path.split(path)
     if filename == "__init__.py":
-        return os.path.basename(directory).encode(), True
-    return filename.rsplit(".", 1)[0].encode(), False
+        return os.fsencode(os.path.basename(directory)), True
+    return os.fsencode(filename.rsplit(".", 1)[0]), False
 
 
 def project_exports(root: str | None, known: dict[str, tuple[int, int, Contribution]] | None = None,
