@@ -43,6 +43,9 @@ Entry = tuple
 # from its package's directory), and keyed by path alone the two names evicted each other, so every
 # warm run read such files again and rewrote the whole cache.
 FACTS_KEY = "\0facts"
+# The key of what decides which modules not spelling `pmap` are analysed with the project index
+# (codemod/crossmodule.py): ({path: (size, mtime_ns, contribution)}, the exports the results used).
+EXPORTS_KEY = "\0exports"
 
 
 class ResultCache:
@@ -53,6 +56,13 @@ class ResultCache:
         self.entries: dict[str, Entry] = loaded if isinstance(loaded, dict) else {}
         facts = self.entries.pop(FACTS_KEY, None)
         self.facts: dict[tuple[str, str], tuple[int, int, str]] = facts if isinstance(facts, dict) else {}
+        exports = self.entries.pop(EXPORTS_KEY, None)
+        if not (isinstance(exports, tuple) and len(exports) == 2):
+            exports = ({}, None)
+        # each module's contribution to the project's exports, and the exports the results used
+        # (None: no run recorded them)
+        self.contributions: dict[str, tuple] = exports[0]
+        self.exports: frozenset | None = exports[1]
         self.dirty = False
         self._now: dict[tuple[str, str], str | None] = {}  # this run's fingerprints (many results share a module)
 
@@ -134,8 +144,24 @@ class ResultCache:
         for stale in others[KEEP_OTHER_RESULTS:]:
             stale.unlink(missing_ok=True)
 
+    def unchanged(self, path: str, stat: os.stat_result) -> bool:
+        """Whether the file ``path`` has the size and mtime its cached result was computed for."""
+        entry = self.entries.get(path)
+        return entry is not None and entry[0] == stat.st_size and entry[1] == stat.st_mtime_ns
+
+    def use_exports(self, exports: frozenset, changed: bool) -> frozenset:
+        """Record the project's ``exports`` for this run's results (``changed``: some module's
+        contribution was read anew); the exports that the cached results did not know."""
+        added = exports - self.exports if self.exports is not None else frozenset()
+        if changed or exports != self.exports:
+            self.exports = exports
+            self.dirty = True
+        return added
+
     def save(self) -> None:
         entries = {**self.entries, FACTS_KEY: self.facts} if self.facts else self.entries
+        if self.exports is not None:
+            entries[EXPORTS_KEY] = (self.contributions, self.exports)
         if self.dirty and store_pickle(self.file, entries):
             self._prune()
 

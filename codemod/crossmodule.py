@@ -10,15 +10,25 @@ names the alias (``refers_to_alias``). After the run's fixes, an alias goes when
 in the run and its fixed text no longer names it; otherwise it stays on `runtime_shim.pmap`, and
 the comment its fix writes says which importers keep it. An alias no module of the project
 imports stays too (a library's public name).
+
+The project's exported pmap names (``project_exports``) also decide which modules that never spell
+`pmap` are analysed with the index at all: an importer of a pmapped function (``from .steps import
+p_double``) names it, and the module it comes from, in its text (``imports_exports``).
 """
 
 from __future__ import annotations
 
 import ast
+import bisect
 import os
-from collections.abc import Iterator, Mapping, Sequence
+import re
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from dataclasses import dataclass
+from functools import cache, lru_cache
+from typing import TYPE_CHECKING
 
-from pmap_migrate.rules.analysis.project import AliasFact, ModuleView, ProjectIndex, module_identity, refers_to_alias
+if TYPE_CHECKING:  # the index loads when a module is read for its facts (a warm run lists files only)
+    from pmap_migrate.rules.analysis.project import AliasFact, ModuleView, ProjectIndex
 
 # Directories never read for importers: tools' and environments' own.
 SKIPPED_DIRECTORIES = frozenset({"__pycache__", "node_modules", "site-packages", "build", "dist"})
@@ -27,13 +37,33 @@ SKIPPED_DIRECTORIES = frozenset({"__pycache__", "node_modules", "site-packages",
 def _project_files(root: str) -> Iterator[str]:
     """The Python files and notebooks under ``root`` (hidden directories and virtual environments
     aside)."""
-    for directory, subdirectories, files in os.walk(root):
-        subdirectories[:] = sorted(
-            d for d in subdirectories if not d.startswith(".") and d not in SKIPPED_DIRECTORIES
-            and not os.path.isfile(os.path.join(directory, d, "pyvenv.cfg")))
-        for name in sorted(files):
-            if name.endswith((".py", ".ipynb")):
-                yield os.path.join(directory, name)
+    for entry in _project_entries(root):
+        yield entry.path
+
+
+def _project_entries(directory: str, top: bool = True) -> Iterator[os.DirEntry]:
+    """``_project_files`` as directory entries (each directory listed once, its files in order
+    first, then its subdirectories; symbolic links to directories are not followed)."""
+    try:
+        with os.scandir(directory) as listing:
+            entries = list(listing)
+    except OSError:
+        return
+    if not top and any(e.name == "pyvenv.cfg" and e.is_file() for e in entries):
+        return  # a virtual environment
+    subdirectories = []
+    for entry in sorted(entries, key=lambda e: e.name):
+        try:
+            is_directory = entry.is_dir()
+        except OSError:
+            is_directory = False
+        if is_directory:
+            if not entry.name.startswith(".") and entry.name not in SKIPPED_DIRECTORIES and not entry.is_symlink():
+                subdirectories.append(entry.path)
+        elif entry.name.endswith((".py", ".ipynb")):
+            yield entry
+    for subdirectory in subdirectories:
+        yield from _project_entries(subdirectory, False)
 
 
 def _read(path: str) -> bytes | None:
@@ -45,6 +75,8 @@ def _read(path: str) -> bytes | None:
 
 
 def _view(index: ProjectIndex, path: str) -> ModuleView:
+    from pmap_migrate.rules.analysis.project import ModuleView, module_identity
+
     base, name, package = module_identity(path)
     return ModuleView(index, base, name, package)
 
@@ -52,6 +84,7 @@ def _view(index: ProjectIndex, path: str) -> ModuleView:
 def _names_alias(data: bytes, path: str, index: ProjectIndex, alias: AliasFact) -> bool:
     """Whether the file's text ``data`` (a module, or a notebook: its code cells) names ``alias``."""
     from pmap_migrate.notebooks import NotebookError, load
+    from pmap_migrate.rules.analysis.project import ModuleView, refers_to_alias
 
     try:
         if path.endswith(".ipynb"):
@@ -65,13 +98,16 @@ def _names_alias(data: bytes, path: str, index: ProjectIndex, alias: AliasFact) 
     return refers_to_alias(tree, view, alias)
 
 
-def alias_decisions(candidates: Sequence[str], files: Sequence[str], fixed: Mapping[str, bytes], root: str
-                    ) -> dict[str, tuple[tuple[str, str], ...]]:
+def alias_decisions(candidates: Sequence[str], files: Sequence[str], fixed: Mapping[str, bytes], root: str,
+                    exports: Iterable[Export] = ()) -> dict[str, tuple[tuple[str, str], ...]]:
     """For each of the ``candidates`` (files of the run that may define public pmap aliases) whose
     module defines aliases that modules of the project import: per alias, why it is kept ("" when
     every importer is among the run's ``files`` and its text after the run's fixes names the alias
     no more). ``fixed``: the new text of each file the run changes, by absolute path (any other
-    file is as it is on disk)."""
+    file is as it is on disk). ``exports``: the project's (``project_exports``): an importer may
+    name an alias by another name a module re-exports it as (``from pkg import P``)."""
+    from pmap_migrate.rules.analysis.project import ProjectIndex
+
     index = ProjectIndex((root,))
     run = {os.path.abspath(f) for f in files}
     defined: dict[str, list[AliasFact]] = {}
@@ -89,7 +125,12 @@ def alias_decisions(candidates: Sequence[str], files: Sequence[str], fixed: Mapp
                 defined[path] = public
     if not defined:
         return {}
-    wanted = {alias.name.encode() for aliases in defined.values() for alias in aliases}
+    spellings: dict[tuple[str, str], set[bytes]] = {
+        (owner, alias.name): {alias.name.encode()} for owner, aliases in defined.items() for alias in aliases}
+    for export in exports:
+        if export.origin in spellings:
+            spellings[export.origin].add(export.name)
+    wanted = set().union(*spellings.values())
     importers: dict[tuple[str, str], list[str]] = {}
     for path in _project_files(root):
         path = os.path.abspath(path)
@@ -98,7 +139,8 @@ def alias_decisions(candidates: Sequence[str], files: Sequence[str], fixed: Mapp
             continue
         for owner, aliases in defined.items():
             for alias in aliases:
-                if path != owner and alias.name.encode() in data and _names_alias(data, path, index, alias):
+                if path != owner and any(name in data for name in spellings[owner, alias.name]) \
+                        and _names_alias(data, path, index, alias):
                     importers.setdefault((owner, alias.name), []).append(path)
     decisions: dict[str, tuple[tuple[str, str], ...]] = {}
     for owner, aliases in defined.items():
@@ -125,3 +167,200 @@ def _shown(paths: Sequence[str], root: str, most: int = 5) -> str:
     shown = sorted(os.path.relpath(p, root).replace(os.sep, "/") for p in paths)
     more = f" and {len(shown) - most} more" if len(shown) > most else ""
     return ", ".join(shown[:most]) + more
+
+
+# ------------------------------------------------------------------ the names the project exports
+@dataclass(frozen=True)
+class Export:
+    """A module-level name of a project module that the index knows as a pmap alias or a pmapped
+    function (``origin``: (defining file, name)), or that a module mentioning pmap imports such a
+    name as (a re-export). ``handle``: the last component of the module's name (the file's stem, a
+    package's directory), which an import of the module spells; ``package``: an ``__init__.py``,
+    which its own modules also import from as ``from . import name``."""
+
+    handle: bytes
+    package: bool
+    name: bytes
+    origin: tuple[str, str]
+
+
+# A module's contribution, as the cache keeps it by (size, mtime): None when it does not mention
+# pmap; else (its facts' names, the (imported name, local name) pairs of its module-level
+# `from ... import` statements).
+Contribution = tuple[tuple[str, ...], tuple[tuple[str, str], ...]] | None
+
+# The texts `may_define_facts` and `contribution` search, compiled when first used (a warm run
+# reads no module).
+_TEXTS = {
+    # where a pmap fact can start: the name `pmap` (``jax.pmap``, an import of it), or a helper
+    # that `fix` writes (its outputs are pmap's stacks)
+    "fact root": rb"\bpmap\b|\b_shard_mapped\b|\b_global_call\b",
+    # a line that starts a statement at module level (or is text at column 0 in a string)
+    "column zero": rb"(?m)^[^ \t\r\n\f#]",
+    # statements whose bodies the facts never read; a `def` line itself binds no fact (its
+    # decorators do)
+    "block": rb"(?:async|def|class|if|elif|else|for|while|with|try|except|finally)\b",
+    "import": rb"(?:from|import)\b",
+    "renamed": rb"\w*[ \t]+as\b",
+    "from import": rb"(?m)^from[ \t]+[\w.]+[ \t]+import[ \t]*(\([^)]*\)|[^\n]*(?:\\\r?\n[^\n]*)*)",
+    "imported": rb"(\w+)(?:\s+as\s+(\w+))?",
+}
+
+
+@cache
+def _text(name: str) -> re.Pattern[bytes]:
+    return re.compile(_TEXTS[name])
+
+
+def may_define_facts(data: bytes) -> bool:
+    """Whether the module ``data`` can have pmap facts (rules/analysis/project.py), judged from its
+    text (False only when sure, string literals aside): every fact is a module-level statement (an
+    assignment, or a definition's decorators) reaching ``pmap`` or a helper `fix` writes, directly
+    or through the module's imports and aliases, which spell it at module level too. So some such
+    word must occur outside the bodies of definitions and blocks (the nearest statement at column 0
+    above it, past the lines that close brackets, opens no body), outside comments, and not only in
+    an import that binds it under its own name."""
+    starts: list[int] | None = None
+    for match in _text("fact root").finditer(data):
+        if starts is None:
+            starts = [m.start() for m in _text("column zero").finditer(data)]
+        position = match.start()
+        i = bisect.bisect_right(starts, position) - 1
+        while i >= 0 and data[starts[i]] in b")]}":
+            i -= 1
+        if i < 0:
+            return True
+        start = starts[i]
+        if _text("block").match(data, start):
+            continue
+        if _text("import").match(data, start):
+            if _text("renamed").match(data, match.end()):
+                return True
+            continue
+        before = data[data.rfind(b"\n", 0, position) + 1:position]
+        if b"#" in before and b"'" not in before and b'"' not in before:
+            continue
+        return True
+    return False
+
+
+def contribution(data: bytes, path: str) -> Contribution:
+    """What the module ``data`` (the file ``path``) brings to the project's exports."""
+    if b"pmap" not in data:
+        return None
+    names: tuple[str, ...] = ()
+    if may_define_facts(data):
+        from pmap_migrate.rules.analysis.project import module_facts, module_identity
+
+        _, name, package = module_identity(path)
+        facts = module_facts(data, name, package)
+        names = tuple(sorted({*facts.aliases, *facts.pmapped}))
+    imported = []
+    for statement in _text("from import").finditer(data):
+        for match in _text("imported").finditer(statement.group(1)):
+            original, local = match.group(1).decode(), (match.group(2) or match.group(1)).decode()
+            if original not in ("import", "as"):
+                imported.append((original, local))
+    return names, tuple(imported)
+
+
+def _handle(path: str) -> tuple[bytes, bool]:
+    """(The module's last name component as an import spells it, whether it is a package); a file
+    name that is not UTF-8 (no module an import can name) as its bytes."""
+    directory, filename = os.path.split(path)
+    if filename == "__init__.py":
+        return os.fsencode(os.path.basename(directory)), True
+    return os.fsencode(filename.rsplit(".", 1)[0]), False
+
+
+def project_exports(root: str | None, known: dict[str, tuple[int, int, Contribution]] | None = None,
+                    files: Iterable[str] = (), vouched: Callable[[str, os.stat_result], bool] | None = None
+                    ) -> tuple[frozenset[Export], bool]:
+    """The exports of the project's Python modules under ``root`` (``_project_files``; None: no
+    tree) and of the run's ``files`` (absolute paths: some may lie elsewhere), and whether ``known`` changed: each
+    file's contribution by (size, mtime) from an earlier run (the cache's), updated here; a file
+    whose size and mtime are unchanged is not read. ``vouched``: whether a file's size and mtime
+    are those an earlier run saw (the result cache's): one that ``known`` does not hold then did not
+    mention pmap, and ``known`` keeps only the files that mention it and those not vouched for (a
+    warm run of a large tree loads and stores a few hundred entries, not one per file)."""
+    known = {} if known is None else known
+    changed = False
+    seen: set[str] = set()
+    contributions: dict[str, Contribution] = {}
+    tree = () if root is None else _project_entries(os.path.abspath(root))
+    inside = None if root is None else os.path.join(os.path.abspath(root), "")
+    outside = sorted(f for f in files if inside is None or not f.startswith(inside))
+    for item in (*tree, *outside):
+        path = item if isinstance(item, str) else item.path
+        if not path.endswith(".py") or path in seen:
+            continue
+        seen.add(path)
+        try:
+            stat = os.stat(path) if isinstance(item, str) else item.stat()
+        except OSError:
+            continue
+        entry = known.get(path)
+        if entry is None and vouched is not None and vouched(path, stat):
+            continue  # unchanged, and without pmap
+        if entry is None or entry[:2] != (stat.st_size, stat.st_mtime_ns):
+            data = _read(path)
+            if data is None:
+                continue
+            entry = known[path] = (stat.st_size, stat.st_mtime_ns, contribution(data, path))
+            changed = True
+        if entry[2] is not None:
+            contributions[path] = entry[2]
+        elif vouched is not None and vouched(path, stat):
+            del known[path]  # the result cache's entry stands for it from now on
+            changed = True
+    for gone in set(known) - seen:
+        del known[gone]
+        changed = True
+    exports: set[Export] = set()
+    by_name: dict[str, set[tuple[str, str]]] = {}  # exported name -> its origins
+    for path, (names, _) in contributions.items():
+        handle, package = _handle(path)
+        for name in names:
+            exports.add(Export(handle, package, name.encode(), (path, name)))
+            by_name.setdefault(name, set()).add((path, name))
+    # Re-exports (``from .steps import p_double as pd`` in a package's `__init__.py`), also of
+    # re-exports: by name, as far as they go.
+    for _ in range(8):
+        grown = False
+        for path, (_, imported) in contributions.items():
+            handle, package = _handle(path)
+            for original, local in imported:
+                for origin in tuple(by_name.get(original, ())):
+                    export = Export(handle, package, local.encode(), origin)
+                    if export not in exports:
+                        exports.add(export)
+                        by_name.setdefault(local, set()).add(origin)
+                        grown = True
+        if not grown:
+            break
+    return frozenset(exports), changed
+
+
+def imports_exports(data: bytes, exports: Iterable[Export]) -> bool:
+    """Whether the text ``data`` (a module, or a notebook's JSON) may refer to one of ``exports``:
+    it spells the name, and the module as an import or an attribute chain spells it
+    (``from .steps import``, ``steps.p_double``, ``import pkg.steps as s``; for a package, also
+    ``from . import``). An over-approximation: the index, asked next, decides."""
+    name, spelled = None, False
+    for export in exports:  # in order of their names (a name of several modules is searched once)
+        if export.name != name:
+            name, spelled = export.name, export.name in data
+        if spelled and _import_pattern(export.handle, export.package, export.name).search(data):
+            return True
+    return False
+
+
+@lru_cache(maxsize=1024)
+def _import_pattern(handle: bytes, package: bool, name: bytes) -> re.Pattern[bytes]:
+    module, name = re.escape(handle), re.escape(name)
+    forms = [rb"\b" + module + rb"\s*\.\s*" + name + rb"\b",  # an attribute of the module
+             rb"\bfrom\s+[\w.]*\b" + module + rb"\s+import\b",  # `from pkg.steps import` (star too)
+             rb"\b" + module + rb"\s+as\s+\w"]  # the module under another name
+    if package:
+        forms.append(rb"\bfrom\s+\.+\s*import\b")
+    return re.compile(b"|".join(forms))

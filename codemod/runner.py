@@ -21,6 +21,7 @@ from pmap_migrate.stack import on_deep_stack
 
 if TYPE_CHECKING:  # rule classes (and libcst) load only when a file needs analysing; the
     # prefilter and the slicer only when a file needs reading (a warm run reads none)
+    from pmap_migrate.crossmodule import Export
     from pmap_migrate.prefilter import Gate
     from pmap_migrate.rules.analysis.project import ModuleView, ProjectIndex
     from pmap_migrate.rules.base import Rule
@@ -169,8 +170,10 @@ _INDEXES: dict[str, ProjectIndex] = {}
 # fingerprint of its facts, its size, its mtime, whether it is among the run's files).
 Dependency = tuple[str, str, str, int, int, bool]
 
-# The project of a job: the configuration's root, and the absolute paths of the run's files.
-Project = tuple[str, frozenset[str]]
+# The project of a job: the configuration's root, the absolute paths of the run's files, and the
+# project's exports that a module not spelling `pmap` may import (codemod/crossmodule.py; those whose
+# names do not spell it either).
+Project = tuple[str, frozenset[str], tuple["Export", ...]]
 
 
 def _project_view(path: str, shown: str, project: Project | None) -> ModuleView | None:
@@ -179,7 +182,7 @@ def _project_view(path: str, shown: str, project: Project | None) -> ModuleView 
         return None
     from pmap_migrate.rules.analysis.project import ModuleView, ProjectIndex, module_identity
 
-    root, files = project
+    root, files, _ = project
     index = _INDEXES.get(root)
     if index is None or index.run != files:
         index = _INDEXES[root] = ProjectIndex((root,), run=files)
@@ -230,11 +233,60 @@ def _gate_for(codes: tuple[str, ...]) -> Gate:
 def _project(settings: Settings, files: Sequence[str | Path]) -> Project:
     """The project of a run's jobs (one object, shared by every job of a chunk when pickled): the
     root and the files' absolute paths (a relative path from discovery, normal, joined to the
-    working directory without `abspath`: a warm run of a large tree spends its time on such steps)."""
+    working directory without `abspath`: a warm run of a large tree spends its time on such steps);
+    no exports yet (``_exports``, ``_importable``)."""
     cwd = os.path.join(os.getcwd(), "")
     return os.fspath(settings.root), frozenset(
         cwd + text if not os.path.isabs(text := os.fspath(f)) and os.path.normpath(text) == text
-        else os.path.abspath(text) for f in files)
+        else os.path.abspath(text) for f in files), ()
+
+
+def _importable(exports: frozenset[Export]) -> tuple[Export, ...]:
+    """The ``exports`` that a module not spelling `pmap` can name, in a stable order."""
+    return tuple(sorted((e for e in exports if b"pmap" not in e.name), key=lambda e: (e.name, e.handle, e.origin)))
+
+
+def _exports(settings: Settings, files: frozenset[str], cache: ResultCache | None = None, *, record: bool = True
+             ) -> tuple[frozenset[Export], frozenset[Export]]:
+    """The exports of the project and of the run's ``files`` (codemod/crossmodule.py), each
+    module's part from the cache while its size and mtime hold; and those of them that the cached
+    results did not know (``record``: the run's results are stored with them; `fix` only reads)."""
+    from pmap_migrate.crossmodule import project_exports
+
+    # The tree under the root when a configuration names it: without one the root is the working
+    # directory, which may be a home directory (the run's files are the project then).
+    root = os.fspath(settings.root) if settings.config_file is not None else None
+    if cache is None:
+        return project_exports(root, None, files)[0], frozenset()
+    known = cache.contributions if record else dict(cache.contributions)
+    exports, changed = project_exports(root, known, files, cache.unchanged)
+    return exports, cache.use_exports(exports, changed) if record else frozenset()
+
+
+def _result_cache(settings: Settings, codes: tuple[str, ...]) -> ResultCache:
+    directory = settings.cache_dir or (settings.root / CACHE_DIR_NAME)
+    return ResultCache(directory, settings.fingerprint(f"{__version__}+{_code_fingerprint()}", codes))
+
+
+def _may_import(path: str, exports: tuple[Export, ...]) -> bool:
+    """Whether the file ``path``, not spelling `pmap`, may import one of ``exports``."""
+    from pmap_migrate.crossmodule import imports_exports
+
+    try:
+        with open(path, "rb") as handle:
+            data = handle.read()
+    except OSError:
+        return True
+    return b"pmap" not in data and imports_exports(data, exports)
+
+
+def _imports_exports(data: bytes, project: Project | None) -> bool:
+    """Whether a module that does not spell `pmap` may import what the project exports."""
+    if project is None or not project[2]:
+        return False
+    from pmap_migrate.crossmodule import imports_exports
+
+    return imports_exports(data, project[2])
 
 
 def _check_job(job: tuple[str, str, tuple[str, ...], RuleOptions, bool, bytes | None, Project | None]
@@ -255,11 +307,14 @@ def _check_job(job: tuple[str, str, tuple[str, ...], RuleOptions, bool, bytes | 
         return None, content_digest, True, ()
     gate = _gate_for(codes)
     text_matched = gate.text_match(data)
-    if not text_matched and not gate.names and not gate.keywords:
-        return FileResult(shown), content_digest, False, ()
     # An importer of an alias the project defines (`from .constants import pmap as p`) need not
-    # refer to jax: the index is asked about the files that spell `pmap` at all.
-    view = _project_view(path, shown, project) if b"pmap" in data else None
+    # refer to jax: the index is asked about the files that spell `pmap`, and about those that
+    # spell a name the project exports and its module (`from .steps import p_double`).
+    spelled = b"pmap" in data
+    imported = not spelled and _imports_exports(data, project)
+    if not text_matched and not imported and not gate.names and not gate.keywords:
+        return FileResult(shown), content_digest, False, ()
+    view = _project_view(path, shown, project) if spelled or imported else None
     result = _checked(data, shown, codes, options, text_matched, view)
     if result.diagnostics or result.error is not None:
         with_source_lines(result, data)
@@ -338,10 +393,7 @@ def run(
 ) -> RunResult:
     """Check ``files`` with ``rules`` (classes, or codes: a run the cache answers whole loads no rule)."""
     codes = tuple(rule if isinstance(rule, str) else rule.CODE for rule in rules)
-    cache = None
-    if use_cache:
-        directory = settings.cache_dir or (settings.root / CACHE_DIR_NAME)
-        cache = ResultCache(directory, settings.fingerprint(f"{__version__}+{_code_fingerprint()}", codes))
+    cache = _result_cache(settings, codes) if use_cache else None
     outcome = RunResult(files=len(files))
     options = rule_options(settings)
     pending: list[tuple[int, str, os.stat_result, str]] = []  # (slot, cache key, stat, shown) of each job
@@ -350,6 +402,12 @@ def run(
     cwd = os.path.join(os.getcwd(), "")
     shower = PathDisplay()
     project = _project(settings, files)
+    exports, added = _exports(settings, project[1], cache)
+    project = (*project[:2], _importable(exports))
+    # A cached result that the project's index did not take part in holds while the project
+    # exports nothing new that the module may import (a module not spelling `pmap` got no view of
+    # the index unless it spelled an export).
+    added = _importable(added)
     _INDEXES.clear()  # files may have changed since an earlier run in this process
     for path in files:
         text = os.fspath(path)
@@ -373,6 +431,8 @@ def run(
         entry = cache.entries.get(key) if cache is not None else None
         # A result that used other modules' facts (the project index) holds while those do.
         if entry is not None and cache.dependencies_changed(key, project[1]):
+            entry = None
+        if entry is not None and added and _may_import(text, added):
             entry = None
         if entry is not None:
             hit = cache.lookup_stat(key, stat, shown)
@@ -492,7 +552,7 @@ def _fix_job(job: tuple[str, str, tuple[str, ...], bool, RuleOptions, bool]):
         return FixOutcome(shown, b"", error=FileError.unreadable(shown, error)), False
     gate = _gate_for(codes)
     # An importer of an alias the project defines is fixed through the index, as `check` sees it.
-    view = _project_view(path, shown, project) if b"pmap" in data else None
+    view = _project_view(path, shown, project) if b"pmap" in data or _imports_exports(data, project) else None
     if view is not None and not _refers_to_exports(data, view):
         view = None
     if view is None and not gate.text_match(data) and not gate.refers_to_names(data, _is_notebook(shown)):
@@ -516,18 +576,22 @@ def _refers_to_exports(data: bytes, view: ModuleView) -> bool:
 
 def run_fix(files: Sequence[str | Path], settings: Settings, rules: Sequence[type[Rule]] | Sequence[str], *,
             unsafe: bool, jobs: int | None = None, progress: Callable[[int], None] | None = None,
-            on_total: Callable[[int], None] | None = None, shared: bool = False) -> list:
+            on_total: Callable[[int], None] | None = None, shared: bool = False, use_cache: bool = False) -> list:
     """``(path, FixOutcome)`` for every file that could need a fix or could not be read (path None);
     nothing is written here. The workers read the files (no file's bytes through a pipe). ``rules``:
     classes, or codes (a run whose files the prefilter all rules out loads no rule, nor libcst).
     ``shared``: fixed modules import shared helpers from their package's shared module
-    (``shared_module_outcomes`` adds the outcomes that create or extend those modules)."""
+    (``shared_module_outcomes`` adds the outcomes that create or extend those modules).
+    ``use_cache``: the project's exports are read with `check`'s cache (as `fix` runs after a
+    `check` of the same files), which this run does not change."""
     codes = tuple(rule if isinstance(rule, str) else rule.CODE for rule in rules)
     outcomes: list = []
     options = rule_options(settings)
     work: list[tuple[str, str, tuple[str, ...], bool, RuleOptions, bool, Project]] = []
     shower = PathDisplay()
     project = _project(settings, files)
+    exports, _ = _exports(settings, project[1], _result_cache(settings, codes) if use_cache else None, record=False)
+    project = (*project[:2], _importable(exports))
     root = project[0]
     _INDEXES.clear()  # files may have changed since an earlier run in this process
     for path in files:
@@ -548,7 +612,8 @@ def run_fix(files: Sequence[str | Path], settings: Settings, rules: Sequence[typ
 
         fixed = {os.path.abspath(path): outcome.fixed for (outcome, read), path in done
                  if read and outcome is not None and outcome.changed and outcome.error is None}
-        decisions = alias_decisions([os.fspath(done[i][1]) for i in kept], [os.fspath(f) for f in files], fixed, root)
+        decisions = alias_decisions([os.fspath(done[i][1]) for i in kept], [os.fspath(f) for f in files], fixed, root,
+                                    exports)
         for i in kept:
             decided = decisions.get(os.path.abspath(done[i][1]))
             if decided:

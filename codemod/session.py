@@ -123,14 +123,15 @@ class Session:
         from pmap_migrate.runner import run_fix
 
         if not progress or not sys.stderr.isatty():
-            outcomes = run_fix(files, self.settings, self.codes, unsafe=unsafe, jobs=jobs, shared=True)
+            outcomes = run_fix(files, self.settings, self.codes, unsafe=unsafe, jobs=jobs, shared=True,
+                               use_cache=use_cache)
             return FixRun(len(files), outcomes, self.problems)
         from rich.progress import Progress
 
         with Progress(transient=True) as bar:
             task = bar.add_task("fixing", total=None, visible=False)
             outcomes = run_fix(files, self.settings, self.codes, unsafe=unsafe, jobs=jobs, shared=True,
-                               progress=lambda n: bar.advance(task, n),
+                               use_cache=use_cache, progress=lambda n: bar.advance(task, n),
                                on_total=lambda total: bar.update(task, total=total,
                                                                  visible=total >= PROGRESS_THRESHOLD))
         return FixRun(len(files), outcomes, self.problems)

@@ -229,3 +229,28 @@ def test_files_that_all_are_excluded_pass(tmp_path, monkeypatch):
         assert result.exit_code == 0, result.output
     assert "All checks passed! (0 files checked)" in CliRunner().invoke(
         main, ["check", "--no-cache", "--force-exclude", "vendored/old.py"]).output
+
+
+def test_the_hook_on_an_importer_alone_reads_the_module_it_imports_from_the_tree(tmp_path, monkeypatch):
+    """pre-commit passes only the changed files: an importer that never spells pmap, passed alone,
+    gets the findings on the outputs of the pmapped function it imports (the module that defines
+    it read from the tree), and again from the cache once that module changes."""
+    from click.testing import CliRunner
+
+    from pmap_migrate.cli import main
+
+    root = tmp_path / "project"
+    shutil.copytree(REPO / "fixtures" / "projects" / "importers_without_pmap", root,
+                    ignore=shutil.ignore_patterns("expected*"))
+    monkeypatch.chdir(root)
+    monkeypatch.setenv("PRE_COMMIT", "1")
+    steps = root / "pkg" / "steps.py"
+    pmapped = steps.read_text()
+    steps.write_text("def p_double(x):\n    return 2 * x\n")
+    hook = ["check", "--force-exclude", "--output-format", "concise", "pkg/use2.py"]
+    assert CliRunner().invoke(main, hook).exit_code == 0
+    stat = steps.stat()
+    steps.write_text(pmapped)
+    os.utime(steps, ns=(stat.st_atime_ns, stat.st_mtime_ns + 10_000_000_000))
+    result = CliRunner().invoke(main, hook)
+    assert result.exit_code == 1 and "pkg/use2.py:8:12: PM201" in result.output, result.output

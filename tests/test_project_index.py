@@ -257,6 +257,134 @@ def test_a_notebook_importer_follows_the_alias_module(tmp_path: Path):
     assert [d for d in after.diagnostics if d.path == "notebooks/demo.ipynb"] == []
 
 
+def _copy_importers(tmp_path: Path) -> Path:
+    root = tmp_path / "importers"
+    shutil.copytree(PROJECTS / "importers_without_pmap", root, ignore=shutil.ignore_patterns("expected*"))
+    return root
+
+
+PLAIN_STEPS = "def p_double(x):\n    return 2 * x\n"
+
+
+@pytest.mark.parametrize("files", [None, ["pkg/use2.py"]], ids=["whole tree", "the importer alone"])
+def test_a_module_without_pmap_is_re_checked_when_what_it_imports_becomes_pmapped(tmp_path: Path, files):
+    """`pkg/use2.py` never spells pmap: it was checked without the index, and its cached result
+    (nothing) holds only while the project exports nothing new that it names. When `steps.py` makes
+    `p_double` a pmapped function, a warm run checks the importer again, with the index: also when
+    only the importer is passed (pre-commit), `steps.py` read from the tree. And back."""
+    root = _copy_importers(tmp_path)
+    steps = root / "pkg" / "steps.py"
+    pmapped = steps.read_text()
+    _touch_later(steps, PLAIN_STEPS)
+
+    def importer(outcome) -> list[str]:
+        return [d.code for d in outcome.diagnostics if d.path == "pkg/use2.py"]
+
+    assert importer(_check(root, files, use_cache=True)) == []
+    warm = _check(root, files, use_cache=True)
+    assert warm.cached == warm.files and importer(warm) == []
+
+    _touch_later(steps, pmapped)
+    after = _check(root, files, use_cache=True)
+    assert importer(after) == ["PM201"]
+    assert after.diagnostics == _check(root, files).diagnostics  # what a run without the cache says
+    again = _check(root, files, use_cache=True)
+    assert again.cached == again.files and importer(again) == ["PM201"]
+
+    _touch_later(steps, PLAIN_STEPS)
+    assert importer(_check(root, files, use_cache=True)) == []
+
+
+def test_a_new_export_re_checks_only_the_modules_that_name_it(tmp_path: Path):
+    """A module that does not name what the project now exports keeps its cached result; one that
+    does is checked again."""
+    root = _copy_importers(tmp_path)
+    _check(root, use_cache=True)
+    (root / "pkg" / "more.py").write_text("import jax\n\np_triple = jax.pmap(lambda x: 3 * x)\n")
+    after = _check(root, _files(root), use_cache=True)
+    assert after.files - after.cached == 1  # the new module: no module names `p_triple`
+    plain = root / "pkg" / "plain.py"
+    _touch_later(root / "pkg" / "more.py", "import jax\n\np_double = jax.pmap(lambda x: 3 * x)\n")
+    after = _check(root, _files(root), use_cache=True)
+    # more.py, and the modules that name `p_double` and import a module named `more`: none (plain.py
+    # imports `.other`), the importers of `steps` keep theirs; but scripts/run.py, which imports what
+    # the package re-exports of a `p_double` (re-exports are followed by name: an over-approximation)
+    assert after.files - after.cached == 2
+    _touch_later(plain, plain.read_text().replace("from .other import", "from .more import"))
+    after = _check(root, _files(root), use_cache=True)
+    assert after.files - after.cached == 1
+    assert [d.code for d in after.diagnostics if d.path == "pkg/plain.py"] == ["PM201"]
+
+
+def test_modules_without_pmap_that_import_nothing_pmapped_are_not_analysed(tmp_path: Path, monkeypatch):
+    """The text test before the index: a module that never spells pmap nor a name the project
+    exports together with its module is not parsed (`pkg/other.py`, `pkg/plain.py`, which applies
+    a plain function of the same name as the pmapped one)."""
+    from pmap_migrate import runner
+
+    root = _copy_importers(tmp_path)
+    seen: list[str] = []
+    original = runner._checked
+
+    def checked(data, shown, codes, options, text_matched, project=None):
+        if project is not None:
+            seen.append(shown)
+        return original(data, shown, codes, options, text_matched, project)
+
+    monkeypatch.setattr(runner, "_checked", checked)
+    _check(root)
+    assert "pkg/plain.py" not in seen and "pkg/other.py" not in seen
+    assert {"pkg/use.py", "pkg/use2.py", "pkg/use3.py", "scripts/run.py"} <= set(seen)
+
+
+def test_project_exports_are_the_facts_names_and_their_re_exports(tmp_path: Path):
+    from pmap_migrate.crossmodule import project_exports
+
+    root = PROJECTS / "importers_without_pmap"
+    exports, _ = project_exports(str(root))
+    found = {(e.handle, e.package, e.name, os.path.relpath(e.origin[0], root), e.origin[1]) for e in exports}
+    steps = os.path.join("pkg", "steps.py")
+    same = os.path.join("pkg", "same.py")
+    assert found == {(b"steps", False, b"p_double", steps, "p_double"),
+                     (b"same", False, b"p_double", same, "p_double"),
+                     (b"pkg", True, b"double_on_devices", steps, "p_double"),
+                     (b"pkg", True, b"double_on_devices", same, "p_double")}  # by name: over-approximated
+
+
+def test_without_a_configuration_the_exports_are_the_run_files_own(tmp_path: Path):
+    """Without a configuration the root is the working directory (a home directory, say), which is
+    not listed: the exports come from the run's files."""
+    from pmap_migrate.crossmodule import project_exports
+
+    root = _copy_importers(tmp_path)
+    steps, use = str(root / "pkg" / "steps.py"), str(root / "pkg" / "use2.py")
+    exports, _ = project_exports(None, files=[steps, use])
+    assert {(e.name, e.origin) for e in exports} == {(b"p_double", (steps, "p_double"))}
+    assert project_exports(None, files=[use])[0] == frozenset()
+
+
+@pytest.mark.parametrize("text, expected", [
+    ("import jax\n\ndef f(x):\n    return jax.pmap(g)(x)\n", False),
+    ("import jax\n\nclass A:\n    step = jax.pmap(g)\n", False),
+    ("import jax\n\ndef f(\n    x,\n) -> int:\n    return jax.pmap(g)(x)\n", False),
+    ("import jax\n# jax.pmap below\nif X:\n    p = jax.pmap(g)\n", False),
+    ("from jax import pmap\n\ndef f(x):\n    return pmap(g)(x)\n", False),
+    ("import jax\n\np = jax.pmap(g)\n", True),
+    ("import jax, functools\n\np = functools.partial(\n    jax.pmap, axis_name='i')\n", True),
+    ("import jax\n\n@jax.pmap\ndef f(x):\n    return x\n", True),
+    ("from jax import pmap as P\n\nf = P(g)\n", True),
+    ("from ._pmap_compat import _shard_mapped\nimport jax\n\nf = jax.jit(_shard_mapped(g, 'i'))\n", True),
+])
+def test_may_define_facts_is_false_only_without_facts(text: str, expected: bool):
+    from pmap_migrate.crossmodule import may_define_facts
+
+    data = text.encode()
+    facts = module_facts(data, "m", False)
+    assert may_define_facts(data) == expected
+    if facts.aliases or facts.pmapped:
+        assert may_define_facts(data)
+
+
 # ------------------------------------------------------------------ fix's counts
 def _cli(root: Path, *args: str):
     from click.testing import CliRunner
@@ -302,3 +430,19 @@ def test_fix_of_the_whole_project_counts_what_check_finds_after_it(tmp_path: Pat
         assert f"Found {left} legacy pattern" in result.output
     else:
         assert "All checks passed!" in after.output and "All checks passed!" in result.output
+
+
+@pytest.mark.parametrize("cache", [[], ["--no-cache"]], ids=["cache", "no cache"])
+def test_fix_of_an_importer_without_pmap_alone_rewrites_what_check_reports_on_it(tmp_path: Path, cache):
+    """`fix` sees an importer that never spells pmap as `check` does (the exports read with the
+    cache `check` just filled, or anew): its committed input to the imported pmapped function is
+    rewritten, the module that defines it is left as it is."""
+    root = _copy_importers(tmp_path)
+    steps = (root / "pkg" / "steps.py").read_text()
+    before = _check(root, ["pkg/use.py"]).results[0].active
+    assert [d.code for d in before] == ["PM304", "PM201"]
+    result = _cli(root, "fix", *cache, "pkg/use.py")
+    assert "NamedSharding" in (root / "pkg" / "use.py").read_text()
+    assert (root / "pkg" / "steps.py").read_text() == steps
+    assert "Fixed 1 of 2 legacy patterns" in result.output, result.output
+    assert [d.code for d in _check(root, ["pkg/use.py"]).results[0].active] == ["PM201"]
