@@ -36,9 +36,10 @@ from libcst.metadata import Assignment
 from pmap_migrate.rules.analysis.model import SemanticModel
 from pmap_migrate.rules.analysis.sites import PMAP, TransformSite
 from pmap_migrate.rules.fixes.choices import Applicability
-from pmap_migrate.rules.fixes.evaluation import EvaluationPlaces
 from pmap_migrate.rules.fixes.code import WHITESPACE_LINE, code_of, is_none, own_blank_lines_unindented, simple_params
+from pmap_migrate.rules.fixes.evaluation import EvaluationPlaces
 from pmap_migrate.rules.fixes.naming import NameAllocator
+from pmap_migrate.rules.fixes.observed import only_legacy
 from pmap_migrate.rules.fixes.pmap_options import DEFAULT_AXIS, KNOWN_OPTIONS, SiteReader, Unsupported
 from pmap_migrate.rules.fixes.pmap_render import (
     STATIC_TEMPLATE_LOCALS,
@@ -129,8 +130,7 @@ class Rewriter(EvaluationPlaces):
         chain = self._direct_nest(site)
         if chain is not None:
             return self._nest_fix_once(chain)
-        self.check_legacy_unobserved(site)
-        self._check_inner_transform(site)
+        only_legacy(self.model, site)
         enclosing = self._enclosing_direct_nest(site)
         if enclosing is not None:
             # Rewritten with its nest, or not at all: alone it would run a shard_map inside the
@@ -270,67 +270,8 @@ class Rewriter(EvaluationPlaces):
             raise Unsupported("the pmap alias is also bound to something else")
         if self._direct_nest(site) is not None or self._inner_of_direct_nest(site):
             raise Unsupported("a nested pmap in a multi-process program (host-local inputs, see PM501)")
-        self.check_legacy_unobserved(site)
-        self._check_inner_transform(site)
+        only_legacy(self.model, site)
         self._check_options(site)
-
-    def check_legacy_unobserved(self, site: TransformSite) -> None:
-        """Unsupported where the program observes what only legacy pmap's object does: its errors
-        (the pmapped function called where an exception is expected: `with self.assertRaises(...)`,
-        `self.assertRaisesRegex(E, msg, lambda: f(x))`, `pytest.raises`; the rewrite raises other
-        errors, or none, for misuse legacy pmap refused) or its own attributes (`f._cache_size`)."""
-        uses: list[cst.CSTNode] = [site.node] if isinstance(site.node, cst.Call) else []
-        uses += [access.node for assignment in site.bound_names for access in assignment.references]
-        for use in uses:
-            parent = self.model.parent(use)
-            if isinstance(parent, cst.Attribute) and parent.value is use \
-                    and parent.attr.value in tables.LEGACY_PMAP_ATTRIBUTES:
-                raise Unsupported(f"the code reads `{code_of(parent)}`, an attribute of legacy pmap's object")
-            expecting = self._expecting_error(use)
-            if expecting is not None:
-                raise Unsupported(f"the code expects it to raise (`{expecting}`): the rewrite's errors are not "
-                                  "legacy pmap's")
-
-    def _check_inner_transform(self, site: TransformSite) -> None:
-        """Unsupported where the mapped function is what a parameter makes (`jax.pmap(map2(g))`,
-        a decorator `@partial(map2)` below the pmap's, in `def build(map2)`) in a module that
-        passes pmap as a value: it may be a pmap, whose nest only legacy pmap (the shim) runs."""
-        if not self.model.value_uses(PMAP):
-            return
-        if site.is_decorator:
-            below = site.decorated.decorators[list(site.decorated.decorators).index(site.node) + 1:]
-            makers = [decorator.decorator for decorator in below]
-        else:
-            makers = [site.fun.func] if isinstance(site.fun, cst.Call) else []
-        for expr in makers:
-            if isinstance(expr, cst.Call) and self.model.matches(expr.func, tables.PARTIAL) and expr.args:
-                expr = expr.args[0].value
-            elif isinstance(expr, cst.Call):
-                expr = expr.func
-            if isinstance(expr, cst.Name) and any(
-                    isinstance(getattr(a, "node", None), cst.Param) for a in self.model.assignments_of(expr)):
-                raise Unsupported(f"the function is made by `{expr.value}`, a parameter, and the module passes "
-                                  "pmap as a value: maybe a nested pmap")
-
-    def _expecting_error(self, node: cst.CSTNode) -> str | None:
-        """The call that expects an exception around ``node`` in its function: a `with` item's
-        (``node`` in the block) or a call's (``node`` among its arguments)."""
-        child = node
-        for ancestor in self.model.ancestors(node):
-            if isinstance(ancestor, (cst.FunctionDef, cst.ClassDef)):
-                return None
-            calls = []
-            if isinstance(ancestor, cst.With) and child is ancestor.body:
-                calls = [item.item for item in ancestor.items if isinstance(item.item, cst.Call)]
-            elif isinstance(ancestor, cst.Call) and child is not ancestor.func:
-                calls = [ancestor]
-            for call in calls:
-                func = call.func
-                if (isinstance(func, cst.Attribute) and func.attr.value in tables.EXPECTS_ERROR_METHODS) \
-                        or self.model.matches(func, tables.EXPECTS_ERROR):
-                    return f"{code_of(func)}(...)"
-            child = ancestor
-        return None
 
     def _check_options(self, site: TransformSite) -> None:
         if id(site.node) in self.model.nested_nodes():
@@ -368,7 +309,7 @@ class Rewriter(EvaluationPlaces):
 
     def _nested_fix(self, chain: list[TransformSite]) -> FixSpec:
         outer = chain[0]
-        self.check_legacy_unobserved(outer)
+        only_legacy(self.model, outer)
         statement, target = self.assignment_statement(outer.node)
         fun = chain[-1].fun
         assert statement is not None and fun is not None
