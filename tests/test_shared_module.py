@@ -592,3 +592,19 @@ def test_a_multi_process_module_binding_mesh_otherwise_is_rewritten_too(tmp_path
     text = tree(root)["pkg/m.py"]
     assert "runtime_shim" not in text and "_global_call(jax.jit(_shard_mapped(lambda x: x" in text, text
     assert "from jax._src.mesh import Mesh\n" in text and "from pkg._pmap_compat import" in text
+
+
+@pytest.mark.parametrize("indent", ["  ", "    "])
+def test_every_helper_line_fits_in_80_columns_in_a_module_of_that_indent(indent):
+    """The strictest limit of the corpus's projects (brax, ferminet, flax's examples: 80), at the
+    indentations the corpus uses: the helpers add no E501 there."""
+    from pmap_migrate.rules.fixes import shared
+
+    renders = {shared.GLOBAL_CALL: shared.global_call_helper, shared.HOST_LOCAL: shared.host_local_helper,
+               shared.TO_GLOBAL: shared.to_global_helper}
+    from pmap_migrate.rules.fixes.pmap_render import shard_mapped_helper
+
+    texts = {name: render(indent) for name, render in renders.items()}
+    texts["_shard_mapped"] = shard_mapped_helper("_shard_mapped", indent)
+    long = {(name, line) for name, text in texts.items() for line in text.splitlines() if len(line) > 80}
+    assert not long, long

@@ -175,7 +175,7 @@ def global_call_helper(indent: str) -> str:
         f"{i2}if any(isinstance(x, jax.core.Tracer) for x in traced):",
         f"{i3}if jax.process_count() > 1:",
         f"{i4}raise NotImplementedError(",
-        f'{i4}{i1}"a multi-process pmap in traced code: use runtime_shim.pmap")',
+        f'{i4}{i1}"multi-process pmap in traced code: use runtime_shim.pmap")',
         f"{i3}return jitted(*args, **kwargs)  # one process: rows are all",
         f"{i2}args = list(args)",
         f"{i2}axes = in_axes if isinstance(in_axes, tuple) else (in_axes,) * len(args)",
@@ -269,7 +269,8 @@ def module_text(names: frozenset[str] | set[str]) -> str:
 # first 16 hex digits): a shared module holding them is still this tool's, and is written anew
 # (current helpers accept every call an earlier version wrote) when a fix needs it.
 _OLDER_TEXTS = {
-    "_global_call": frozenset({"2c3edceb47850ab9", "e2fa1718804f1887", "296c78bd45d9c5e8", "f2436949b7735625"}),
+    "_global_call": frozenset({"2c3edceb47850ab9", "e2fa1718804f1887", "296c78bd45d9c5e8", "f2436949b7735625",
+                                "d389175296926851"}),
     "_host_local": frozenset({"154eac9fad91f8c5"}),
     "_put_sharded": frozenset({"f7adeab83ee10695"}),
     "_replicate": frozenset({"8ffd517d6a147f6f"}),
