@@ -25,6 +25,7 @@ import re
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from functools import cache, lru_cache
+from stat import S_ISLNK
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:  # the index loads when a module is read for its facts (a warm run lists files only)
@@ -274,7 +275,8 @@ def _handle(path: str) -> tuple[bytes, bool]:
 
 
 def project_exports(root: str | None, known: dict[str, tuple[int, int, Contribution]] | None = None,
-                    files: Iterable[str] = (), vouched: Callable[[str, os.stat_result], bool] | None = None
+                    files: Iterable[str] = (), vouched: Callable[[str, os.stat_result], bool] | None = None,
+                    stats: dict[str, tuple[os.stat_result, bool]] | None = None
                     ) -> tuple[frozenset[Export], bool]:
     """The exports of the project's Python modules under ``root`` (``_project_files``; None: no
     tree) and of the run's ``files`` (absolute paths: some may lie elsewhere), and whether ``known`` changed: each
@@ -282,7 +284,9 @@ def project_exports(root: str | None, known: dict[str, tuple[int, int, Contribut
     whose size and mtime are unchanged is not read. ``vouched``: whether a file's size and mtime
     are those an earlier run saw (the result cache's): one that ``known`` does not hold then did not
     mention pmap, and ``known`` keeps only the files that mention it and those not vouched for (a
-    warm run of a large tree loads and stores a few hundred entries, not one per file)."""
+    warm run of a large tree loads and stores a few hundred entries, not one per file).
+    ``stats``: filled with each file's (stat, whether it is a symbolic link) by absolute path, the
+    stat of a link's target, as the runner takes them: a run stats each of its files once."""
     known = {} if known is None else known
     changed = False
     seen: set[str] = set()
@@ -296,9 +300,17 @@ def project_exports(root: str | None, known: dict[str, tuple[int, int, Contribut
             continue
         seen.add(path)
         try:
-            stat = os.stat(path) if isinstance(item, str) else item.stat()
+            if isinstance(item, str):
+                stat = os.lstat(path)
+                link = S_ISLNK(stat.st_mode)
+                if link:
+                    stat = os.stat(path)
+            else:
+                stat, link = item.stat(), item.is_symlink()
         except OSError:
             continue
+        if stats is not None:
+            stats[path] = stat, link
         entry = known.get(path)
         if entry is None and vouched is not None and vouched(path, stat):
             continue  # unchanged, and without pmap

@@ -246,7 +246,8 @@ def _importable(exports: frozenset[Export]) -> tuple[Export, ...]:
     return tuple(sorted((e for e in exports if b"pmap" not in e.name), key=lambda e: (e.name, e.handle, e.origin)))
 
 
-def _exports(settings: Settings, files: frozenset[str], cache: ResultCache | None = None, *, record: bool = True
+def _exports(settings: Settings, files: frozenset[str], cache: ResultCache | None = None, *, record: bool = True,
+             stats: dict[str, tuple[os.stat_result, bool]] | None = None
              ) -> tuple[frozenset[Export], frozenset[Export]]:
     """The exports of the project and of the run's ``files`` (codemod/crossmodule.py), each
     module's part from the cache while its size and mtime hold; and those of them that the cached
@@ -257,9 +258,9 @@ def _exports(settings: Settings, files: frozenset[str], cache: ResultCache | Non
     # directory, which may be a home directory (the run's files are the project then).
     root = os.fspath(settings.root) if settings.config_file is not None else None
     if cache is None:
-        return project_exports(root, None, files)[0], frozenset()
+        return project_exports(root, None, files, stats=stats)[0], frozenset()
     known = cache.contributions if record else dict(cache.contributions)
-    exports, changed = project_exports(root, known, files, cache.unchanged)
+    exports, changed = project_exports(root, known, files, cache.unchanged, stats)
     return exports, cache.use_exports(exports, changed) if record else frozenset()
 
 
@@ -402,7 +403,8 @@ def run(
     cwd = os.path.join(os.getcwd(), "")
     shower = PathDisplay()
     project = _project(settings, files)
-    exports, added = _exports(settings, project[1], cache)
+    stats: dict[str, tuple[os.stat_result, bool]] = {}  # (stat, is a link) by absolute path, taken once
+    exports, added = _exports(settings, project[1], cache, stats=stats)
     project = (*project[:2], _importable(exports))
     # A cached result that the project's index did not take part in holds while the project
     # exports nothing new that the module may import (a module not spelling `pmap` got no view of
@@ -414,17 +416,20 @@ def run(
         # The cache key: the absolute path (discovery already merged the names of one file). A
         # relative path from discovery is normal (no `.`, no `..`): joined to the working directory.
         link = failure = None
-        try:
-            stat = os.lstat(text)  # the link's own first: whether the display resolves it
-            link = S_ISLNK(stat.st_mode)
-            if link:
-                stat = os.stat(text)
-        except OSError as error:
-            stat, failure = None, error
-        if _relative_and_normal(text):
-            shown, key = text.replace(os.sep, "/"), cwd + text
+        relative = _relative_and_normal(text)
+        key = cwd + text if relative else os.path.abspath(text)
+        taken = stats.get(key)  # the exports' pass stats the run's files first
+        if taken is not None:
+            stat, link = taken
         else:
-            shown, key = shower(text, link), os.path.abspath(text)
+            try:
+                stat = os.lstat(text)  # the link's own first: whether the display resolves it
+                link = S_ISLNK(stat.st_mode)
+                if link:
+                    stat = os.stat(text)
+            except OSError as error:
+                stat, failure = None, error
+        shown = text.replace(os.sep, "/") if relative else shower(text, link)
         if stat is None:
             slots.append(FileResult(shown, error=FileError.unreadable(shown, failure)))
             continue
