@@ -37,6 +37,12 @@ def code_of(node: cst.CSTNode) -> str:
     return cst.Module([]).code_for_node(node)
 
 
+def keyword_arg(name: str, value: cst.BaseExpression) -> cst.Arg:
+    """``name=value``, spaced as PEP 8 spaces keyword arguments."""
+    return cst.Arg(value, keyword=cst.Name(name), equal=cst.AssignEqual(
+        whitespace_before=cst.SimpleWhitespace(""), whitespace_after=cst.SimpleWhitespace("")))
+
+
 def int_literal(node: cst.BaseExpression) -> int | None:
     if isinstance(node, cst.Integer):
         return int(node.value, 0)

@@ -8,6 +8,7 @@ import dataclasses
 import libcst as cst
 
 from pmap_migrate.rules.fixes.code import code_of
+from pmap_migrate.rules.fixes.in_lines import hanging, options_in_lines
 from pmap_migrate.rules.fixes.multiprocess_reads import PlannedSite
 from pmap_migrate.rules.fixes.pmap_options import Unsupported
 from pmap_migrate.rules.fixes.pmap_render import Plan, tuple_text
@@ -50,6 +51,9 @@ class GlobalRender:
         # function; the static arguments go to jit as they are, the rest of the positional ones on
         # their axes, keyword arguments on axis 0)
         local = ["local=True"] if entry.boundary is not None else []  # callers or reads not all seen
+        in_lines = self._in_lines(entry, plan, local)
+        if in_lines is not None:
+            return in_lines
         options = [jitted, *local]
         hoisted = [] if self._in_place(entry) else plan.hoisted
         return "\n".join([*hoisted, f"{plan.name} = {self._global_call()}({', '.join(options)})"]) + "\n"
@@ -67,6 +71,17 @@ class GlobalRender:
         """`jax.jit(_shard_mapped(f, axis, ..., processes=True), ...)`: the compact
         form's helper over the global mesh (pmap_render.shard_mapped_helper), which applies the
         plan's axes at run time; None where the mapped function is not a plain name."""
+        parts = self._compact_parts(entry, plan)
+        if parts is None:
+            return None
+        name, callee, helper, jit = parts
+        options = [plan.axis, *(f"{option}={text}" for option, text in helper.items()), "processes=True"]
+        mapped = f"{name}({callee}, {', '.join(options)})"
+        return f"jax.jit({', '.join([mapped, *(f'{option}={text}' for option, text in jit.items())])})"
+
+    def _compact_parts(self, entry: PlannedSite, plan: Plan) -> tuple[str, str, dict, dict] | None:
+        """(the helper's name, the mapped function's text, the helper's options and jit's, each
+        by name to its value's text) of `_compact`."""
         callee = plan.body_call[: plan.body_call.find("(")]
         if self._in_place(entry):
             # the expression pmap was given, evaluated where pmap evaluated it (a lambda as written:
@@ -78,24 +93,42 @@ class GlobalRender:
         if plan.leading or plan.size is not None:
             return None
         name, _ = self.rewriter.compact_helper()
-        options = [plan.axis]
+        helper = {}
         if isinstance(plan.in_axes, list) and plan.params is not None:
             entries = iter(plan.in_axes)
             axes = [None if k in plan.static else next(entries) for k in range(len(plan.params))]
             if any(axis != 0 for axis in axes) or plan.static:
-                options.append(f"in_axes={_axes_text(tuple(axes))}")
+                helper["in_axes"] = _axes_text(tuple(axes))
         elif plan.in_axes != 0:
-            options.append(f"in_axes={_axes_text(plan.in_axes)}")
+            helper["in_axes"] = _axes_text(plan.in_axes)
         if plan.out_axes != 0:
-            out = tuple(plan.out_axes) if isinstance(plan.out_axes, list) else plan.out_axes
-            options.append(f"out_axes={_axes_text(out)}")
+            helper["out_axes"] = _axes_text(tuple(plan.out_axes) if isinstance(plan.out_axes, list) else plan.out_axes)
         if plan.static:
-            options.append(f"static_broadcasted_argnums={tuple_text(plan.static)}")
-        options.append("processes=True")
-        jit = [f"static_argnums={tuple_text(plan.static)}"] if plan.static else []
-        jit += [f"donate_argnums={tuple_text(plan.donate)}"] if plan.donate else []
-        mapped = f"{name}({callee}, {', '.join(options)})"
-        return f"jax.jit({', '.join([mapped, *jit])})"
+            helper["static_broadcasted_argnums"] = tuple_text(plan.static)
+        jit = {"static_argnums": tuple_text(plan.static)} if plan.static else {}
+        if plan.donate:
+            jit["donate_argnums"] = tuple_text(plan.donate)
+        return name, callee, helper, jit
+
+    def _in_lines(self, entry: PlannedSite, plan: Plan, local: list[str]) -> str | None:
+        """`_global_call(jax.jit(_shard_mapped(...), ...))` in the lines of a pmap call written
+        over several (fixes/in_lines.py), where the call is what its statement assigns: the
+        statement's text, or None."""
+        site = entry.site
+        call = site.node
+        if site.is_decorator or not isinstance(call, cst.Call) or tuple(site.args) != tuple(call.args) \
+                or not hanging(call):
+            return None
+        statement, target = self.rewriter.assignment_statement(call)
+        if statement is None or target != plan.name:
+            return None
+        parts = self._compact_parts(entry, plan)
+        if parts is None:
+            return None
+        name, _, helper, jit = parts
+        outer = cst.parse_expression(f"{self._global_call()}({', '.join(local)})")
+        built = options_in_lines(call, name, helper, jit, added=["processes=True"], outer=outer)
+        return None if built is None else f"{plan.name} = {code_of(built)}\n"
 
     def host_local_name(self) -> str:
         """The host-local view helper (the package's shared `_host_local`), when a read uses it."""

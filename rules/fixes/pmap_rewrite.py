@@ -36,8 +36,16 @@ from libcst.metadata import Assignment
 from pmap_migrate.rules.analysis.model import SemanticModel
 from pmap_migrate.rules.analysis.sites import PMAP, TransformSite
 from pmap_migrate.rules.fixes.choices import Applicability
-from pmap_migrate.rules.fixes.code import WHITESPACE_LINE, code_of, is_none, own_blank_lines_unindented, simple_params
+from pmap_migrate.rules.fixes.code import (
+    WHITESPACE_LINE,
+    code_of,
+    is_none,
+    keyword_arg,
+    own_blank_lines_unindented,
+    simple_params,
+)
 from pmap_migrate.rules.fixes.evaluation import EvaluationPlaces
+from pmap_migrate.rules.fixes.in_lines import compact_in_lines
 from pmap_migrate.rules.fixes.naming import NameAllocator
 from pmap_migrate.rules.fixes.observed import only_legacy
 from pmap_migrate.rules.fixes.pmap_options import DEFAULT_AXIS, KNOWN_OPTIONS, SiteReader, Unsupported
@@ -184,16 +192,16 @@ class Rewriter(EvaluationPlaces):
                    for option, key in (("static_argnums", "static"), ("donate_argnums", "donate")) if opts[key]]
         if opts["donate_expr"] is not None:
             argnums.append(("donate_argnums", opts["donate_expr"]))
-        donated = [_keyword(option, value) for option, value in argnums]  # jit's
-        mapping = [_keyword(option, opts[option]) for option in ("in_axes", "out_axes") if opts[option] is not None]
+        donated = [keyword_arg(option, value) for option, value in argnums]  # jit's
+        mapping = [keyword_arg(option, opts[option]) for option in ("in_axes", "out_axes") if opts[option] is not None]
         if opts["static"]:
-            mapping.append(_keyword("static_broadcasted_argnums", cst.parse_expression(tuple_text(opts["static"]))))
+            mapping.append(keyword_arg("static_broadcasted_argnums", cst.parse_expression(tuple_text(opts["static"]))))
         for option in ("devices", "backend"):  # evaluated where pmap evaluated them
             value = site.option(option)
             if value is not None and not is_none(value):
-                mapping.append(_keyword(option, value))
+                mapping.append(keyword_arg(option, value))
         if site.is_decorator:
-            options = [*([_keyword("axis_name", axis)] if axis is not None else []), *mapping]
+            options = [*([keyword_arg("axis_name", axis)] if axis is not None else []), *mapping]
             mapped = cst.Call(partial, [cst.Arg(cst.Name(name)), *options]) if options else cst.Name(name)
             jitted = jit if not donated else cst.Call(partial, [cst.Arg(jit), *donated])
             decorators = cst.FlattenSentinel([site.node.with_changes(decorator=jitted),
@@ -205,7 +213,7 @@ class Rewriter(EvaluationPlaces):
             call = site.node
             if fun is None:
                 return None
-            built = cst.Call(jit, [cst.Arg(cst.Call(cst.Name(name), [
+            built = compact_in_lines(site, name, opts, argnums) or cst.Call(jit, [cst.Arg(cst.Call(cst.Name(name), [
                 cst.Arg(fun), *([cst.Arg(axis)] if axis is not None else []), *mapping])), *donated],
                 lpar=call.lpar, rpar=call.rpar)
             # In place, where pmap was built and evaluated (`jax.pmap(f)(x)` in a loop too: the
@@ -483,8 +491,11 @@ class Rewriter(EvaluationPlaces):
             params, body_call, hoisted = self.reader.signature(fun, target, site)
             plan = self._plan(site, target, params, body_call, hoisted)
             new = self.parse_generated(renderer(plan, self.model.indent))
-            first = new[0].with_changes(leading_lines=statement.leading_lines)
-            replacement = cst.FlattenSentinel([first, *new[1:]])
+            new[0] = new[0].with_changes(leading_lines=statement.leading_lines)
+            if isinstance(new[-1], cst.SimpleStatementLine) and statement.trailing_whitespace.comment is not None:
+                # the statement's comment (`# pytype: disable=...`) stays with what it assigns
+                new[-1] = new[-1].with_changes(trailing_whitespace=statement.trailing_whitespace)
+            replacement = cst.FlattenSentinel(new)
             return self._finish(site, plan, (Edit(statement, replacement),), f"`{target}`", renderer)
         return self._hoisted_fix(site, call, fun, renderer)
 
@@ -574,12 +585,6 @@ class Rewriter(EvaluationPlaces):
         return FixSpec(fix.applicability, fix.summary.replace("as `jax.jit(jax.shard_map(...))`", "as "
                        "`jax.jit(jax.shard_map(...))` taking the function as a static argument"), edits=fix.edits,
                        add_imports=fix.add_imports + (ImportSpec("functools"),), remove_imports=fix.remove_imports)
-
-
-def _keyword(name: str, value: cst.BaseExpression) -> cst.Arg:
-    """``name=value``, spaced as PEP 8 spaces keyword arguments."""
-    return cst.Arg(value, keyword=cst.Name(name), equal=cst.AssignEqual(
-        whitespace_before=cst.SimpleWhitespace(""), whitespace_after=cst.SimpleWhitespace("")))
 
 
 @lru_cache(maxsize=64)
