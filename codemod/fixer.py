@@ -25,7 +25,7 @@ from pmap_migrate.diagnostics import Applicability, Diagnostic, FileError, State
 from pmap_migrate.engine import Analysis, Finding, analyse, lint_module, one_line, parse, recursion_error, sliced_module
 from pmap_migrate.importorder import ImportOrder, add_import
 from pmap_migrate.importreuse import reuse_bound_names
-from pmap_migrate.layout import styled
+from pmap_migrate.layout import closes_on_last_line, styled
 from pmap_migrate.names import name_facts, name_problems
 from pmap_migrate.projectstyle import DEFAULT_LINE_LENGTH, import_order, line_length
 from pmap_migrate.relayout import relayout
@@ -638,7 +638,8 @@ def in_project_style(original: bytes, fixed: bytes, path: str, module: cst.Modul
     except (UnicodeDecodeError, LookupError):
         return fixed
     limit, unit = line_length(path), indent_unit(module)
-    text = relayout(styled(after, before, limit, unit), before, limit, unit)
+    hug = closes_on_last_line(before)  # where the file puts a closing bracket
+    text = relayout(styled(after, before, limit, unit, hug), before, limit, unit, hug)
     if text == after:
         return fixed
     styled_bytes = text.encode(encoding)

@@ -116,11 +116,21 @@ def _atoms(tokens: list[tokenize.TokenInfo]) -> list[_Atom] | None:
 
 
 class _Wrapper:
-    def __init__(self, line: str, atoms: list[_Atom], limit: int, unit: str) -> None:
+    def __init__(self, line: str, atoms: list[_Atom], limit: int, unit: str, hug: bool = False) -> None:
         self.line = line
         self.atoms = atoms
         self.limit = limit
         self.unit = unit
+        self.hug = hug  # the closing bracket after the last element, as the file closes them
+
+    def closed(self, lines: list[str], close: int, j: int, indent: str, trailing: str) -> list[str]:
+        """``lines`` (a bracket's opening line and contents) and its closing bracket with what
+        follows it (atoms close..j): on the last line where the file closes brackets so and it
+        fits, else on a line of its own, as black does."""
+        rest = self.text(close, j) + trailing
+        if self.hug and len(lines[-1]) + len(rest) <= self.limit:
+            return lines[:-1] + [lines[-1] + rest]
+        return lines + self.render(close, j, indent, trailing)
 
     def text(self, i: int, j: int) -> str:
         return self.line[self.atoms[i].start:self.atoms[j].end]
@@ -161,7 +171,7 @@ class _Wrapper:
         if not comma and not self.comma_separated(chosen):
             body = inner + self.text(chosen + 1, close - 1)
             if len(body) <= self.limit:  # no commas: the contents on one line when they fit
-                return lines + [body] + self.render(close, j, indent, trailing)
+                return self.closed(lines + [body], close, j, indent, trailing)
             if chosen + 1 == close - 1:  # one atom: a string, maybe
                 return lines + self.render(chosen + 1, chosen + 1, inner, inside=True) + self.render(
                     close, j, indent, trailing)
@@ -169,11 +179,15 @@ class _Wrapper:
         if len(body) <= self.limit and self.atoms[close - 1].kind != "comma" \
                 and not self.line.lstrip().startswith(("from ", "import ")):  # isort: a name per line
             # black's first try: the contents on one line of their own (no magic trailing comma)
-            return lines + [body] + self.render(close, j, indent, trailing)
+            return self.closed(lines + [body], close, j, indent, trailing)
         commas = self.comma_separated(chosen)
+        magic = comma and self.atoms[close - 1].kind == "comma"  # the source's own trailing comma
         for n, (a, b) in enumerate(elements):
             last = n == len(elements) - 1
-            lines += self.render(a, b, inner, "," if (commas and not last) or comma else "", inside=True)
+            tail = "," if (commas and not last) or (comma and (not self.hug or magic)) else ""
+            lines += self.render(a, b, inner, tail, inside=True)
+        if self.hug and not magic:
+            return self.closed(lines, close, j, indent, trailing)
         return lines + self.render(close, j, indent, trailing)
 
     def elements(self, opening: int) -> tuple[list[tuple[int, int]], bool]:
@@ -386,7 +400,8 @@ def _comment_lines(comment: str, indent: str, limit: int) -> list[str]:
                                                          break_on_hyphens=False)] or [f"{indent}#"]
 
 
-def wrap_line(line: str, tokens: list[tokenize.TokenInfo], limit: int, unit: str) -> list[str] | None:
+def wrap_line(line: str, tokens: list[tokenize.TokenInfo], limit: int, unit: str, hug: bool = False
+              ) -> list[str] | None:
     """The lines ``line`` (one physical line holding one logical line, no line end) becomes within
     ``limit``; None: it fits, or it cannot be split."""
     if len(line) <= limit:
@@ -401,7 +416,7 @@ def wrap_line(line: str, tokens: list[tokenize.TokenInfo], limit: int, unit: str
     atoms = _atoms(tokens)
     if not atoms:
         return None
-    lines = _Wrapper(code, atoms, limit, unit).render(0, len(atoms) - 1, indent) if len(code) > limit else [code]
+    lines = _Wrapper(code, atoms, limit, unit, hug).render(0, len(atoms) - 1, indent) if len(code) > limit else [code]
     region = _expression(atoms)
     if region is not None and (len(lines[0]) > limit or (len(code) > limit and _operators(atoms, *region))):
         first, last = atoms[region[0]].start, atoms[region[1]].end
@@ -409,7 +424,7 @@ def wrap_line(line: str, tokens: list[tokenize.TokenInfo], limit: int, unit: str
         tokens = _tokens(wrapped) if wrapped is not None else None
         atoms = _atoms(tokens) if tokens else None
         if atoms:
-            split = _Wrapper(wrapped, atoms, limit, unit).render(0, len(atoms) - 1, indent)
+            split = _Wrapper(wrapped, atoms, limit, unit, hug).render(0, len(atoms) - 1, indent)
             if all(len(piece) <= limit for piece in split) or len(lines[0]) > limit:
                 lines = split if max(map(len, split)) < max(map(len, lines)) else lines
     if lines == [line]:
@@ -417,13 +432,35 @@ def wrap_line(line: str, tokens: list[tokenize.TokenInfo], limit: int, unit: str
     return above + lines
 
 
-def styled(text: str, original: str, limit: int, unit: str) -> str:
+def styled(text: str, original: str, limit: int, unit: str, hug: bool = False) -> str:
     """``text``, the fixed ``original``, with continuation lines re-aligned after renames and
     its new long lines wrapped."""
     known = set(_physical(original))
     if any(line not in known and line.rstrip()[-1:] in ("(", "[", "{", ",") for line in _physical(text)):
         text = realign_continuations(text, original)
-    return wrap_new_lines(text, original, limit, unit)
+    return wrap_new_lines(text, original, limit, unit, hug)
+
+
+def closes_on_last_line(original: str) -> bool:
+    """Whether ``original`` closes the brackets it spreads over lines at the end of their last
+    line (`f(\n    a, b)`: yapf's way, Google's) more often than on a line of their own (black's),
+    and twice at least (one call aligned under its bracket says little)."""
+    own = joined = 0
+    opened: list[int] = []
+    try:
+        for token in tokenize.generate_tokens(io.StringIO(original).readline):
+            if token.type != tokenize.OP:
+                continue
+            if token.string in _OPEN:
+                opened.append(token.start[0])
+            elif token.string in _CLOSE and opened and opened.pop() < token.start[0]:
+                if token.line[: token.start[1]].strip():
+                    joined += 1
+                else:
+                    own += 1
+    except (tokenize.TokenError, SyntaxError, IndentationError):
+        return False
+    return joined > own and joined >= 2
 
 
 def _tokens(line: str) -> list[tokenize.TokenInfo] | None:
@@ -441,7 +478,7 @@ def _ending(line: str) -> str:
     return line[len(line.rstrip("\r\n")):]
 
 
-def wrap_new_lines(text: str, original: str, limit: int, unit: str) -> str:
+def wrap_new_lines(text: str, original: str, limit: int, unit: str, hug: bool = False) -> str:
     """``text`` with its lines longer than ``limit`` that ``original`` does not hold wrapped."""
     lines = _physical(text)
     known = set(_physical(original))
@@ -464,7 +501,7 @@ def wrap_new_lines(text: str, original: str, limit: int, unit: str) -> str:
         if entry.first != entry.last or entry.first not in long:
             continue
         line = lines[entry.first]
-        wrapped = wrap_line(line.rstrip("\r\n"), entry.tokens, limit, continuation)
+        wrapped = wrap_line(line.rstrip("\r\n"), entry.tokens, limit, continuation, hug)
         if wrapped is None:
             continue
         end = _ending(line) or "\n"

@@ -254,7 +254,7 @@ def _long(lines: list[str], limit: int) -> int:
     return sum(len(line.rstrip("\r\n")) > limit for line in lines)
 
 
-def _laid_out(piece: Joined, limit: int, unit: str) -> list[str] | None:
+def _laid_out(piece: Joined, limit: int, unit: str, hug: bool = False) -> list[str] | None:
     """The layout of ``piece`` with the fewest lines over ``limit``: wrapped as it is, or with
     its targets in parentheses."""
     best = None
@@ -266,7 +266,7 @@ def _laid_out(piece: Joined, limit: int, unit: str) -> list[str] | None:
             continue
         # a magic trailing comma splits its bracket even where the line fits (as black does)
         width = min(limit, len(line) - 1) if magic is not None else limit
-        wrapped = _commented(wrap_line(line, tokens, width, unit) or [line], piece)
+        wrapped = _commented(wrap_line(line, tokens, width, unit, hug and magic is None) or [line], piece)
         if wrapped is not None and (best is None or _long(wrapped, limit) < _long(best, limit)):
             best = wrapped
         if best is not None and not _long(best, limit):
@@ -274,7 +274,7 @@ def _laid_out(piece: Joined, limit: int, unit: str) -> list[str] | None:
     return best
 
 
-def relayout(text: str, original: str, limit: int, unit: str) -> str:
+def relayout(text: str, original: str, limit: int, unit: str, hug: bool = False) -> str:
     """``text`` (``original`` fixed) with each statement laid out again where it has more lines
     over ``limit`` than the lines of ``original`` it replaces (see the module)."""
     after = text.splitlines(keepends=True)
@@ -301,7 +301,7 @@ def relayout(text: str, original: str, limit: int, unit: str) -> str:
         if now <= _long([before[i] for i in was], limit):
             continue
         piece = joined(tokens, after)
-        wrapped = _laid_out(piece, limit, continuation) if piece is not None else None
+        wrapped = _laid_out(piece, limit, continuation, hug) if piece is not None else None
         if wrapped is None or _long(wrapped, limit) >= now:
             continue
         end = after[last][len(after[last].rstrip("\r\n")):] or "\n"

@@ -129,6 +129,71 @@ def test_arguments_that_do_not_fit_on_one_line_get_one_per_line_and_a_magic_trai
         ")\n")
 
 
+GOOGLE_STYLE = textwrap.dedent("""\
+    def train(config):
+      steps = get_num_training_steps(
+          config, dataset.meta_data)
+      return steps, log(
+          steps)
+    """)
+
+
+def test_where_the_file_closes_brackets_on_the_last_line_the_wrapped_code_does_too():
+    from pmap_migrate.layout import closes_on_last_line
+
+    assert closes_on_last_line(GOOGLE_STYLE)
+    assert not closes_on_last_line(GOOGLE_STYLE[: GOOGLE_STYLE.index("  return")])  # once: black's
+    assert not closes_on_last_line("x = f(\n    a,\n)\ny = g(\n    b\n)\nz = h(\n    c)\n")
+    code = "def f():\n  state = train_utils.sync_model_state_across_replicas(_host_local(train_state))\n"
+    out = wrap_new_lines(code, GOOGLE_STYLE, 72, "  ", hug=True)
+    assert out == ("def f():\n  state = train_utils.sync_model_state_across_replicas(\n"
+                   "      _host_local(train_state))\n")
+    # one element per line: the last takes the bracket, without a trailing comma
+    out = wrap_new_lines("x = jax.jit(_shard_mapped(update_the_model_with_a_much_longer_name, 'batch'), "
+                         "donate_argnums=(0, 1, 2, 3, 4))\n", GOOGLE_STYLE, 79, "  ", hug=True)
+    assert out == ("x = jax.jit(\n"
+                   "    _shard_mapped(update_the_model_with_a_much_longer_name, 'batch'),\n"
+                   "    donate_argnums=(0, 1, 2, 3, 4))\n")
+    compile(out, "<wrapped>", "exec")
+    # black's file, black's layout
+    assert wrap_new_lines(code, "", 72, "  ") == ("def f():\n  state = train_utils.sync_model_state_across_replicas(\n"
+                                                  "      _host_local(train_state)\n"
+                                                  "  )\n")
+
+
+def test_a_pmap_written_over_several_lines_is_rewritten_in_its_lines():
+    code = textwrap.dedent("""\
+        import functools
+
+        import jax
+
+
+        def train(step, config):
+          p_step = jax.pmap(
+              functools.partial(
+                  step,
+                  config=config),
+              axis_name='batch',
+              # the state's buffers are donated
+              donate_argnums=(0, 1),
+          )  # pytype: disable=wrong-arg-types
+          return p_step
+        """)
+    out = fix_bytes(code.encode(), "mod.py", all_rules(), unsafe=True).fixed.decode()
+    assert out[out.index("def train"):] == textwrap.dedent("""\
+        def train(step, config):
+          p_step = jax.jit(_shard_mapped(
+              functools.partial(
+                  step,
+                  config=config),
+              axis_name='batch'),
+              # the state's buffers are donated
+              donate_argnums=(0, 1),
+          )  # pytype: disable=wrong-arg-types
+          return p_step
+        """)
+
+
 def test_the_split_is_at_the_last_bracket_whose_opening_line_fits():
     code = ("def f(args, kwargs):\n"
             "    return jax.shard_map(per_device, mesh=mesh, in_specs=P(axis), out_specs=P(axis))(args, kwargs)\n")
