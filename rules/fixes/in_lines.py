@@ -36,13 +36,15 @@ def hanging(call: cst.Call) -> bool:
 
 def in_lines(call: cst.Call, helper: cst.Call, values: dict[int, cst.BaseExpression], *,
              helper_extra: Sequence[cst.Arg] = (), jit_extra: Sequence[cst.Arg] = (),
-             outer: cst.Call | None = None) -> cst.Call | None:
+             outer: cst.Call | None = None, room: int = 79) -> cst.Call | None:
     """`jax.jit(<helper>(<call's arguments>), <jit's options>)` in ``call``'s lines: ``helper`` is
     the helper's call without arguments (`_shard_mapped()`), ``values`` the arguments (by index)
     whose value changes (a folded literal), ``helper_extra`` arguments added after the helper's
     last one (`processes=True`), ``jit_extra`` jit's options that pmap did not spell
     (`static_argnums`), ``outer`` a call without arguments that takes the jitted function
-    (`_global_call()`) and its options after it (`local=True`). None where the form does not
+    (`_global_call()`) and its options after it (`local=True`). The added arguments go on the
+    line of the helper's last one, or on a line of their own where that line has a comment or
+    would pass ``room`` columns (after the block's indentation). None where the form does not
     apply: arguments on the parenthesis's line, a star argument, a jit option before a helper's."""
     if not hanging(call) or any(arg.star for arg in call.args):
         return None
@@ -52,24 +54,55 @@ def in_lines(call: cst.Call, helper: cst.Call, values: dict[int, cst.BaseExpress
         return None  # jit's options first, or only jit's: the helper's arguments would move
     mapped = [arg for arg, jit in zip(args, roles) if not jit]
     jitted = [arg for arg, jit in zip(args, roles) if jit]
+    built = _built(call, helper, mapped, jitted, list(helper_extra), list(jit_extra), outer, own_line=False)
+    if helper_extra or jit_extra:
+        old = set(code_of(call).split("\n"))
+        new = code_of(built).split("\n")[1:]
+        if any(line not in old and ("#" in line or len(line) > room) for line in new):
+            built = _built(call, helper, mapped, jitted, list(helper_extra), list(jit_extra), outer,
+                           own_line=True) or built
+    return built
+
+
+def _built(call: cst.Call, helper: cst.Call, mapped: list[cst.Arg], jitted: list[cst.Arg], helper_extra: list[cst.Arg],
+           jit_extra: list[cst.Arg], outer: cst.Call | None, *, own_line: bool) -> cst.Call | None:
     last = mapped[-1]
     space = cst.Comma(whitespace_after=cst.SimpleWhitespace(" "))
-    # the added arguments go on the last one's line, which ends as it ended
+    follow = last.comma  # after the last of the helper's arguments, where jit's come next
+    closing = last.whitespace_after_arg  # before the parenthesis, where the last one has no comma
+    if own_line:
+        # the added arguments on a line of their own, indented as the last one's line: its comment
+        # stays on its line, the comment lines after it go after the added ones
+        starts = [call.whitespace_before_args, *(arg.comma.whitespace_after for arg in mapped[:-1])]
+        before = next((w for w in reversed(starts) if isinstance(w, cst.ParenthesizedWhitespace)), None)
+        if before is None:
+            return None
+        after = last.comma.whitespace_after if isinstance(last.comma, cst.Comma) else None
+        if isinstance(after, cst.ParenthesizedWhitespace):
+            brk = last.comma.with_changes(whitespace_after=after.with_changes(
+                empty_lines=(), indent=before.indent, last_line=before.last_line))
+            follow = cst.Comma(whitespace_after=after.with_changes(first_line=cst.TrailingWhitespace()))
+        elif after is None and not jitted and isinstance(closing, cst.ParenthesizedWhitespace):
+            brk = cst.Comma(whitespace_after=cst.ParenthesizedWhitespace(
+                indent=before.indent, last_line=before.last_line))
+            last = last.with_changes(whitespace_after_arg=cst.SimpleWhitespace(""))
+        else:
+            return None
+    ends = bool(jitted or jit_extra)  # the helper's parenthesis closes on its last argument's line
     tail = [last, *helper_extra]
-    tail = [arg.with_changes(comma=space) for arg in tail[:-1]] + [tail[-1].with_changes(
-        comma=last.comma if not jitted else cst.MaybeSentinel.DEFAULT,
-        whitespace_after_arg=last.whitespace_after_arg if not jitted else cst.SimpleWhitespace(""))]
-    inner = helper.with_changes(args=[*mapped[:-1], *tail], whitespace_before_args=call.whitespace_before_args)
-    # jit's options: those pmap did not spell on the helper's closing line, then pmap's as they were
-    extra = list(jit_extra)
-    first_comma = last.comma if jitted else cst.MaybeSentinel.DEFAULT
-    jit_args = [cst.Arg(inner), *extra, *jitted]
-    if extra:
-        jit_args = [arg.with_changes(comma=space) for arg in jit_args[:len(extra)]] + \
-            [jit_args[len(extra)].with_changes(comma=first_comma), *jitted]
-    else:
-        jit_args = [jit_args[0].with_changes(comma=first_comma), *jitted]
-    jit = cst.Call(cst.Attribute(cst.Name("jax"), cst.Name("jit")), jit_args)
+    commas = [brk if own_line and k == 0 else space for k in range(len(tail) - 1)]
+    # (the last one's whitespace before its comma, where it had none, went before the parenthesis)
+    tail = [arg.with_changes(comma=comma, whitespace_after_arg=arg.whitespace_after_arg if own_line
+                             else cst.SimpleWhitespace("")) for arg, comma in zip(tail, commas)] + [tail[-1].with_changes(
+        comma=cst.MaybeSentinel.DEFAULT if ends else follow,
+        whitespace_after_arg=cst.SimpleWhitespace("") if ends else closing)]
+    inner = cst.Arg(helper.with_changes(args=[*mapped[:-1], *tail], whitespace_before_args=call.whitespace_before_args))
+    # jit's options: those pmap did not spell after the helper's parenthesis, then pmap's as written
+    jit_args = [inner, *jit_extra]
+    commas = [brk if own_line and not helper_extra and k == 0 else space for k in range(len(jit_args) - 1)]
+    jit_args = [arg.with_changes(comma=comma) for arg, comma in zip(jit_args, commas)] + [
+        jit_args[-1].with_changes(comma=follow if jitted else cst.MaybeSentinel.DEFAULT)]
+    jit = cst.Call(cst.Attribute(cst.Name("jax"), cst.Name("jit")), [*jit_args, *jitted])
     if outer is None:
         return jit.with_changes(lpar=call.lpar, rpar=call.rpar)
     outer_args = [cst.Arg(jit), *outer.args]
@@ -77,14 +110,17 @@ def in_lines(call: cst.Call, helper: cst.Call, values: dict[int, cst.BaseExpress
     return outer.with_changes(args=outer_args, lpar=call.lpar, rpar=call.rpar)
 
 
-def fits(expression: cst.BaseExpression, first_column: int, limit: int) -> bool:
-    """Whether the lines of ``expression``, its first starting at ``first_column``, end by ``limit``."""
-    lines = code_of(expression).split("\n")
-    return first_column + len(lines[0]) <= limit and all(len(line) <= limit for line in lines[1:])
+def room(model, node: cst.CSTNode, width: int = 79) -> int:
+    """The columns a continuation line of ``node`` (indented from its block) has within ``width``
+    (79: the smallest common line length; the layout knows the project's, not the rule)."""
+    indent = sum(len(block.indent if block.indent is not None else model.module.default_indent)
+                 for block in model.ancestors(node) if isinstance(block, cst.IndentedBlock))
+    return width - indent
 
 
 def options_in_lines(call: cst.Call, name: str, helper: dict[str, str], jit: dict[str, str], *,
-                     added: Sequence[str] = (), outer: cst.Call | None = None) -> cst.Call | None:
+                     added: Sequence[str] = (), outer: cst.Call | None = None, room: int = 79
+                     ) -> cst.Call | None:
     """The compact form (`jax.jit(name(f, ...), ...)`) in the lines of ``call``, a pmap written over
     several: ``helper`` and ``jit`` map the options the one-line form gives the helper and jit to
     their values' text; an argument that spells one keeps its line (and its text, where that is
@@ -112,16 +148,16 @@ def options_in_lines(call: cst.Call, name: str, helper: dict[str, str], jit: dic
     jit_extra = [keyword_arg(option, cst.parse_expression(text)) for option, text in unspelled.items()
                  if option in jit]
     return in_lines(call, cst.Call(cst.Name(name)), values, helper_extra=helper_extra, jit_extra=jit_extra,
-                    outer=outer)
+                    outer=outer, room=room)
 
 
-def compact_in_lines(site: TransformSite, name: str, opts: dict, argnums: list) -> cst.Call | None:
+def compact_in_lines(site: TransformSite, name: str, opts: dict, argnums: list, space: int) -> cst.Call | None:
     """`options_in_lines` for the single-process compact form (``opts``: SiteReader.compact_options;
-    ``argnums``: jit's options and values, as the one-line form spells them)."""
+    ``argnums``: jit's options and values, as the one-line form spells them; ``space``: `room`)."""
     call = site.node
     if not isinstance(call, cst.Call) or tuple(site.args) != tuple(call.args) or not hanging(call):
         return None
     helper = {option: code_of(opts[option]) for option in ("in_axes", "out_axes") if opts[option] is not None}
     if opts["static"]:
         helper["static_broadcasted_argnums"] = tuple_text(opts["static"])
-    return options_in_lines(call, name, helper, {option: code_of(value) for option, value in argnums})
+    return options_in_lines(call, name, helper, {option: code_of(value) for option, value in argnums}, room=space)

@@ -8,7 +8,7 @@ import dataclasses
 import libcst as cst
 
 from pmap_migrate.rules.fixes.code import code_of
-from pmap_migrate.rules.fixes.in_lines import hanging, options_in_lines
+from pmap_migrate.rules.fixes.in_lines import hanging, options_in_lines, room
 from pmap_migrate.rules.fixes.multiprocess_reads import PlannedSite
 from pmap_migrate.rules.fixes.pmap_options import Unsupported
 from pmap_migrate.rules.fixes.pmap_render import Plan, tuple_text
@@ -127,7 +127,8 @@ class GlobalRender:
             return None
         name, _, helper, jit = parts
         outer = cst.parse_expression(f"{self._global_call()}({', '.join(local)})")
-        built = options_in_lines(call, name, helper, jit, added=["processes=True"], outer=outer)
+        built = options_in_lines(call, name, helper, jit, added=["processes=True"], outer=outer,
+                                 room=room(self.rewriter.model, call))
         return None if built is None else f"{plan.name} = {code_of(built)}\n"
 
     def host_local_name(self) -> str:
