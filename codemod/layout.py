@@ -28,7 +28,7 @@ from dataclasses import dataclass
 _OPEN = {"(": ")", "[": "]", "{": "}"}
 _CLOSE = frozenset(_OPEN.values())
 # Trailing comments that tools read where they are: never moved.
-_PRAGMA = re.compile(r"#\s*(noqa|type:|pyright:|pylint:|fmt:|isort:|nosec|pragma)", re.IGNORECASE)
+_PRAGMA = re.compile(r"#\s*(noqa|type:|pyright:|pylint:|pytype:|pyrefly:|pyre-|mypy:|fmt:|isort:|nosec|pragma)", re.IGNORECASE)
 _FSTRING_START = getattr(tokenize, "FSTRING_START", None)
 _FSTRING_END = getattr(tokenize, "FSTRING_END", None)
 
@@ -410,9 +410,13 @@ def wrap_line(line: str, tokens: list[tokenize.TokenInfo], limit: int, unit: str
     comment = _comment(tokens)
     above: list[str] = []
     code = line
-    if comment is not None and not _PRAGMA.match(comment.string):
+    pragma = ""  # a tool's comment stays on the statement's first line (where tools look first)
+    if comment is not None:
         code = line[: comment.start[1]].rstrip()
-        above = _comment_lines(comment.string, indent, limit)
+        if _PRAGMA.match(comment.string):
+            pragma = "  " + comment.string
+        else:
+            above = _comment_lines(comment.string, indent, limit)
     atoms = _atoms(tokens)
     if not atoms:
         return None
@@ -427,6 +431,8 @@ def wrap_line(line: str, tokens: list[tokenize.TokenInfo], limit: int, unit: str
             split = _Wrapper(wrapped, atoms, limit, unit, hug).render(0, len(atoms) - 1, indent)
             if all(len(piece) <= limit for piece in split) or len(lines[0]) > limit:
                 lines = split if max(map(len, split)) < max(map(len, lines)) else lines
+    if pragma:
+        lines = [lines[0] + pragma, *lines[1:]]
     if lines == [line]:
         return None
     return above + lines

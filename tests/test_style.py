@@ -161,6 +161,16 @@ def test_where_the_file_closes_brackets_on_the_last_line_the_wrapped_code_does_t
                                                   "  )\n")
 
 
+def test_a_tools_comment_stays_on_the_first_line_of_a_wrapped_statement():
+    code = "def f(x):\n    return jax.jit(_shard_mapped(lambda v: v - lax.pmean(v, AXIS), 'data'))(x)  # noqa: F405\n"
+    out = wrap_new_lines(code, "", 72, "    ")
+    assert out.splitlines()[1].endswith("(  # noqa: F405"), out
+    assert out.count("# noqa: F405") == 1
+    # a line whose code fits, long only by such a comment, stays as it is (linters ignore the comment)
+    fits = "def f(x):\n    return jax.jit(_shard_mapped(g, 'data'))(x)  # type: ignore[arg-type]  # long comment\n"
+    assert wrap_new_lines(fits, "", 60, "    ") == fits
+
+
 def test_a_pmap_written_over_several_lines_is_rewritten_in_its_lines():
     code = textwrap.dedent("""\
         import functools
