@@ -125,7 +125,8 @@ class ResultCache:
         known = self.facts.get((path, name))
         if known is not None and known[:2] == (stat.st_size, stat.st_mtime_ns):
             return known[2]
-        from pmap_migrate.rules.analysis.project import facts_fingerprint, module_facts
+        from pmap_migrate.rules.analysis.facts import module_facts
+        from pmap_migrate.rules.analysis.project import facts_fingerprint
 
         try:
             with open(path, "rb") as handle:

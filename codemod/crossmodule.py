@@ -29,7 +29,8 @@ from stat import S_ISLNK
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:  # the index loads when a module is read for its facts (a warm run lists files only)
-    from pmap_migrate.rules.analysis.project import AliasFact, ModuleView, ProjectIndex
+    from pmap_migrate.rules.analysis.facts import AliasFact
+    from pmap_migrate.rules.analysis.project import ModuleView, ProjectIndex
 
 # Directories never read for importers: tools' and environments' own.
 SKIPPED_DIRECTORIES = frozenset({"__pycache__", "node_modules", "site-packages", "build", "dist"})
@@ -99,6 +100,9 @@ def _names_alias(data: bytes, path: str, index: ProjectIndex, alias: AliasFact) 
     return refers_to_alias(tree, view, alias)
 
 
+_STAR = re.compile(rb"\bimport\s*\*")
+
+
 def alias_decisions(candidates: Sequence[str], files: Sequence[str], fixed: Mapping[str, bytes], root: str,
                     exports: Iterable[Export] = ()) -> dict[str, tuple[tuple[str, str], ...]]:
     """For each of the ``candidates`` (files of the run that may define public pmap aliases) whose
@@ -136,11 +140,12 @@ def alias_decisions(candidates: Sequence[str], files: Sequence[str], fixed: Mapp
     for path in _project_files(root):
         path = os.path.abspath(path)
         data = _read(path)
-        if data is None or not any(name in data for name in wanted):
+        star = data is not None and _STAR.search(data) is not None  # `from .constants import *` names none
+        if data is None or not (star or any(name in data for name in wanted)):
             continue
         for owner, aliases in defined.items():
             for alias in aliases:
-                if path != owner and any(name in data for name in spellings[owner, alias.name]) \
+                if path != owner and (star or any(name in data for name in spellings[owner, alias.name])) \
                         and _names_alias(data, path, index, alias):
                     importers.setdefault((owner, alias.name), []).append(path)
     decisions: dict[str, tuple[tuple[str, str], ...]] = {}
@@ -251,7 +256,8 @@ def contribution(data: bytes, path: str) -> Contribution:
         return None
     names: tuple[str, ...] = ()
     if may_define_facts(data):
-        from pmap_migrate.rules.analysis.project import module_facts, module_identity
+        from pmap_migrate.rules.analysis.facts import module_facts
+        from pmap_migrate.rules.analysis.project import module_identity
 
         _, name, package = module_identity(path)
         facts = module_facts(data, name, package)

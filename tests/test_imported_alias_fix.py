@@ -22,7 +22,7 @@ from pmap_migrate.cli import main
 from pmap_migrate.config import load_settings
 from pmap_migrate.crossmodule import alias_decisions
 from pmap_migrate.rules import rules_by_code
-from pmap_migrate.rules.analysis.project import module_facts
+from pmap_migrate.rules.analysis.facts import module_facts
 from pmap_migrate.runner import run
 
 PROJECTS = Path(__file__).resolve().parents[1] / "fixtures" / "projects"

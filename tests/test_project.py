@@ -29,7 +29,7 @@ def test_quickstart_example_exists():
 
 def test_the_facts_know_a_rewritten_pmap_by_its_form():
     """What `fix` writes for a module-level pmap, read back: its outputs are the pmap's stacks."""
-    from pmap_migrate.rules.analysis.project import module_facts
+    from pmap_migrate.rules.analysis.facts import module_facts
 
     source = (
         "import functools\nimport jax\nfrom pkg._pmap_compat import _global_call, _shard_mapped\n\n"

@@ -17,15 +17,8 @@ import pytest
 from pmap_migrate.config import load_settings
 from pmap_migrate.diagnostics import State
 from pmap_migrate.rules import rules_by_code
-from pmap_migrate.rules.analysis.project import (
-    AliasFact,
-    ModuleView,
-    PmappedFact,
-    ProjectIndex,
-    absolute_name,
-    module_facts,
-    module_identity,
-)
+from pmap_migrate.rules.analysis.facts import AliasFact, PmappedFact, absolute_name, module_facts
+from pmap_migrate.rules.analysis.project import ModuleView, ProjectIndex, module_identity
 from pmap_migrate.runner import run
 
 PROJECTS = Path(__file__).resolve().parents[1] / "fixtures" / "projects"

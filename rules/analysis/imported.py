@@ -16,7 +16,7 @@ from dataclasses import dataclass
 
 import libcst as cst
 
-from pmap_migrate.rules.analysis.project import AliasFact, absolute_name
+from pmap_migrate.rules.analysis.facts import AliasFact, absolute_name
 
 
 @dataclass(frozen=True)
@@ -29,7 +29,7 @@ class ImportedAlias:
     problem: str = ""  # why the options cannot be spelled in the importer ("": they can)
     # ``from <spelled> import <name>`` imports the importer needs: (module as spelled without its
     # dots, number of dots, name); and the importer's own import of the alias by name, when it
-    # uses it that way: (module, dots, alias name, local name).
+    # uses it that way, from its module or a re-export: (module, dots, name imported, local name).
     needs: tuple[tuple[str, int, str], ...] = ()
     by_name: tuple[str, int, str, str] | None = None
 
@@ -42,9 +42,9 @@ def imported_alias(fact: AliasFact, expr: cst.Name | cst.Attribute, qualified: s
     spelled_module, _, _ = qualified.rpartition(".")
     names_module = absolute_name(spelled_module, importer, package) == fact.module if spelled_module else False
     by_name = None
-    if isinstance(expr, cst.Name) and names_module:
+    if isinstance(expr, cst.Name) and spelled_module:  # imported by name (from its module, or a re-export)
         dots = len(spelled_module) - len(spelled_module.lstrip("."))
-        by_name = (spelled_module[dots:], dots, fact.name, expr.value)
+        by_name = (spelled_module[dots:], dots, qualified.rpartition(".")[2], expr.value)
     unstable = [n for n in fact.names if n not in fact.stable]
     if unstable:
         return ImportedAlias(fact.module, fact.name, problem=f"the alias's options read `{unstable[0]}`, which is "

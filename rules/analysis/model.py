@@ -25,10 +25,11 @@ from libcst.metadata import (
 )
 
 from pmap_migrate.rules.analysis.bindings import Bindings
+from pmap_migrate.rules.analysis.facts import AliasFact, PmappedFact
 from pmap_migrate.rules.analysis.imported import ImportedAlias, imported_alias
 from pmap_migrate.rules.analysis.index import Indexer, indent_unit, resolve_scopes
 from pmap_migrate.rules.analysis.nesting import Nesting
-from pmap_migrate.rules.analysis.project import AliasFact, ModuleView, PmappedFact
+from pmap_migrate.rules.analysis.project import ModuleView
 from pmap_migrate.rules.analysis.sites import JIT, PMAP, Callee, TransformSite
 from pmap_migrate.rules.analysis.values import ValueFlow
 from pmap_migrate.rules.knowledge import tables
@@ -43,6 +44,7 @@ class SemanticModel(Bindings, ValueFlow, Nesting):
         # from other modules of the project are. None: the module is analysed on its own.
         self.project = project
         self._project_facts: dict[str, AliasFact | PmappedFact | None] = {}
+        self._stars: tuple[str, ...] | None = None  # the modules of `from m import *`, as spelled
         self._external_sites: dict[PmappedFact, TransformSite] = {}
         index = Indexer()
         self.module.visit(index)
@@ -112,7 +114,7 @@ class SemanticModel(Bindings, ValueFlow, Nesting):
 
     def _compute_callee(self, expr: cst.BaseExpression) -> Callee | None:
         if isinstance(expr, (cst.Name, cst.Attribute)):
-            names = self.qualified_names(expr)
+            names = self._project_names(expr)
             if not names.isdisjoint(tables.PMAP):
                 return Callee(PMAP)
             if not names.isdisjoint(tables.JIT):
@@ -132,6 +134,22 @@ class SemanticModel(Bindings, ValueFlow, Nesting):
         if isinstance(expr, cst.Name):
             return self._alias_callee(expr)
         return None
+
+    def _project_names(self, expr: cst.Name | cst.Attribute) -> frozenset[str]:
+        """``expr``'s qualified names, or, for a name nothing in the module binds, what the module's
+        star imports may bind it to (`from .constants import *`: `.constants.pmap`), for the
+        project index to tell."""
+        names = self.qualified_names(expr)
+        if names or self.project is None or not isinstance(expr, cst.Name):
+            return names
+        if self._stars is None:
+            self._stars = tuple("." * len(s.relative) + (_code(s.module) if s.module is not None else "")
+                                for line in self.module.body if isinstance(line, cst.SimpleStatementLine)
+                                for s in line.body if isinstance(s, cst.ImportFrom) and isinstance(s.names, cst.ImportStar))
+        scope = self.scope_of(expr)
+        if not self._stars or scope is None or scope[expr.value]:
+            return names
+        return frozenset(f"{star}.{expr.value}" for star in self._stars if self.project.star_binds(star, expr.value))
 
     def _project_fact(self, names: frozenset[str]) -> AliasFact | PmappedFact | None:
         """What the project index says one of ``names`` (an imported name's qualified names) is."""
@@ -166,7 +184,7 @@ class SemanticModel(Bindings, ValueFlow, Nesting):
         step``, ``train.step``), named by ``expr``."""
         if self.project is None or not isinstance(expr, (cst.Name, cst.Attribute)):
             return None
-        fact = self._project_fact(self.qualified_names(expr))
+        fact = self._project_fact(self._project_names(expr))
         if not isinstance(fact, PmappedFact):
             return None
         site = self._external_sites.get(fact)
