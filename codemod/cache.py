@@ -67,22 +67,17 @@ class ResultCache:
         self._now: dict[tuple[str, str], str | None] = {}  # this run's fingerprints (many results share a module)
 
     @staticmethod
-    def _result(entry: Entry, shown: str) -> FileResult:
+    def result(entry: Entry, shown: str) -> FileResult:
+        """The result an entry holds, for the file shown as ``shown`` (the caller has compared the
+        entry's size and mtime with the file's: ``unchanged``)."""
         return FileResult(shown) if entry[3] is None else entry[3].shown_as(shown)
-
-    def lookup_stat(self, key: str, stat: os.stat_result, shown: str) -> FileResult | None:
-        """The result for the file ``key`` (shown as ``shown``) if its size and mtime are unchanged."""
-        entry = self.entries.get(key)
-        if entry is not None and entry[0] == stat.st_size and entry[1] == stat.st_mtime_ns:
-            return self._result(entry, shown)
-        return None
 
     def lookup_digest(self, key: str, stat: os.stat_result, content_digest: bytes, shown: str) -> FileResult | None:
         entry = self.entries.get(key)
         if entry is not None and entry[2] == content_digest:
             self.entries[key] = (stat.st_size, stat.st_mtime_ns, entry[2], entry[3])
             self.dirty = True
-            return self._result(entry, shown)
+            return self.result(entry, shown)
         return None
 
     def store(self, key: str, stat: os.stat_result, content_digest: bytes, result: FileResult,

@@ -316,6 +316,46 @@ def test_a_new_export_re_checks_only_the_modules_that_name_it(tmp_path: Path):
     assert [d.code for d in after.diagnostics if d.path == "pkg/plain.py"] == ["PM201"]
 
 
+def _copy_importers_configured(tmp_path: Path, configured: bool) -> Path:
+    root = _copy_importers(tmp_path)
+    if not configured:  # the root is the working directory: the run's files are the project
+        (root / "pyproject.toml").unlink()
+    return root
+
+
+def _codes_of(outcome, path: str) -> list[str]:
+    return [d.code for d in outcome.diagnostics if d.path == path]
+
+
+@pytest.mark.parametrize("configured", [True, False], ids=["configuration", "no configuration"])
+def test_a_deleted_exporter_re_checks_its_importers(tmp_path: Path, configured: bool):
+    """Deleting the module that pmaps `p_double`: its importer that never spells pmap loses its
+    finding on the next warm run, as a run without the cache says."""
+    root = _copy_importers_configured(tmp_path, configured)
+    assert _codes_of(_check(root, use_cache=True), "pkg/use2.py") == ["PM201"]
+    (root / "pkg" / "steps.py").unlink()
+    after = _check(root, use_cache=True)
+    assert _codes_of(after, "pkg/use2.py") == []
+    assert after.diagnostics == _check(root).diagnostics
+
+
+@pytest.mark.parametrize("configured", [True, False], ids=["configuration", "no configuration"])
+def test_a_new_exporter_re_checks_its_importers(tmp_path: Path, configured: bool):
+    """An importer that never spells pmap names `p_triple` of a module that does not exist yet:
+    once the module is written, pmapping it, the next warm run reports the importer's use."""
+    root = _copy_importers_configured(tmp_path, configured)
+    (root / "pkg" / "use4.py").write_text(
+        "import numpy as np\n\nfrom .more import p_triple\n\n\ndef first():\n    return p_triple(np.ones((8, 2)))[0]\n")
+    assert _codes_of(_check(root, use_cache=True), "pkg/use4.py") == []
+    assert _check(root, use_cache=True).cached == len(_files(root))
+    (root / "pkg" / "more.py").write_text("import jax\n\np_triple = jax.pmap(lambda x: 3 * x)\n")
+    after = _check(root, use_cache=True)
+    assert _codes_of(after, "pkg/use4.py") == ["PM201"]
+    assert after.diagnostics == _check(root).diagnostics
+    again = _check(root, use_cache=True)
+    assert again.cached == again.files and _codes_of(again, "pkg/use4.py") == ["PM201"]
+
+
 def test_modules_without_pmap_that_import_nothing_pmapped_are_not_analysed(tmp_path: Path, monkeypatch):
     """The text test before the index: a module that never spells pmap nor a name the project
     exports together with its module is not parsed (`pkg/other.py`, `pkg/plain.py`, which applies
