@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import os
 import pickle
+from collections.abc import Iterable
 from pathlib import Path
 
 from pmap_migrate.diagnostics import FileResult
@@ -144,9 +145,13 @@ class ResultCache:
         entry = self.entries.get(path)
         return entry is not None and entry[0] == stat.st_size and entry[1] == stat.st_mtime_ns
 
-    def use_exports(self, exports: frozenset, changed: bool) -> frozenset:
+    def use_exports(self, exports: frozenset, changed: bool, forgotten: Iterable[str] = ()) -> frozenset:
         """Record the project's ``exports`` for this run's results (``changed``: some module's
-        contribution was read anew); the exports that the cached results did not know."""
+        contribution was read anew or forgotten); the exports that the cached results did not know.
+        ``forgotten``: files whose contributions mentioned pmap and are no longer kept, whose
+        results go too (``unchanged`` would vouch for them as files without pmap)."""
+        for path in forgotten:
+            self.entries.pop(path, None)
         added = exports - self.exports if self.exports is not None else frozenset()
         if changed or exports != self.exports:
             self.exports = exports

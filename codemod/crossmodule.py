@@ -289,6 +289,7 @@ class ExportsPass:
         self.changed = False
         self._contributions: dict[str, Contribution] = {}
         self._seen: set[str] = set()  # of the files ``known`` holds: the others are gone
+        self.forgotten: list[str] = []
 
     def walk(self, root: str, run: frozenset[str]) -> frozenset[str]:
         """Add the Python modules under ``root`` (``_project_files``) but the run's (``run``:
@@ -342,9 +343,13 @@ class ExportsPass:
                 self.changed = True
 
     def finish(self) -> tuple[frozenset[Export], bool]:
-        """The project's exports, and whether ``known`` changed (it forgets the files not seen)."""
+        """The project's exports, and whether ``known`` changed (it forgets the files not seen).
+        ``forgotten``: the files not seen whose contribution mentioned pmap (gone, or not in this
+        run when the run's files are the project): the caller vouches for them no more (were one
+        to come back unchanged, it would be taken for a file without pmap)."""
         for gone in [p for p in self.known if p not in self._seen]:
-            del self.known[gone]
+            if self.known.pop(gone)[2] is not None:
+                self.forgotten.append(gone)
             self.changed = True
         return _exports_of(self._contributions), self.changed
 

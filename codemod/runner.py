@@ -460,7 +460,7 @@ def run(
         slots.append(None)
 
     exports, changed = exporting.finish()
-    added = cache.use_exports(exports, changed) if cache is not None else frozenset()
+    added = cache.use_exports(exports, changed, exporting.forgotten) if cache is not None else frozenset()
     project = (*project[:2], _importable(exports))
     # A cached result that the project's index did not take part in holds while the project
     # exports nothing new that the module may import (a module not spelling `pmap` got no view of

@@ -356,6 +356,19 @@ def test_a_new_exporter_re_checks_its_importers(tmp_path: Path, configured: bool
     assert again.cached == again.files and _codes_of(again, "pkg/use4.py") == ["PM201"]
 
 
+def test_without_a_configuration_an_exporter_that_leaves_the_run_is_read_again_when_back(tmp_path: Path):
+    """Without a configuration the exports are the run's files' own: a run without `steps.py`
+    forgets what it exports, and the run that passes it again, unchanged, must read it again
+    (rather than take it, unchanged since its cached result, for a module without pmap)."""
+    root = _copy_importers_configured(tmp_path, False)
+    files = ["pkg/__init__.py", "pkg/steps.py", "pkg/use2.py"]
+    assert _codes_of(_check(root, files, use_cache=True), "pkg/use2.py") == ["PM201"]
+    assert _codes_of(_check(root, ["pkg/use2.py"], use_cache=True), "pkg/use2.py") == []
+    back = _check(root, files, use_cache=True)
+    assert _codes_of(back, "pkg/use2.py") == ["PM201"]
+    assert back.diagnostics == _check(root, files).diagnostics
+
+
 def test_modules_without_pmap_that_import_nothing_pmapped_are_not_analysed(tmp_path: Path, monkeypatch):
     """The text test before the index: a module that never spells pmap nor a name the project
     exports together with its module is not parsed (`pkg/other.py`, `pkg/plain.py`, which applies
