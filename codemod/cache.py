@@ -159,10 +159,19 @@ class ResultCache:
         return added
 
     def save(self) -> None:
+        if not self.dirty:
+            return
+        # A contribution without pmap that a result now vouches for is the result's to keep: the
+        # run that filled the cache read every file, and the next run would otherwise drop them
+        # one by one and write the cache again.
+        for path, (size, mtime, part) in list(self.contributions.items()):
+            entry = self.entries.get(path)
+            if part is None and entry is not None and entry[0] == size and entry[1] == mtime:
+                del self.contributions[path]
         entries = {**self.entries, FACTS_KEY: self.facts} if self.facts else self.entries
         if self.exports is not None:
             entries[EXPORTS_KEY] = (self.contributions, self.exports)
-        if self.dirty and store_pickle(self.file, entries):
+        if store_pickle(self.file, entries):
             self._prune()
 
 

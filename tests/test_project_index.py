@@ -369,6 +369,20 @@ def test_without_a_configuration_an_exporter_that_leaves_the_run_is_read_again_w
     assert back.diagnostics == _check(root, files).diagnostics
 
 
+def test_the_warm_run_after_the_run_that_filled_the_cache_writes_nothing(tmp_path: Path, monkeypatch):
+    """The run that fills the cache reads every module for its share of the exports; those without
+    pmap are left to their results, so the next run has nothing to drop and nothing to write."""
+    from pmap_migrate import cache as cache_module
+
+    root = _copy_importers(tmp_path)
+    _check(root, use_cache=True)
+    written: list[Path] = []
+    store = cache_module.store_pickle
+    monkeypatch.setattr(cache_module, "store_pickle", lambda file, value: written.append(file) or store(file, value))
+    warm = _check(root, use_cache=True)
+    assert warm.cached == warm.files and written == []
+
+
 def test_modules_without_pmap_that_import_nothing_pmapped_are_not_analysed(tmp_path: Path, monkeypatch):
     """The text test before the index: a module that never spells pmap nor a name the project
     exports together with its module is not parsed (`pkg/other.py`, `pkg/plain.py`, which applies
