@@ -45,7 +45,8 @@ Entry = tuple
 # warm run read such files again and rewrote the whole cache.
 FACTS_KEY = "\0facts"
 # The key of what decides which modules not spelling `pmap` are analysed with the project index
-# (codemod/crossmodule.py): ({path: (size, mtime_ns, contribution)}, the exports the results used).
+# (codemod/crossmodule.py): ({path: (size, mtime_ns, contribution)}, the exports the results used,
+# the files whose contributions they were made from).
 EXPORTS_KEY = "\0exports"
 
 
@@ -58,12 +59,13 @@ class ResultCache:
         facts = self.entries.pop(FACTS_KEY, None)
         self.facts: dict[tuple[str, str], tuple[int, int, str]] = facts if isinstance(facts, dict) else {}
         exports = self.entries.pop(EXPORTS_KEY, None)
-        if not (isinstance(exports, tuple) and len(exports) == 2):
-            exports = ({}, None)
-        # each module's contribution to the project's exports, and the exports the results used
-        # (None: no run recorded them)
+        if not (isinstance(exports, tuple) and len(exports) == 3):
+            exports = ({}, None, None)
+        # each module's contribution to the project's exports, the exports the results used (None:
+        # no run recorded them), and the files whose contributions those were made from
         self.contributions: dict[str, tuple] = exports[0]
         self.exports: frozenset | None = exports[1]
+        self.sources: frozenset[str] | None = exports[2]
         self.dirty = False
         self._now: dict[tuple[str, str], str | None] = {}  # this run's fingerprints (many results share a module)
 
@@ -145,16 +147,18 @@ class ResultCache:
         entry = self.entries.get(path)
         return entry is not None and entry[0] == stat.st_size and entry[1] == stat.st_mtime_ns
 
-    def use_exports(self, exports: frozenset, changed: bool, forgotten: Iterable[str] = ()) -> frozenset:
+    def use_exports(self, exports: frozenset, changed: bool, forgotten: Iterable[str] = (),
+                    sources: frozenset[str] | None = None) -> frozenset:
         """Record the project's ``exports`` for this run's results (``changed``: some module's
-        contribution was read anew or forgotten); the exports that the cached results did not know.
-        ``forgotten``: files whose contributions mentioned pmap and are no longer kept, whose
-        results go too (``unchanged`` would vouch for them as files without pmap)."""
+        contribution was read anew or forgotten; ``sources``: the files whose contributions the
+        exports were made from); the exports that the cached results did not know. ``forgotten``:
+        files whose contributions mentioned pmap and are no longer kept, whose results go too
+        (``unchanged`` would vouch for them as files without pmap)."""
         for path in forgotten:
             self.entries.pop(path, None)
         added = exports - self.exports if self.exports is not None else frozenset()
-        if changed or exports != self.exports:
-            self.exports = exports
+        if changed or exports != self.exports or sources != self.sources:
+            self.exports, self.sources = exports, sources
             self.dirty = True
         return added
 
@@ -170,7 +174,7 @@ class ResultCache:
                 del self.contributions[path]
         entries = {**self.entries, FACTS_KEY: self.facts} if self.facts else self.entries
         if self.exports is not None:
-            entries[EXPORTS_KEY] = (self.contributions, self.exports)
+            entries[EXPORTS_KEY] = (self.contributions, self.exports, self.sources)
         if store_pickle(self.file, entries):
             self._prune()
 

@@ -290,6 +290,7 @@ class ExportsPass:
         self._contributions: dict[str, Contribution] = {}
         self._seen: set[str] = set()  # of the files ``known`` holds: the others are gone
         self.forgotten: list[str] = []
+        self.sources: frozenset[str] = frozenset()
 
     def walk(self, root: str, run: frozenset[str]) -> frozenset[str]:
         """Add the Python modules under ``root`` (``_project_files``) but the run's (``run``:
@@ -342,15 +343,22 @@ class ExportsPass:
                 del self.known[path]  # the result cache's entry stands for it from now on
                 self.changed = True
 
-    def finish(self) -> tuple[frozenset[Export], bool]:
+    def finish(self, earlier: frozenset[Export] | None = None, sources: frozenset[str] | None = None
+               ) -> tuple[frozenset[Export], bool]:
         """The project's exports, and whether ``known`` changed (it forgets the files not seen).
-        ``forgotten``: the files not seen whose contribution mentioned pmap (gone, or not in this
-        run when the run's files are the project): the caller vouches for them no more (were one
-        to come back unchanged, it would be taken for a file without pmap)."""
+        ``earlier``: the exports made from ``known`` as it was, from the contributions of the files
+        ``sources``: they stand while ``known`` is unchanged and those files are this run's too.
+        Left for the caller: ``self.sources``, the files whose contributions the exports are made
+        from; ``self.forgotten``, the files not seen whose contribution mentioned pmap (gone, or
+        not in this run when the run's files are the project), which the caller vouches for no
+        more (were one to come back unchanged, it would be taken for a file without pmap)."""
         for gone in [p for p in self.known if p not in self._seen]:
             if self.known.pop(gone)[2] is not None:
                 self.forgotten.append(gone)
             self.changed = True
+        self.sources = frozenset(self._contributions)
+        if earlier is not None and not self.changed and sources == self.sources:
+            return earlier, False
         return _exports_of(self._contributions), self.changed
 
 

@@ -459,8 +459,11 @@ def run(
         pending.append((len(slots), key, stat, shown, text, entry[2] if entry is not None else None))
         slots.append(None)
 
-    exports, changed = exporting.finish()
-    added = cache.use_exports(exports, changed, exporting.forgotten) if cache is not None else frozenset()
+    if cache is None:
+        exports, added = exporting.finish()[0], frozenset()
+    else:  # exports made from the same contributions as the cached ones are those
+        exports, changed = exporting.finish(cache.exports, cache.sources)
+        added = cache.use_exports(exports, changed, exporting.forgotten, exporting.sources)
     project = (*project[:2], _importable(exports))
     # A cached result that the project's index did not take part in holds while the project
     # exports nothing new that the module may import (a module not spelling `pmap` got no view of

@@ -383,6 +383,23 @@ def test_the_warm_run_after_the_run_that_filled_the_cache_writes_nothing(tmp_pat
     assert warm.cached == warm.files and written == []
 
 
+def test_a_warm_run_reuses_the_exports_while_their_contributions_hold(tmp_path: Path, monkeypatch):
+    """The exports are made again only when a module's contribution was read anew (or forgotten):
+    not on a warm run, but on the run after `steps.py` changed."""
+    from pmap_migrate import crossmodule
+
+    root = _copy_importers(tmp_path)
+    _check(root, use_cache=True)
+    made: list[int] = []
+    exports_of = crossmodule._exports_of
+    monkeypatch.setattr(crossmodule, "_exports_of", lambda parts: made.append(len(parts)) or exports_of(parts))
+    assert _check(root, use_cache=True).cached == len(_files(root)) and made == []
+    _touch_later(root / "pkg" / "steps.py", PLAIN_STEPS)
+    after = _check(root, use_cache=True)
+    assert len(made) == 1 and _codes_of(after, "pkg/use2.py") == []
+    assert _check(root, use_cache=True).cached == len(_files(root)) and len(made) == 1
+
+
 def test_modules_without_pmap_that_import_nothing_pmapped_are_not_analysed(tmp_path: Path, monkeypatch):
     """The text test before the index: a module that never spells pmap nor a name the project
     exports together with its module is not parsed (`pkg/other.py`, `pkg/plain.py`, which applies
