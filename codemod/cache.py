@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import os
 import pickle
+from collections.abc import Iterable
 from pathlib import Path
 
 from pmap_migrate.diagnostics import FileResult
@@ -44,7 +45,8 @@ Entry = tuple
 # warm run read such files again and rewrote the whole cache.
 FACTS_KEY = "\0facts"
 # The key of what decides which modules not spelling `pmap` are analysed with the project index
-# (codemod/crossmodule.py): ({path: (size, mtime_ns, contribution)}, the exports the results used).
+# (codemod/crossmodule.py): ({path: (size, mtime_ns, contribution)}, the exports the results used,
+# the files whose contributions they were made from).
 EXPORTS_KEY = "\0exports"
 
 
@@ -57,32 +59,28 @@ class ResultCache:
         facts = self.entries.pop(FACTS_KEY, None)
         self.facts: dict[tuple[str, str], tuple[int, int, str]] = facts if isinstance(facts, dict) else {}
         exports = self.entries.pop(EXPORTS_KEY, None)
-        if not (isinstance(exports, tuple) and len(exports) == 2):
-            exports = ({}, None)
-        # each module's contribution to the project's exports, and the exports the results used
-        # (None: no run recorded them)
+        if not (isinstance(exports, tuple) and len(exports) == 3):
+            exports = ({}, None, None)
+        # each module's contribution to the project's exports, the exports the results used (None:
+        # no run recorded them), and the files whose contributions those were made from
         self.contributions: dict[str, tuple] = exports[0]
         self.exports: frozenset | None = exports[1]
+        self.sources: frozenset[str] | None = exports[2]
         self.dirty = False
         self._now: dict[tuple[str, str], str | None] = {}  # this run's fingerprints (many results share a module)
 
     @staticmethod
-    def _result(entry: Entry, shown: str) -> FileResult:
+    def result(entry: Entry, shown: str) -> FileResult:
+        """The result an entry holds, for the file shown as ``shown`` (the caller has compared the
+        entry's size and mtime with the file's: ``unchanged``)."""
         return FileResult(shown) if entry[3] is None else entry[3].shown_as(shown)
-
-    def lookup_stat(self, key: str, stat: os.stat_result, shown: str) -> FileResult | None:
-        """The result for the file ``key`` (shown as ``shown``) if its size and mtime are unchanged."""
-        entry = self.entries.get(key)
-        if entry is not None and entry[0] == stat.st_size and entry[1] == stat.st_mtime_ns:
-            return self._result(entry, shown)
-        return None
 
     def lookup_digest(self, key: str, stat: os.stat_result, content_digest: bytes, shown: str) -> FileResult | None:
         entry = self.entries.get(key)
         if entry is not None and entry[2] == content_digest:
             self.entries[key] = (stat.st_size, stat.st_mtime_ns, entry[2], entry[3])
             self.dirty = True
-            return self._result(entry, shown)
+            return self.result(entry, shown)
         return None
 
     def store(self, key: str, stat: os.stat_result, content_digest: bytes, result: FileResult,
@@ -150,20 +148,35 @@ class ResultCache:
         entry = self.entries.get(path)
         return entry is not None and entry[0] == stat.st_size and entry[1] == stat.st_mtime_ns
 
-    def use_exports(self, exports: frozenset, changed: bool) -> frozenset:
+    def use_exports(self, exports: frozenset, changed: bool, forgotten: Iterable[str] = (),
+                    sources: frozenset[str] | None = None) -> frozenset:
         """Record the project's ``exports`` for this run's results (``changed``: some module's
-        contribution was read anew); the exports that the cached results did not know."""
+        contribution was read anew or forgotten; ``sources``: the files whose contributions the
+        exports were made from); the exports that the cached results did not know. ``forgotten``:
+        files whose contributions mentioned pmap and are no longer kept, whose results go too
+        (``unchanged`` would vouch for them as files without pmap)."""
+        for path in forgotten:
+            self.entries.pop(path, None)
         added = exports - self.exports if self.exports is not None else frozenset()
-        if changed or exports != self.exports:
-            self.exports = exports
+        if changed or exports != self.exports or sources != self.sources:
+            self.exports, self.sources = exports, sources
             self.dirty = True
         return added
 
     def save(self) -> None:
+        if not self.dirty:
+            return
+        # A contribution without pmap that a result now vouches for is the result's to keep: the
+        # run that filled the cache read every file, and the next run would otherwise drop them
+        # one by one and write the cache again.
+        for path, (size, mtime, part) in list(self.contributions.items()):
+            entry = self.entries.get(path)
+            if part is None and entry is not None and entry[0] == size and entry[1] == mtime:
+                del self.contributions[path]
         entries = {**self.entries, FACTS_KEY: self.facts} if self.facts else self.entries
         if self.exports is not None:
-            entries[EXPORTS_KEY] = (self.contributions, self.exports)
-        if self.dirty and store_pickle(self.file, entries):
+            entries[EXPORTS_KEY] = (self.contributions, self.exports, self.sources)
+        if store_pickle(self.file, entries):
             self._prune()
 
 

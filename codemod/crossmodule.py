@@ -25,7 +25,6 @@ import re
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from functools import cache, lru_cache
-from stat import S_ISLNK
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:  # the index loads when a module is read for its facts (a warm run lists files only)
@@ -280,63 +279,122 @@ def _handle(path: str) -> tuple[bytes, bool]:
     return os.fsencode(filename.rsplit(".", 1)[0]), False
 
 
-def project_exports(root: str | None, known: dict[str, tuple[int, int, Contribution]] | None = None,
-                    files: Iterable[str] = (), vouched: Callable[[str, os.stat_result], bool] | None = None,
-                    stats: dict[str, tuple[os.stat_result, bool]] | None = None
-                    ) -> tuple[frozenset[Export], bool]:
-    """The exports of the project's Python modules under ``root`` (``_project_files``; None: no
-    tree) and of the run's ``files`` (absolute paths: some may lie elsewhere), and whether ``known`` changed: each
+class ExportsPass:
+    """``project_exports`` one file at a time, for a caller that goes over the files anyway (the
+    runner's single pass: each file statted once, its cache entry looked up once). ``known``: each
     file's contribution by (size, mtime) from an earlier run (the cache's), updated here; a file
-    whose size and mtime are unchanged is not read. ``vouched``: whether a file's size and mtime
-    are those an earlier run saw (the result cache's): one that ``known`` does not hold then did not
+    whose size and mtime are unchanged is not read. A file the caller vouches for (its size and
+    mtime are those an earlier run saw: the result cache's) that ``known`` does not hold did not
     mention pmap, and ``known`` keeps only the files that mention it and those not vouched for (a
-    warm run of a large tree loads and stores a few hundred entries, not one per file).
-    ``stats``: filled with each file's (stat, whether it is a symbolic link) by absolute path, the
-    stat of a link's target, as the runner takes them: a run stats each of its files once."""
-    known = {} if known is None else known
-    changed = False
-    seen: set[str] = set()
-    contributions: dict[str, Contribution] = {}
-    tree = () if root is None else _project_entries(os.path.abspath(root))
-    inside = None if root is None else os.path.join(os.path.abspath(root), "")
-    outside = sorted(f for f in files if inside is None or not f.startswith(inside))
-    for item in (*tree, *outside):
-        path = item if isinstance(item, str) else item.path
-        if not path.endswith(".py") or path in seen:
-            continue
-        seen.add(path)
-        try:
-            if isinstance(item, str):
-                stat = os.lstat(path)
-                link = S_ISLNK(stat.st_mode)
-                if link:
-                    stat = os.stat(path)
-            else:
-                stat, link = item.stat(), item.is_symlink()
-        except OSError:
-            continue
-        if stats is not None:
-            stats[path] = stat, link
-        entry = known.get(path)
-        if entry is None and vouched is not None and vouched(path, stat):
-            continue  # unchanged, and without pmap
-        if entry is None or entry[:2] != (stat.st_size, stat.st_mtime_ns):
+    warm run of a large tree loads and stores a few hundred entries, not one per file)."""
+
+    def __init__(self, known: dict[str, tuple[int, int, Contribution]] | None = None,
+                 vouched: Callable[[str, os.stat_result], bool] | None = None) -> None:
+        self.known = {} if known is None else known
+        self.vouched = vouched  # for the files of ``walk`` (``add`` is told)
+        self.changed = False
+        self._contributions: dict[str, Contribution] = {}
+        self._seen: set[str] = set()  # of the files ``known`` holds: the others are gone
+        self.forgotten: list[str] = []
+        self.sources: frozenset[str] = frozenset()
+
+    def walk(self, root: str, run: frozenset[str]) -> frozenset[str]:
+        """Add the Python modules under ``root`` (``_project_files``) but the run's (``run``:
+        absolute paths); those of the run that the walk found, for the caller to add."""
+        found = []
+        for entry in _project_entries(os.path.abspath(root)):
+            path = entry.path
+            if not path.endswith(".py"):
+                continue
+            if path in run:
+                found.append(path)
+                continue
+            try:
+                stat = entry.stat()
+            except OSError:
+                self.missing(path)
+                continue
+            self.add(path, stat)
+        return frozenset(found)
+
+    def missing(self, path: str) -> None:
+        """The file ``path`` could not be statted: what ``known`` holds of it stays."""
+        if path in self.known:
+            self._seen.add(path)
+
+    def add(self, path: str, stat: os.stat_result, vouched: bool | None = None) -> None:
+        """The module ``path`` (absolute), of size and mtime ``stat``; ``vouched``: whether the
+        caller vouches for them (None: ask ``self.vouched``)."""
+        entry = self.known.get(path)
+        if entry is None:
+            if vouched is None:
+                vouched = self.vouched is not None and self.vouched(path, stat)
+            if vouched:
+                return  # unchanged, and without pmap
+        if entry is None or entry[0] != stat.st_size or entry[1] != stat.st_mtime_ns:
             data = _read(path)
             if data is None:
-                continue
-            entry = known[path] = (stat.st_size, stat.st_mtime_ns, contribution(data, path))
-            changed = True
+                if entry is not None:
+                    self._seen.add(path)
+                return
+            entry = self.known[path] = (stat.st_size, stat.st_mtime_ns, contribution(data, path))
+            self.changed = True
+        self._seen.add(path)
         if entry[2] is not None:
-            contributions[path] = entry[2]
-        elif vouched is not None and vouched(path, stat):
-            del known[path]  # the result cache's entry stands for it from now on
-            changed = True
-    for gone in set(known) - seen:
-        del known[gone]
-        changed = True
+            self._contributions[path] = entry[2]
+        else:
+            if vouched is None:
+                vouched = self.vouched is not None and self.vouched(path, stat)
+            if vouched:
+                del self.known[path]  # the result cache's entry stands for it from now on
+                self.changed = True
+
+    def finish(self, earlier: frozenset[Export] | None = None, sources: frozenset[str] | None = None
+               ) -> tuple[frozenset[Export], bool]:
+        """The project's exports, and whether ``known`` changed (it forgets the files not seen).
+        ``earlier``: the exports made from ``known`` as it was, from the contributions of the files
+        ``sources``: they stand while ``known`` is unchanged and those files are this run's too.
+        Left for the caller: ``self.sources``, the files whose contributions the exports are made
+        from; ``self.forgotten``, the files not seen whose contribution mentioned pmap (gone, or
+        not in this run when the run's files are the project), which the caller vouches for no
+        more (were one to come back unchanged, it would be taken for a file without pmap)."""
+        for gone in [p for p in self.known if p not in self._seen]:
+            if self.known.pop(gone)[2] is not None:
+                self.forgotten.append(gone)
+            self.changed = True
+        self.sources = frozenset(self._contributions)
+        if earlier is not None and not self.changed and sources == self.sources:
+            return earlier, False
+        return _exports_of(self._contributions), self.changed
+
+
+def project_exports(root: str | None, known: dict[str, tuple[int, int, Contribution]] | None = None,
+                    files: Iterable[str] = (), vouched: Callable[[str, os.stat_result], bool] | None = None
+                    ) -> tuple[frozenset[Export], bool]:
+    """The exports of the project's Python modules under ``root`` (``_project_files``; None: no
+    tree) and of the run's ``files`` (absolute paths: some may lie elsewhere), and whether
+    ``known`` changed (``ExportsPass``, which says what ``known`` and ``vouched`` are)."""
+    files = frozenset(files)
+    exports = ExportsPass(known, vouched)
+    found = exports.walk(root, files) if root is not None else frozenset()
+    inside = None if root is None else os.path.join(os.path.abspath(root), "")
+    for path in sorted(files):
+        if path.endswith(".py") and (inside is None or path in found or not path.startswith(inside)):
+            try:
+                stat = os.stat(path)
+            except OSError:
+                exports.missing(path)
+                continue
+            exports.add(path, stat)
+    return exports.finish()
+
+
+def _exports_of(contributions: dict[str, Contribution]) -> frozenset[Export]:
+    """The exports of the modules' ``contributions`` (by path: in the order of their paths)."""
     exports: set[Export] = set()
     by_name: dict[str, set[tuple[str, str]]] = {}  # exported name -> its origins
-    for path, (names, _) in contributions.items():
+    ordered = sorted(contributions.items())
+    for path, (names, _) in ordered:
         handle, package = _handle(path)
         for name in names:
             exports.add(Export(handle, package, name.encode(), (path, name)))
@@ -345,7 +403,7 @@ def project_exports(root: str | None, known: dict[str, tuple[int, int, Contribut
     # re-exports: by name, as far as they go.
     for _ in range(8):
         grown = False
-        for path, (_, imported) in contributions.items():
+        for path, (_, imported) in ordered:
             handle, package = _handle(path)
             for original, local in imported:
                 for origin in tuple(by_name.get(original, ())):
@@ -356,7 +414,7 @@ def project_exports(root: str | None, known: dict[str, tuple[int, int, Contribut
                         grown = True
         if not grown:
             break
-    return frozenset(exports), changed
+    return frozenset(exports)
 
 
 def imports_exports(data: bytes, exports: Iterable[Export]) -> bool:

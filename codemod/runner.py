@@ -230,15 +230,19 @@ def _gate_for(codes: tuple[str, ...]) -> Gate:
     return gate_of_codes(codes)
 
 
-def _project(settings: Settings, files: Sequence[str | Path]) -> Project:
-    """The project of a run's jobs (one object, shared by every job of a chunk when pickled): the
-    root and the files' absolute paths (a relative path from discovery, normal, joined to the
-    working directory without `abspath`: a warm run of a large tree spends its time on such steps);
-    no exports yet (``_exports``, ``_importable``)."""
+def _absolute_paths(files: Sequence[str | Path]) -> list[str]:
+    """The files' absolute paths (a relative path from discovery, normal, joined to the working
+    directory without `abspath`: a warm run of a large tree spends its time on such steps)."""
     cwd = os.path.join(os.getcwd(), "")
-    return os.fspath(settings.root), frozenset(
-        cwd + text if not os.path.isabs(text := os.fspath(f)) and os.path.normpath(text) == text
-        else os.path.abspath(text) for f in files), ()
+    return [cwd + text if not os.path.isabs(text := os.fspath(f)) and os.path.normpath(text) == text
+            else os.path.abspath(text) for f in files]
+
+
+def _project(settings: Settings, files: Sequence[str | Path], absolute: list[str] | None = None) -> Project:
+    """The project of a run's jobs (one object, shared by every job of a chunk when pickled): the
+    root and the files' absolute paths (``absolute``, when the caller has them); no exports yet
+    (``_exports``, ``_importable``)."""
+    return os.fspath(settings.root), frozenset(_absolute_paths(files) if absolute is None else absolute), ()
 
 
 def _importable(exports: frozenset[Export]) -> tuple[Export, ...]:
@@ -246,22 +250,22 @@ def _importable(exports: frozenset[Export]) -> tuple[Export, ...]:
     return tuple(sorted((e for e in exports if b"pmap" not in e.name), key=lambda e: (e.name, e.handle, e.origin)))
 
 
-def _exports(settings: Settings, files: frozenset[str], cache: ResultCache | None = None, *, record: bool = True,
-             stats: dict[str, tuple[os.stat_result, bool]] | None = None
-             ) -> tuple[frozenset[Export], frozenset[Export]]:
+def _exports_root(settings: Settings) -> str | None:
+    """The tree whose modules' exports count: the root, when a configuration names it; without
+    one the root is the working directory, which may be a home directory (the run's files are the
+    project then)."""
+    return os.fspath(settings.root) if settings.config_file is not None else None
+
+
+def _exports(settings: Settings, files: frozenset[str], cache: ResultCache | None = None) -> frozenset[Export]:
     """The exports of the project and of the run's ``files`` (codemod/crossmodule.py), each
-    module's part from the cache while its size and mtime hold; and those of them that the cached
-    results did not know (``record``: the run's results are stored with them; `fix` only reads)."""
+    module's part from the cache while its size and mtime hold (read only: `fix` records nothing;
+    `run` goes over the files itself, with an ``ExportsPass``)."""
     from pmap_migrate.crossmodule import project_exports
 
-    # The tree under the root when a configuration names it: without one the root is the working
-    # directory, which may be a home directory (the run's files are the project then).
-    root = os.fspath(settings.root) if settings.config_file is not None else None
     if cache is None:
-        return project_exports(root, None, files, stats=stats)[0], frozenset()
-    known = cache.contributions if record else dict(cache.contributions)
-    exports, changed = project_exports(root, known, files, cache.unchanged, stats)
-    return exports, cache.use_exports(exports, changed) if record else frozenset()
+        return project_exports(_exports_root(settings), None, files)[0]
+    return project_exports(_exports_root(settings), dict(cache.contributions), files, cache.unchanged)[0]
 
 
 def _result_cache(settings: Settings, codes: tuple[str, ...]) -> ResultCache:
@@ -397,67 +401,100 @@ def run(
     cache = _result_cache(settings, codes) if use_cache else None
     outcome = RunResult(files=len(files))
     options = rule_options(settings)
-    pending: list[tuple[int, str, os.stat_result, str]] = []  # (slot, cache key, stat, shown) of each job
-    work: list[tuple[str, str, tuple[str, ...], RuleOptions, bool, bytes | None]] = []
+    # (slot, cache key, stat, shown, path, the cached content digest) of each job
+    pending: list[tuple[int, str, os.stat_result, str, str, bytes | None]] = []
+    hits: list[int] = []  # the slots of the results the cache answers (no tuple each: no work for the collector)
     slots: list[FileResult | None] = []
     cwd = os.path.join(os.getcwd(), "")
     shower = PathDisplay()
-    project = _project(settings, files)
-    stats: dict[str, tuple[os.stat_result, bool]] = {}  # (stat, is a link) by absolute path, taken once
-    exports, added = _exports(settings, project[1], cache, stats=stats)
-    project = (*project[:2], _importable(exports))
-    # A cached result that the project's index did not take part in holds while the project
-    # exports nothing new that the module may import (a module not spelling `pmap` got no view of
-    # the index unless it spelled an export).
-    added = _importable(added)
+    absolute = _absolute_paths(files)
+    project = _project(settings, files, absolute)
+    # The project's exports are gathered in the same pass (codemod/crossmodule.py): a configuration's
+    # tree first, but for the run's files, which the loop adds with the stat and cache entry it takes.
+    from pmap_migrate.crossmodule import ExportsPass
+
+    exporting = ExportsPass(cache.contributions if cache is not None else None,
+                            cache.unchanged if cache is not None else None)
+    known = exporting.known
+    tree = _exports_root(settings)
+    found = exporting.walk(tree, project[1]) if tree is not None else frozenset()
+    inside = os.path.join(os.path.abspath(tree), "") if tree is not None else None
     _INDEXES.clear()  # files may have changed since an earlier run in this process
-    for path in files:
+    for path, path_absolute in zip(files, absolute):
         text = os.fspath(path)
         # The cache key: the absolute path (discovery already merged the names of one file). A
         # relative path from discovery is normal (no `.`, no `..`): joined to the working directory.
         link = failure = None
         relative = _relative_and_normal(text)
         key = cwd + text if relative else os.path.abspath(text)
-        taken = stats.get(key)  # the exports' pass stats the run's files first
-        if taken is not None:
-            stat, link = taken
-        else:
-            try:
-                stat = os.lstat(text)  # the link's own first: whether the display resolves it
-                link = S_ISLNK(stat.st_mode)
-                if link:
-                    stat = os.stat(text)
-            except OSError as error:
-                stat, failure = None, error
+        exported = path_absolute.endswith(".py") and (
+            inside is None or path_absolute in found or not path_absolute.startswith(inside))
+        try:
+            stat = os.lstat(text)  # the link's own first: whether the display resolves it
+            link = S_ISLNK(stat.st_mode)
+            if link:
+                stat = os.stat(text)
+        except OSError as error:
+            stat, failure = None, error
         shown = text.replace(os.sep, "/") if relative else shower(text, link)
         if stat is None:
+            if exported:
+                exporting.missing(path_absolute)
             slots.append(FileResult(shown, error=FileError.unreadable(shown, failure)))
             continue
         entry = cache.entries.get(key) if cache is not None else None
+        fresh = entry is not None and entry[0] == stat.st_size and entry[1] == stat.st_mtime_ns
+        # The cache vouches for a file by its key (the same path, spelled alike or not); most files
+        # of a warm run are vouched for and without pmap: nothing to add.
+        if exported and not (fresh and path_absolute not in known and key == path_absolute):
+            exporting.add(path_absolute, stat, fresh if key == path_absolute else None)
         # A result that used other modules' facts (the project index) holds while those do.
-        if entry is not None and cache.dependencies_changed(key, project[1]):
+        if entry is not None and len(entry) > 4 and cache.dependencies_changed(key, project[1]):
             entry = None
-        if entry is not None and added and _may_import(text, added):
-            entry = None
-        if entry is not None:
-            hit = cache.lookup_stat(key, stat, shown)
-            if hit is not None:
-                outcome.cached += 1
-                slots.append(hit)
-                continue
-        pending.append((len(slots), key, stat, shown))
+        elif fresh:
+            outcome.cached += 1
+            hits.append(len(slots))
+            slots.append(cache.result(entry, shown))
+            continue
+        pending.append((len(slots), key, stat, shown, text, entry[2] if entry is not None else None))
         slots.append(None)
-        # A file whose size or mtime changed may hold what the cache has (a checkout touches files):
-        # the worker compares digests before checking it.
-        work.append((text, shown, codes, options, cache is not None, entry[2] if entry is not None else None,
-                     project))
+
+    if cache is None:
+        exports, added = exporting.finish()[0], frozenset()
+    else:  # exports made from the same contributions as the cached ones are those
+        exports, changed = exporting.finish(cache.exports, cache.sources)
+        added = cache.use_exports(exports, changed, exporting.forgotten, exporting.sources)
+    project = (*project[:2], _importable(exports))
+    # A cached result that the project's index did not take part in holds while the project
+    # exports nothing new that the module may import (a module not spelling `pmap` got no view of
+    # the index unless it spelled an export).
+    added = _importable(added)
+    if added:
+        pending = [(*job[:5], None) if job[5] is not None and _may_import(job[4], added) else job for job in pending]
+        for index in hits:
+            text = os.fspath(files[index])
+            if _may_import(text, added):
+                key = cwd + text if _relative_and_normal(text) else os.path.abspath(text)
+                shown = slots[index].path
+                outcome.cached -= 1
+                try:
+                    stat = os.stat(text)
+                except OSError as error:  # gone since the pass
+                    slots[index] = FileResult(shown, error=FileError.unreadable(shown, error))
+                    continue
+                pending.append((index, key, stat, shown, text, None))
+                slots[index] = None
+    # A file whose size or mtime changed may hold what the cache has (a checkout touches files):
+    # the worker compares digests before checking it.
+    work = [(text, shown, codes, options, cache is not None, cached_digest, project)
+            for _, _, _, shown, text, cached_digest in pending]
 
     if on_total is not None:
         on_total(len(pending))
     # The workers read the files: the pool starts at once, and no file's bytes travel through a pipe.
     # The results first: zip then runs the pool's generator to its end, which shuts the pool down
     # (stopped at its last result, it would be closed, and the idle workers killed, later).
-    for (result, content_digest, unchanged, dependencies), (index, key, stat, shown) in zip(
+    for (result, content_digest, unchanged, dependencies), (index, key, stat, shown, _, _) in zip(
             execute(_check_job, work, jobs, progress), pending):
         if unchanged:
             result = cache.lookup_digest(key, stat, content_digest, shown)
@@ -595,7 +632,7 @@ def run_fix(files: Sequence[str | Path], settings: Settings, rules: Sequence[typ
     work: list[tuple[str, str, tuple[str, ...], bool, RuleOptions, bool, Project]] = []
     shower = PathDisplay()
     project = _project(settings, files)
-    exports, _ = _exports(settings, project[1], _result_cache(settings, codes) if use_cache else None, record=False)
+    exports = _exports(settings, project[1], _result_cache(settings, codes) if use_cache else None)
     project = (*project[:2], _importable(exports))
     root = project[0]
     _INDEXES.clear()  # files may have changed since an earlier run in this process

@@ -309,6 +309,90 @@ def test_a_new_export_re_checks_only_the_modules_that_name_it(tmp_path: Path):
     assert [d.code for d in after.diagnostics if d.path == "pkg/plain.py"] == ["PM201"]
 
 
+def _copy_importers_configured(tmp_path: Path, configured: bool) -> Path:
+    root = _copy_importers(tmp_path)
+    if not configured:  # the root is the working directory: the run's files are the project
+        (root / "pyproject.toml").unlink()
+    return root
+
+
+def _codes_of(outcome, path: str) -> list[str]:
+    return [d.code for d in outcome.diagnostics if d.path == path]
+
+
+@pytest.mark.parametrize("configured", [True, False], ids=["configuration", "no configuration"])
+def test_a_deleted_exporter_re_checks_its_importers(tmp_path: Path, configured: bool):
+    """Deleting the module that pmaps `p_double`: its importer that never spells pmap loses its
+    finding on the next warm run, as a run without the cache says."""
+    root = _copy_importers_configured(tmp_path, configured)
+    assert _codes_of(_check(root, use_cache=True), "pkg/use2.py") == ["PM201"]
+    (root / "pkg" / "steps.py").unlink()
+    after = _check(root, use_cache=True)
+    assert _codes_of(after, "pkg/use2.py") == []
+    assert after.diagnostics == _check(root).diagnostics
+
+
+@pytest.mark.parametrize("configured", [True, False], ids=["configuration", "no configuration"])
+def test_a_new_exporter_re_checks_its_importers(tmp_path: Path, configured: bool):
+    """An importer that never spells pmap names `p_triple` of a module that does not exist yet:
+    once the module is written, pmapping it, the next warm run reports the importer's use."""
+    root = _copy_importers_configured(tmp_path, configured)
+    (root / "pkg" / "use4.py").write_text(
+        "import numpy as np\n\nfrom .more import p_triple\n\n\ndef first():\n    return p_triple(np.ones((8, 2)))[0]\n")
+    assert _codes_of(_check(root, use_cache=True), "pkg/use4.py") == []
+    assert _check(root, use_cache=True).cached == len(_files(root))
+    (root / "pkg" / "more.py").write_text("import jax\n\np_triple = jax.pmap(lambda x: 3 * x)\n")
+    after = _check(root, use_cache=True)
+    assert _codes_of(after, "pkg/use4.py") == ["PM201"]
+    assert after.diagnostics == _check(root).diagnostics
+    again = _check(root, use_cache=True)
+    assert again.cached == again.files and _codes_of(again, "pkg/use4.py") == ["PM201"]
+
+
+def test_without_a_configuration_an_exporter_that_leaves_the_run_is_read_again_when_back(tmp_path: Path):
+    """Without a configuration the exports are the run's files' own: a run without `steps.py`
+    forgets what it exports, and the run that passes it again, unchanged, must read it again
+    (rather than take it, unchanged since its cached result, for a module without pmap)."""
+    root = _copy_importers_configured(tmp_path, False)
+    files = ["pkg/__init__.py", "pkg/steps.py", "pkg/use2.py"]
+    assert _codes_of(_check(root, files, use_cache=True), "pkg/use2.py") == ["PM201"]
+    assert _codes_of(_check(root, ["pkg/use2.py"], use_cache=True), "pkg/use2.py") == []
+    back = _check(root, files, use_cache=True)
+    assert _codes_of(back, "pkg/use2.py") == ["PM201"]
+    assert back.diagnostics == _check(root, files).diagnostics
+
+
+def test_the_warm_run_after_the_run_that_filled_the_cache_writes_nothing(tmp_path: Path, monkeypatch):
+    """The run that fills the cache reads every module for its share of the exports; those without
+    pmap are left to their results, so the next run has nothing to drop and nothing to write."""
+    from pmap_migrate import cache as cache_module
+
+    root = _copy_importers(tmp_path)
+    _check(root, use_cache=True)
+    written: list[Path] = []
+    store = cache_module.store_pickle
+    monkeypatch.setattr(cache_module, "store_pickle", lambda file, value: written.append(file) or store(file, value))
+    warm = _check(root, use_cache=True)
+    assert warm.cached == warm.files and written == []
+
+
+def test_a_warm_run_reuses_the_exports_while_their_contributions_hold(tmp_path: Path, monkeypatch):
+    """The exports are made again only when a module's contribution was read anew (or forgotten):
+    not on a warm run, but on the run after `steps.py` changed."""
+    from pmap_migrate import crossmodule
+
+    root = _copy_importers(tmp_path)
+    _check(root, use_cache=True)
+    made: list[int] = []
+    exports_of = crossmodule._exports_of
+    monkeypatch.setattr(crossmodule, "_exports_of", lambda parts: made.append(len(parts)) or exports_of(parts))
+    assert _check(root, use_cache=True).cached == len(_files(root)) and made == []
+    _touch_later(root / "pkg" / "steps.py", PLAIN_STEPS)
+    after = _check(root, use_cache=True)
+    assert len(made) == 1 and _codes_of(after, "pkg/use2.py") == []
+    assert _check(root, use_cache=True).cached == len(_files(root)) and len(made) == 1
+
+
 def test_modules_without_pmap_that_import_nothing_pmapped_are_not_analysed(tmp_path: Path, monkeypatch):
     """The text test before the index: a module that never spells pmap nor a name the project
     exports together with its module is not parsed (`pkg/other.py`, `pkg/plain.py`, which applies
