@@ -29,6 +29,8 @@ _OPEN = {"(": ")", "[": "]", "{": "}"}
 _CLOSE = frozenset(_OPEN.values())
 # Trailing comments that tools read where they are: never moved.
 _PRAGMA = re.compile(r"#\s*(noqa|type:|pyright:|pylint:|pytype:|pyrefly:|pyre-|mypy:|fmt:|isort:|nosec|pragma)", re.IGNORECASE)
+# Of those, the ones ruff's E501 does not count in a line's length (the code before them must fit).
+_LENGTH_EXEMPT = re.compile(r"#\s*(noqa|type:|pyright:|pylint:|nosec|isort:)", re.IGNORECASE)
 _FSTRING_START = getattr(tokenize, "FSTRING_START", None)
 _FSTRING_END = getattr(tokenize, "FSTRING_END", None)
 
@@ -400,26 +402,9 @@ def _comment_lines(comment: str, indent: str, limit: int) -> list[str]:
                                                          break_on_hyphens=False)] or [f"{indent}#"]
 
 
-def wrap_line(line: str, tokens: list[tokenize.TokenInfo], limit: int, unit: str, hug: bool = False
-              ) -> list[str] | None:
-    """The lines ``line`` (one physical line holding one logical line, no line end) becomes within
-    ``limit``; None: it fits, or it cannot be split."""
-    if len(line) <= limit:
-        return None
-    indent = line[: len(line) - len(line.lstrip())]
-    comment = _comment(tokens)
-    above: list[str] = []
-    code = line
-    pragma = ""  # a tool's comment stays on the statement's first line (where tools look first)
-    if comment is not None:
-        code = line[: comment.start[1]].rstrip()
-        if _PRAGMA.match(comment.string):
-            pragma = "  " + comment.string
-        else:
-            above = _comment_lines(comment.string, indent, limit)
-    atoms = _atoms(tokens)
-    if not atoms:
-        return None
+def _wrapped(code: str, atoms: list[_Atom], limit: int, unit: str, hug: bool, indent: str) -> list[str]:
+    """The lines of ``code`` within ``limit`` (wrap_line's split, its value parenthesized where that
+    splits it better)."""
     lines = _Wrapper(code, atoms, limit, unit, hug).render(0, len(atoms) - 1, indent) if len(code) > limit else [code]
     region = _expression(atoms)
     if region is not None and (len(lines[0]) > limit or (len(code) > limit and _operators(atoms, *region))):
@@ -431,6 +416,35 @@ def wrap_line(line: str, tokens: list[tokenize.TokenInfo], limit: int, unit: str
             split = _Wrapper(wrapped, atoms, limit, unit, hug).render(0, len(atoms) - 1, indent)
             if all(len(piece) <= limit for piece in split) or len(lines[0]) > limit:
                 lines = split if max(map(len, split)) < max(map(len, lines)) else lines
+    return lines
+
+
+def wrap_line(line: str, tokens: list[tokenize.TokenInfo], limit: int, unit: str, hug: bool = False
+              ) -> list[str] | None:
+    """The lines ``line`` (one physical line holding one logical line, no line end) becomes within
+    ``limit``; None: it fits, or it cannot be split."""
+    if len(line) <= limit:
+        return None
+    indent = line[: len(line) - len(line.lstrip())]
+    comment = _comment(tokens)
+    above: list[str] = []
+    code = line
+    pragma = ""  # a tool's comment stays on the statement's first line (where tools look first)
+    width = limit
+    if comment is not None:
+        code = line[: comment.start[1]].rstrip()
+        if _PRAGMA.match(comment.string):
+            pragma = "  " + comment.string
+            if not _LENGTH_EXEMPT.match(comment.string):
+                width = max(limit - len(pragma), limit // 2)  # the first line holds the comment too
+        else:
+            above = _comment_lines(comment.string, indent, limit)
+    atoms = _atoms(tokens)
+    if not atoms:
+        return None
+    lines = _wrapped(code, atoms, limit, unit, hug, indent)
+    if width < limit and len(lines[0]) + len(pragma) > limit:  # narrower, for the comment's sake
+        lines = _wrapped(code, atoms, width, unit, hug, indent)
     if pragma:
         lines = [lines[0] + pragma, *lines[1:]]
     if lines == [line]:

@@ -169,6 +169,13 @@ def test_a_tools_comment_stays_on_the_first_line_of_a_wrapped_statement():
     # a line whose code fits, long only by such a comment, stays as it is (linters ignore the comment)
     fits = "def f(x):\n    return jax.jit(_shard_mapped(g, 'data'))(x)  # type: ignore[arg-type]  # long comment\n"
     assert wrap_new_lines(fits, "", 60, "    ") == fits
+    # ruff counts a pytype comment in the line's length: the code is split so that the first line
+    # holds it within the limit
+    pytype = "def f():\n    return _host_local(state), summary, metrics  # pytype: disable=bad-return-type\n"
+    out = wrap_new_lines(pytype, "", 79, "    ")
+    assert out.splitlines()[1].endswith("(  # pytype: disable=bad-return-type"), out
+    assert all(len(line) <= 79 for line in out.splitlines()), out
+    compile(out, "<wrapped>", "exec")
 
 
 def test_a_pmap_written_over_several_lines_is_rewritten_in_its_lines():
