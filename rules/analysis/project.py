@@ -11,7 +11,8 @@ import; this index answers, for a dotted name a module imports, whether it is
 
 The facts of a module (``ModuleFacts``, analysis/facts.py) are read with Python's `ast`, module
 level only; a name a module star-imports (``from .constants import *``) is looked up in the
-modules it star-imports, as far as their ``__all__`` or leading underscores let the star bind it. Module names come from the package structure: a file's module is its path below
+modules it star-imports, as far as their ``__all__`` or leading underscores let the star bind it.
+Module names come from the package structure: a file's module is its path below
 the first directory up that has no ``__init__.py`` (the file's base, where Python's import system
 would find its top package). A module is looked up in the importer's base first, then in the
 configuration's root (scripts of ``examples/`` importing the project's package).

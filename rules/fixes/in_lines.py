@@ -34,6 +34,16 @@ def hanging(call: cst.Call) -> bool:
     return isinstance(call.whitespace_before_args, cst.ParenthesizedWhitespace) and bool(call.args)
 
 
+def hanging_call(site: TransformSite) -> cst.Call | None:
+    """The pmap call of ``site`` where the form may apply: spelled directly (its arguments are
+    the site's), its arguments starting on the line after its parenthesis."""
+    call = site.node
+    if site.is_decorator or not isinstance(call, cst.Call) or tuple(site.args) != tuple(call.args) \
+            or not hanging(call):
+        return None
+    return call
+
+
 def in_lines(call: cst.Call, helper: cst.Call, values: dict[int, cst.BaseExpression], *,
              helper_extra: Sequence[cst.Arg] = (), jit_extra: Sequence[cst.Arg] = (),
              outer: cst.Call | None = None, room: int = 79) -> cst.Call | None:
@@ -93,9 +103,9 @@ def _built(call: cst.Call, helper: cst.Call, mapped: list[cst.Arg], jitted: list
     commas = [brk if own_line and k == 0 else space for k in range(len(tail) - 1)]
     # (the last one's whitespace before its comma, where it had none, went before the parenthesis)
     tail = [arg.with_changes(comma=comma, whitespace_after_arg=arg.whitespace_after_arg if own_line
-                             else cst.SimpleWhitespace("")) for arg, comma in zip(tail, commas)] + [tail[-1].with_changes(
-        comma=cst.MaybeSentinel.DEFAULT if ends else follow,
-        whitespace_after_arg=cst.SimpleWhitespace("") if ends else closing)]
+                             else cst.SimpleWhitespace("")) for arg, comma in zip(tail, commas)] + [
+        tail[-1].with_changes(comma=cst.MaybeSentinel.DEFAULT if ends else follow,
+                              whitespace_after_arg=cst.SimpleWhitespace("") if ends else closing)]
     inner = cst.Arg(helper.with_changes(args=[*mapped[:-1], *tail], whitespace_before_args=call.whitespace_before_args))
     # jit's options: those pmap did not spell after the helper's parenthesis, then pmap's as written
     jit_args = [inner, *jit_extra]
@@ -151,13 +161,15 @@ def options_in_lines(call: cst.Call, name: str, helper: dict[str, str], jit: dic
                     outer=outer, room=room)
 
 
-def compact_in_lines(site: TransformSite, name: str, opts: dict, argnums: list, space: int) -> cst.Call | None:
+def compact_in_lines(site: TransformSite, name: str, opts: dict, argnums: list, model) -> cst.Call | None:
     """`options_in_lines` for the single-process compact form (``opts``: SiteReader.compact_options;
-    ``argnums``: jit's options and values, as the one-line form spells them; ``space``: `room`)."""
-    call = site.node
-    if not isinstance(call, cst.Call) or tuple(site.args) != tuple(call.args) or not hanging(call):
+    ``argnums``: jit's options and values, as the one-line form spells them; ``model``: the
+    module's, for `room`)."""
+    call = hanging_call(site)
+    if call is None:
         return None
     helper = {option: code_of(opts[option]) for option in ("in_axes", "out_axes") if opts[option] is not None}
     if opts["static"]:
         helper["static_broadcasted_argnums"] = tuple_text(opts["static"])
-    return options_in_lines(call, name, helper, {option: code_of(value) for option, value in argnums}, room=space)
+    return options_in_lines(call, name, helper, {option: code_of(value) for option, value in argnums},
+                            room=room(model, call))

@@ -8,7 +8,7 @@ import dataclasses
 import libcst as cst
 
 from pmap_migrate.rules.fixes.code import code_of
-from pmap_migrate.rules.fixes.in_lines import hanging, options_in_lines, room
+from pmap_migrate.rules.fixes.in_lines import hanging_call, options_in_lines, room
 from pmap_migrate.rules.fixes.multiprocess_reads import PlannedSite
 from pmap_migrate.rules.fixes.pmap_options import Unsupported
 from pmap_migrate.rules.fixes.pmap_render import Plan, tuple_text
@@ -114,10 +114,8 @@ class GlobalRender:
         """`_global_call(jax.jit(_shard_mapped(...), ...))` in the lines of a pmap call written
         over several (fixes/in_lines.py), where the call is what its statement assigns: the
         statement's text, or None."""
-        site = entry.site
-        call = site.node
-        if site.is_decorator or not isinstance(call, cst.Call) or tuple(site.args) != tuple(call.args) \
-                or not hanging(call):
+        call = hanging_call(entry.site)
+        if call is None:
             return None
         statement, target = self.rewriter.assignment_statement(call)
         if statement is None or target != plan.name:

@@ -88,12 +88,6 @@ class Placement:
         string's own quote may appear: the templates are not used there."""
         return any(isinstance(a, cst.FormattedStringExpression) for a in self.model.ancestors(node))
 
-    def column_of(self, node: cst.CSTNode) -> int:
-        """The indentation width of the statement holding ``node``. Continuation lines of a parsed
-        expression are written relative to it: libcst adds the block's indentation itself."""
-        depth = sum(isinstance(a, cst.IndentedBlock) for a in self.model.ancestors(node))
-        return len(self.model.indent) * depth
-
     def fresh_name(self, base: str) -> str:
         return self.allocator.fresh(base)
 

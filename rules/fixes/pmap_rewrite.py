@@ -45,7 +45,7 @@ from pmap_migrate.rules.fixes.code import (
     simple_params,
 )
 from pmap_migrate.rules.fixes.evaluation import EvaluationPlaces
-from pmap_migrate.rules.fixes.in_lines import compact_in_lines, room
+from pmap_migrate.rules.fixes.in_lines import compact_in_lines
 from pmap_migrate.rules.fixes.naming import NameAllocator
 from pmap_migrate.rules.fixes.observed import only_legacy
 from pmap_migrate.rules.fixes.pmap_options import DEFAULT_AXIS, KNOWN_OPTIONS, SiteReader, Unsupported
@@ -213,8 +213,9 @@ class Rewriter(EvaluationPlaces):
             call = site.node
             if fun is None:
                 return None
-            built = compact_in_lines(site, name, opts, argnums, room(self.model, call)) or cst.Call(jit, [cst.Arg(cst.Call(cst.Name(name), [
-                cst.Arg(fun), *([cst.Arg(axis)] if axis is not None else []), *mapping])), *donated],
+            built = compact_in_lines(site, name, opts, argnums, self.model) or cst.Call(jit, [
+                cst.Arg(cst.Call(cst.Name(name), [
+                    cst.Arg(fun), *([cst.Arg(axis)] if axis is not None else []), *mapping])), *donated],
                 lpar=call.lpar, rpar=call.rpar)
             # In place, where pmap was built and evaluated (`jax.pmap(f)(x)` in a loop too: the
             # helper gives the same function for the same `f`, so jit's cache holds; a lambda is a
