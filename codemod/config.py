@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import re
 import sys
 from dataclasses import dataclass, field, replace
@@ -97,6 +98,24 @@ def find_config(start: Path) -> Path | None:
                 continue
             if isinstance(data.get("tool"), dict) and SECTION in data["tool"]:
                 return candidate
+    return None
+
+
+# What marks a project's top directory where no configuration names one: a repository's, or a
+# package's own files (pre-commit runs hooks at the repository's top).
+PROJECT_MARKERS = (".git", ".hg", "pyproject.toml", "setup.py", "setup.cfg")
+
+
+def project_top(start: Path) -> Path | None:
+    """The nearest directory at or above ``start`` (a directory) that holds one of
+    ``PROJECT_MARKERS``; None when there is none below the home directory."""
+    start = start.resolve()
+    home = Path.home().resolve() if "HOME" in os.environ else None
+    for directory in [start, *start.parents]:
+        if directory == home or directory.parent == directory:
+            return None
+        if any(os.path.exists(directory / marker) for marker in PROJECT_MARKERS):
+            return directory
     return None
 
 

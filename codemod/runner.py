@@ -250,11 +250,20 @@ def _importable(exports: frozenset[Export]) -> tuple[Export, ...]:
     return tuple(sorted((e for e in exports if b"pmap" not in e.name), key=lambda e: (e.name, e.handle, e.origin)))
 
 
-def _exports_root(settings: Settings) -> str | None:
+def _exports_root(settings: Settings, files: frozenset[str]) -> str | None:
     """The tree whose modules' exports count: the root, when a configuration names it; without
-    one the root is the working directory, which may be a home directory (the run's files are the
-    project then)."""
-    return os.fspath(settings.root) if settings.config_file is not None else None
+    one, the project around the working directory (``project_top``: a repository's or package's
+    top, where pre-commit runs) when it holds every file of the run (``files``: absolute paths);
+    else none (the run's files are the project)."""
+    if settings.config_file is not None:
+        return os.fspath(settings.root)
+    from pmap_migrate.config import project_top
+
+    top = project_top(settings.root)
+    if top is None:
+        return None
+    inside = os.path.join(os.fspath(top), "")
+    return os.fspath(top) if all(f.startswith(inside) for f in files) else None
 
 
 def _exports(settings: Settings, files: frozenset[str], cache: ResultCache | None = None) -> frozenset[Export]:
@@ -264,8 +273,8 @@ def _exports(settings: Settings, files: frozenset[str], cache: ResultCache | Non
     from pmap_migrate.crossmodule import project_exports
 
     if cache is None:
-        return project_exports(_exports_root(settings), None, files)[0]
-    return project_exports(_exports_root(settings), dict(cache.contributions), files, cache.unchanged)[0]
+        return project_exports(_exports_root(settings, files), None, files)[0]
+    return project_exports(_exports_root(settings, files), dict(cache.contributions), files, cache.unchanged)[0]
 
 
 def _result_cache(settings: Settings, codes: tuple[str, ...]) -> ResultCache:
@@ -416,7 +425,7 @@ def run(
     exporting = ExportsPass(cache.contributions if cache is not None else None,
                             cache.unchanged if cache is not None else None)
     known = exporting.known
-    tree = _exports_root(settings)
+    tree = _exports_root(settings, project[1])
     found = exporting.walk(tree, project[1]) if tree is not None else frozenset()
     inside = os.path.join(os.path.abspath(tree), "") if tree is not None else None
     _INDEXES.clear()  # files may have changed since an earlier run in this process
@@ -634,7 +643,7 @@ def run_fix(files: Sequence[str | Path], settings: Settings, rules: Sequence[typ
     project = _project(settings, files)
     exports = _exports(settings, project[1], _result_cache(settings, codes) if use_cache else None)
     project = (*project[:2], _importable(exports))
-    root = project[0]
+    root = _exports_root(settings, project[1]) or project[0]  # where importers of aliases are looked for
     _INDEXES.clear()  # files may have changed since an earlier run in this process
     for path in files:
         shown = shower(path)

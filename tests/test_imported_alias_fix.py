@@ -146,6 +146,23 @@ def test_fix_of_subsets_never_leaves_the_package_inconsistent(tmp_path: Path):
     _consistent(root)
 
 
+def test_without_a_configuration_importers_anywhere_in_the_repository_keep_the_alias(tmp_path: Path):
+    """No configuration, `fix` run from the package's directory over all its modules: a script at
+    the repository's top that imports the alias keeps it (on the shim, named in its comment)."""
+    root = _copy(PACKAGE, tmp_path / "alias_package")
+    (root / "pyproject.toml").unlink()
+    (root / ".git").mkdir()
+    (root / "scripts").mkdir()
+    (root / "scripts" / "bench.py").write_text(
+        "from mp import constants\n\nstep = constants.pmap(lambda x: x + 1)\n")
+    result = _cli(root / "mp", "fix", "--no-cache", "--unsafe-fixes", ".")
+    assert result.exit_code in (0, 1), result.output
+    constants = (root / "mp" / "constants.py").read_text()
+    assert "pmap = functools.partial(runtime_shim.pmap, axis_name=AXIS)" in constants
+    comment = " ".join(line.lstrip("# ") for line in constants.splitlines() if line.startswith("#"))
+    assert "kept for importers outside this run: scripts/bench.py" in comment, comment
+
+
 def test_the_alias_goes_once_its_last_importers_are_rewritten(tmp_path: Path):
     root = _copy(PACKAGE, tmp_path / "alias_package")
     assert _cli(root, "fix", "--no-cache", "mp/sub/evaluate.py").exit_code == 0

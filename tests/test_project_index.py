@@ -440,6 +440,38 @@ def test_without_a_configuration_the_exports_are_the_run_files_own(tmp_path: Pat
     assert project_exports(None, files=[use])[0] == frozenset()
 
 
+@pytest.mark.parametrize("marker", [".git", "setup.py", "pyproject.toml"])
+def test_without_a_configuration_a_repository_is_the_project(tmp_path: Path, marker: str):
+    """No `[tool.pmap-migrate]`, but the working directory is a repository's (or a package's) top,
+    where pre-commit runs: an importer passed alone still gets the findings its imports give it
+    (`use2.py` never spells pmap; `steps.py` is read from the tree). From a subdirectory the
+    project is the one above."""
+    root = _copy_importers_configured(tmp_path, False)
+    assert _codes_of(_check(root, ["pkg/use2.py"]), "pkg/use2.py") == []  # no project: the run's file alone
+    (root / marker).mkdir() if marker == ".git" else (root / marker).write_text("")
+    assert _codes_of(_check(root, ["pkg/use2.py"]), "pkg/use2.py") == ["PM201"]
+    assert _codes_of(_check(root, ["pkg/use2.py"], use_cache=True), "pkg/use2.py") == ["PM201"]
+    assert _codes_of(_check(root / "pkg", ["use2.py"]), "use2.py") == ["PM201"]
+
+
+def test_without_a_configuration_files_outside_the_repository_are_their_own_project(tmp_path: Path, monkeypatch):
+    """A run from inside one repository over files of another reads no module of the first; the
+    home directory is never taken for a project's top."""
+    from pmap_migrate.config import project_top
+
+    root = _copy_importers_configured(tmp_path, False)
+    here = tmp_path / "elsewhere"
+    (here / ".git").mkdir(parents=True)
+    (here / "pkg").mkdir()
+    (here / "pkg" / "steps.py").write_text("import jax\n\np_double = jax.pmap(lambda x: x)\n")
+    (here / "pkg" / "use2.py").write_text("from .steps import p_double\n\nprint(p_double(x)[0])\n")
+    outcome = _check(here, [str(root / "pkg" / "use2.py")])
+    assert outcome.diagnostics == []  # neither this tree's steps.py nor the other's
+    assert project_top(here / "pkg") == here.resolve()
+    monkeypatch.setenv("HOME", str(here))
+    assert project_top(here / "pkg") is None
+
+
 @pytest.mark.parametrize("text, expected", [
     ("import jax\n\ndef f(x):\n    return jax.pmap(g)(x)\n", False),
     ("import jax\n\nclass A:\n    step = jax.pmap(g)\n", False),
