@@ -2,6 +2,7 @@ from __future__ import annotations
 
 import libcst as cst
 
+from pmap_migrate.rules.analysis.sites import PMAP, TransformSite
 from pmap_migrate.rules.base import Fixable, Invalid, Rule, Valid
 from pmap_migrate.rules.fixes.pmap_render import shard_mapped_helper
 from pmap_migrate.rules.fixes.shared import global_call_helper, host_local_helper, to_global_helper
@@ -298,14 +299,36 @@ class HostLocalInput(Rule):
     def visit_Module(self, node: cst.Module) -> None:
         self._unfixed: list[cst.CSTNode] = []  # reported at the end, once every pmap's fix is known
         sites = self.model.pmap_sites()
-        if sites and self.model.uses_any(tables.MULTI_PROCESS, tables.MULTI_PROCESS_PREFIXES):
-            for site in sites:
-                fix = self.context.fixes.global_fix(site)
-                if fix is None:
-                    self._unfixed.append(site.node)
-                else:
-                    self.report(site.node, fix=fix)
+        external = self.model.external_calls()
+        if not (sites or external) or not self.model.uses_any(tables.MULTI_PROCESS, tables.MULTI_PROCESS_PREFIXES):
+            return
+        for site in sites:
+            fix = self.context.fixes.global_fix(site)
+            if fix is None:
+                self._unfixed.append(site.node)
+            else:
+                self.report(site.node, fix=fix)
+        for call, site in external.items():
+            message = _external_message(site)
+            if message is not None:
+                self.report(call, message)
 
     def leave_Module(self, original_node: cst.Module) -> None:
         for node in self._unfixed:
             self.report(node, fix=self.with_shimmed_pmaps([node], "the host-local inputs and outputs"))
+
+
+def _external_message(site: TransformSite) -> str | None:
+    """What a multi-process module's call of a function another module pmaps (``site``: its
+    external site) is told, unless that module wrote it for every process's devices: the data
+    flow crosses the modules, and the fix of the other module does not see this program."""
+    name = site.callee.via[0] if site.callee.via else "it"
+    if site.transform == PMAP:
+        return (f"pmap in a multi-process program, through `{name}` (pmapped in `{site.origin}`): its inputs and "
+                "outputs are this process's rows (host-local arrays); fixed in its own module, the pmap is "
+                "rewritten for one process and raises on several: keep it on `runtime_shim.pmap` there")
+    if site.rows and not site.processes:
+        return (f"`{name}` (`{site.origin}`) is a pmap rewritten for one process, called in a multi-process "
+                "program: it raises on several processes; put that pmap on `runtime_shim.pmap`, or write it for "
+                "every process (`_global_call(jax.jit(_shard_mapped(f, axis, processes=True)), local=True)`)")
+    return None

@@ -39,6 +39,7 @@ class PmappedFact:
     # The faithful rewrite of a pmap (`jax.jit(_shard_mapped(f, "i"))`, `_global_call(...)` of it):
     # no pmap any more, but its outputs are the same stacks, one row per device.
     rewritten: bool = False
+    processes: bool = False  # that rewrite over every process's devices (`_global_call`, `processes=True`)
 
 
 @dataclass(frozen=True)
@@ -168,8 +169,12 @@ class FactReader:
             function = rewritten.args[0] if rewritten.args else None
             returns = isinstance(function, ast.Name) and function.id in self.functions \
                 and _returns_tuple(self.functions[function.id])
+            processes = self._helper(value.func, "_global_call") or any(
+                k.arg == "processes" and not (isinstance(k.value, ast.Constant) and not k.value.value)
+                for k in rewritten.keywords)
             self._rebound_to(name)
-            self.facts.pmapped[name] = PmappedFact(self.facts.name, name, returns_tuple=returns, rewritten=True)
+            self.facts.pmapped[name] = PmappedFact(self.facts.name, name, returns_tuple=returns, rewritten=True,
+                                                   processes=processes)
             return
         if isinstance(value, ast.Call) and value.args and not isinstance(value.args[0], ast.Starred):
             options = self._transform(value.func)

@@ -193,7 +193,8 @@ class SemanticModel(Bindings, ValueFlow, Nesting):
             if call is None:
                 return None
             site = TransformSite(JIT, call, Callee(JIT, via=(_code(expr),), origin=fact.module), tuple(call.args),
-                                 origin=fact.module, tuple_output=fact.returns_tuple, rows=True)
+                                 origin=fact.module, tuple_output=fact.returns_tuple, rows=True,
+                                 processes=fact.processes)
             self._external_sites[fact] = site
         elif site is None:
             call = _parsed_call(f"jax.pmap({fact.name}, {fact.options})" if fact.options else f"jax.pmap({fact.name})")
@@ -408,6 +409,10 @@ class SemanticModel(Bindings, ValueFlow, Nesting):
 
     def pmap_calls(self) -> dict[cst.Call, TransformSite]:
         return {c: s for c, s in self._calls_to.items() if s.transform == PMAP}
+
+    def external_calls(self) -> dict[cst.Call, TransformSite]:
+        """The calls of functions that other modules of the project pmap (or rewrote from a pmap)."""
+        return {c: s for c, s in self._calls_to.items() if s.origin is not None}
 
     # ------------------------------------------------------------ module-wide
     def multi_process(self) -> bool:

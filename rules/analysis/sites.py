@@ -78,6 +78,7 @@ class TransformSite:
     tuple_output: bool = False
     # (a jit site) the faithful rewrite of a pmap that another module defines: its outputs are stacks
     rows: bool = False
+    processes: bool = False  # ... written for every process's devices (PM501's global-mesh form)
 
     @property
     def is_decorator(self) -> bool:

@@ -1,0 +1,96 @@
+"""PM501 across modules (issue 26): a multi-process program (a module using `jax.process_index()`,
+`jax.distributed`, ...) that calls a function another module of the project pmaps passes it this
+process's rows. The other module's own fix does not see the program: it rewrites the pmap for one
+process (`jax.jit(_shard_mapped(f, "i"))`, which raises on several). `check` says so at the call,
+before the fix (the pmap) and after it (the single-process rewrite); a rewrite written for every
+process (`_global_call(...)`, the other module's own PM501 fix) is what legacy did, and is not
+reported."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+from click.testing import CliRunner
+
+from pmap_migrate.cli import main
+from pmap_migrate.rules.analysis.facts import module_facts
+
+STEPS = "import jax\n\n\ndef double(x):\n    return x * 2\n\n\np_double = jax.pmap(double, axis_name='i')\n"
+MAIN = ("import jax\nimport numpy as np\n\nfrom pkg import steps\n\njax.distributed.initialize()\n"
+        "print(steps.p_double(np.ones((jax.local_device_count(), 3))))\n")
+
+
+def _cli(root: Path, *args: str):
+    previous = os.getcwd()
+    os.chdir(root)
+    try:
+        return CliRunner().invoke(main, [*args], catch_exceptions=False)
+    finally:
+        os.chdir(previous)
+
+
+def _project(root: Path, files: dict[str, str]) -> Path:
+    for name, text in {"pkg/__init__.py": "", **files}.items():
+        path = root / name
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(text)
+    (root / "pyproject.toml").write_text("[tool.pmap-migrate]\n")
+    return root
+
+
+def _findings(root: Path, *files: str) -> list[str]:
+    result = _cli(root, "check", "--no-cache", "--output-format", "concise", *(files or (".",)))
+    return sorted(" ".join(line.split(" ")[:2]) for line in result.output.splitlines() if " PM" in line)
+
+
+def _messages(root: Path, path: str) -> list[str]:
+    result = _cli(root, "check", "--no-cache", "--output-format", "concise", ".")
+    return [line for line in result.output.splitlines() if line.startswith(path)]
+
+
+def test_a_multi_process_program_calling_another_modules_pmap_is_told_at_the_call(tmp_path: Path):
+    root = _project(tmp_path, {"pkg/steps.py": STEPS, "pkg/main.py": MAIN})
+    assert _findings(root) == ["pkg/main.py:7:7: PM501", "pkg/steps.py:8:12: PM101"]
+    (message,) = _messages(root, "pkg/main.py")
+    assert "through `steps.p_double` (pmapped in `pkg.steps`)" in message
+    assert "keep it on `runtime_shim.pmap` there" in message
+    # pre-commit: the program alone, the pmap's module read from the tree
+    assert _findings(root, "pkg/main.py") == ["pkg/main.py:7:7: PM501"]
+
+
+def test_after_the_other_modules_fix_the_single_process_rewrite_is_still_reported(tmp_path: Path):
+    root = _project(tmp_path, {"pkg/steps.py": STEPS, "pkg/main.py": MAIN})
+    assert _cli(root, "fix", "--no-cache", "pkg/steps.py").exit_code == 0
+    assert "p_double = jax.jit(_shard_mapped(double, 'i'))" in (root / "pkg" / "steps.py").read_text()
+    assert _findings(root) == ["pkg/main.py:7:7: PM501"]
+    (message,) = _messages(root, "pkg/main.py")
+    assert "is a pmap rewritten for one process, called in a multi-process program" in message
+
+
+def test_a_rewrite_for_every_process_is_not_reported(tmp_path: Path):
+    """The pmap's module is a multi-process one itself: its fix writes the global-mesh form for
+    callers it does not see (`_global_call(..., local=True)`), which takes this process's rows."""
+    steps = STEPS + "\nRANK = jax.process_index()\n"
+    root = _project(tmp_path, {"pkg/steps.py": steps, "pkg/main.py": MAIN})
+    assert _findings(root) == ["pkg/main.py:7:7: PM501", "pkg/steps.py:8:12: PM101", "pkg/steps.py:8:12: PM501"]
+    assert _cli(root, "fix", "--no-cache", "pkg/steps.py").exit_code == 0
+    fixed = (root / "pkg" / "steps.py").read_text()
+    assert "_global_call(" in fixed and "processes=True" in fixed, fixed
+    assert _findings(root) == []
+
+
+def test_a_single_process_caller_is_not_told(tmp_path: Path):
+    main_ = MAIN.replace("jax.distributed.initialize()\n", "")
+    root = _project(tmp_path, {"pkg/steps.py": STEPS, "pkg/main.py": main_})
+    assert _findings(root) == ["pkg/steps.py:8:12: PM101"]
+
+
+def test_the_facts_tell_a_rewrite_for_every_process_from_one_for_one():
+    one = module_facts("import jax\nfrom ._pmap_compat import _shard_mapped\n\n"
+                       "p = jax.jit(_shard_mapped(f, 'i'))\n", "pkg.steps", False)
+    every = module_facts("import jax\nfrom ._pmap_compat import _global_call, _shard_mapped\n\n"
+                         "p = _global_call(jax.jit(_shard_mapped(f, 'i', processes=True)), local=True)\n",
+                         "pkg.steps", False)
+    assert one.pmapped["p"].rewritten and not one.pmapped["p"].processes
+    assert every.pmapped["p"].rewritten and every.pmapped["p"].processes
