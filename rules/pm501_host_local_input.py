@@ -23,6 +23,11 @@ class HostLocalInput(Rule):
     Reports every pmap site of a module that also uses multi-process APIs: `jax.process_index()`,
     `jax.process_count()`, `jax.host_id()`, `jax.host_count()`, anything in `jax.distributed`
     (`jax.distributed.initialize()`) or in `jax.experimental.multihost_utils`, however imported.
+    Such a module's calls of a function that another module of the project pmaps
+    (`steps.p_double(x)`) are reported too, where that module does not use those APIs: its own
+    fix rewrites the pmap for one process (`jax.jit(_shard_mapped(f, "i"))`), which raises on
+    several, and after that fix the call is still reported (no fix here: the pmap's own module is
+    where it changes).
 
     ## Why is this bad?
     In a multi-process program each process passes pmap its own `local_device_count()` slices and
@@ -320,10 +325,11 @@ class HostLocalInput(Rule):
 
 def _external_message(site: TransformSite) -> str | None:
     """What a multi-process module's call of a function another module pmaps (``site``: its
-    external site) is told, unless that module wrote it for every process's devices: the data
-    flow crosses the modules, and the fix of the other module does not see this program."""
+    external site) is told, unless that module writes it for every process's devices (its own
+    PM501 finding and fix, or their result): the data flow crosses the modules, and the fix of the
+    other module does not see this program."""
     name = site.callee.via[0] if site.callee.via else "it"
-    if site.transform == PMAP:
+    if site.transform == PMAP and not site.processes:
         return (f"pmap in a multi-process program, through `{name}` (pmapped in `{site.origin}`): its inputs and "
                 "outputs are this process's rows (host-local arrays); fixed in its own module, the pmap is "
                 "rewritten for one process and raises on several: keep it on `runtime_shim.pmap` there")

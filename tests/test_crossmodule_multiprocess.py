@@ -4,7 +4,8 @@ process's rows. The other module's own fix does not see the program: it rewrites
 process (`jax.jit(_shard_mapped(f, "i"))`, which raises on several). `check` says so at the call,
 before the fix (the pmap) and after it (the single-process rewrite); a rewrite written for every
 process (`_global_call(...)`, the other module's own PM501 fix) is what legacy did, and is not
-reported."""
+reported; nor is the call of a pmap whose own module uses the multi-process API (its own PM501
+finding and fix take it)."""
 
 from __future__ import annotations
 
@@ -73,7 +74,7 @@ def test_a_rewrite_for_every_process_is_not_reported(tmp_path: Path):
     callers it does not see (`_global_call(..., local=True)`), which takes this process's rows."""
     steps = STEPS + "\nRANK = jax.process_index()\n"
     root = _project(tmp_path, {"pkg/steps.py": steps, "pkg/main.py": MAIN})
-    assert _findings(root) == ["pkg/main.py:7:7: PM501", "pkg/steps.py:8:12: PM101", "pkg/steps.py:8:12: PM501"]
+    assert _findings(root) == ["pkg/steps.py:8:12: PM101", "pkg/steps.py:8:12: PM501"]
     assert _cli(root, "fix", "--no-cache", "pkg/steps.py").exit_code == 0
     fixed = (root / "pkg" / "steps.py").read_text()
     assert "_global_call(" in fixed and "processes=True" in fixed, fixed
@@ -94,3 +95,33 @@ def test_the_facts_tell_a_rewrite_for_every_process_from_one_for_one():
                          "pkg.steps", False)
     assert one.pmapped["p"].rewritten and not one.pmapped["p"].processes
     assert every.pmapped["p"].rewritten and every.pmapped["p"].processes
+
+
+def test_a_pmap_whose_own_module_is_multi_process_is_left_to_that_modules_finding(tmp_path: Path):
+    """`steps.py` uses the multi-process API: its own PM501 finding (and fix) takes the pmap for
+    every process; the program's call is not reported again."""
+    steps = STEPS.replace("import jax\n", "import jax\nfrom jax.experimental import multihost_utils\n", 1) \
+        + "\n\ndef sync():\n    multihost_utils.sync_global_devices('x')\n"
+    root = _project(tmp_path, {"pkg/steps.py": steps, "pkg/main.py": MAIN})
+    assert _findings(root) == ["pkg/steps.py:9:12: PM101", "pkg/steps.py:9:12: PM501"]
+    assert module_facts(steps, "pkg.steps", False).pmapped["p_double"].multi_process
+    assert not module_facts(STEPS, "pkg.steps", False).pmapped["p_double"].multi_process
+
+
+def test_a_warm_run_follows_the_pmaps_module_into_and_out_of_the_multi_process_api(tmp_path: Path):
+    root = _project(tmp_path, {"pkg/steps.py": STEPS, "pkg/main.py": MAIN})
+
+    def program() -> list[str]:
+        result = _cli(root, "check", "--output-format", "concise", ".")
+        return [line.split(" ")[1] for line in result.output.splitlines() if line.startswith("pkg/main.py")]
+
+    assert program() == ["PM501"]
+    assert program() == ["PM501"]  # from the cache
+    steps = root / "pkg" / "steps.py"
+    stat = steps.stat()
+    steps.write_text(STEPS + "\nRANK = jax.process_index()\n")
+    os.utime(steps, ns=(stat.st_atime_ns, stat.st_mtime_ns + 10_000_000_000))
+    assert program() == []
+    steps.write_text(STEPS)
+    os.utime(steps, ns=(stat.st_atime_ns, stat.st_mtime_ns + 20_000_000_000))
+    assert program() == ["PM501"]

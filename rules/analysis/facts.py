@@ -9,9 +9,16 @@ matter. They are small and picklable, and cached per file by the engine.
 from __future__ import annotations
 
 import ast
-from dataclasses import dataclass, field
+import re
+from dataclasses import dataclass, field, replace
 
 from pmap_migrate.rules.knowledge import tables
+
+# The words of the multi-process API (``tables.MULTI_PROCESS``): a module without any has no use of it.
+_MULTI_PROCESS_WORDS = re.compile(r"\b(?:process_index|process_count|host_id|host_count|distributed|multihost_utils)\b")
+_MULTI_PROCESS_LAST = frozenset({"process_index", "process_count", "host_id", "host_count", "distributed",
+                                 "multihost_utils"})
+_MULTI_PROCESS_MODULES = frozenset(p.rstrip(".") for p in tables.MULTI_PROCESS_PREFIXES)
 
 
 @dataclass(frozen=True)
@@ -40,6 +47,9 @@ class PmappedFact:
     # no pmap any more, but its outputs are the same stacks, one row per device.
     rewritten: bool = False
     processes: bool = False  # that rewrite over every process's devices (`_global_call`, `processes=True`)
+    # The module uses the multi-process API (`jax.process_index()`, ...): its own fix writes the pmap
+    # for every process (PM501), as its callers in other modules need.
+    multi_process: bool = False
 
 
 @dataclass(frozen=True)
@@ -152,6 +162,20 @@ class FactReader:
                 bindings = _module_bindings(tree) if bindings is None else bindings
                 stable = tuple(n for n in read if bindings.get(n) == 1 and n not in facts.imports)
                 facts.aliases[name] = AliasFact(alias.module, alias.name, alias.options, read, stable)
+        if facts.pmapped and _MULTI_PROCESS_WORDS.search(self.text) and self._multi_process(tree):
+            facts.pmapped.update((k, replace(v, multi_process=True)) for k, v in facts.pmapped.items())
+
+    def _multi_process(self, tree: ast.Module) -> bool:
+        """Whether the module refers to the multi-process API (``tables.MULTI_PROCESS``) through
+        its module-level imports (the model's ``multi_process``, by names)."""
+        for node in ast.walk(tree):
+            if isinstance(node, ast.Attribute) and node.attr in _MULTI_PROCESS_LAST or \
+                    isinstance(node, ast.Name) and node.id in self.facts.imports:
+                dotted = self._dotted(node)
+                if dotted is not None and (dotted in tables.MULTI_PROCESS or dotted in _MULTI_PROCESS_MODULES
+                                           or dotted.startswith(tables.MULTI_PROCESS_PREFIXES)):
+                    return True
+        return False
 
     def _rebound(self, name: str) -> None:
         if name in self.facts.aliases or name in self.facts.pmapped:

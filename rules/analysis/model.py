@@ -201,7 +201,7 @@ class SemanticModel(Bindings, ValueFlow, Nesting):
             if call is None:
                 return None
             site = TransformSite(PMAP, call, Callee(PMAP, via=(_code(expr),), origin=fact.module), tuple(call.args),
-                                 origin=fact.module, tuple_output=fact.returns_tuple)
+                                 origin=fact.module, tuple_output=fact.returns_tuple, processes=fact.multi_process)
             self._external_sites[fact] = site
         return site
 

@@ -78,7 +78,9 @@ class TransformSite:
     tuple_output: bool = False
     # (a jit site) the faithful rewrite of a pmap that another module defines: its outputs are stacks
     rows: bool = False
-    processes: bool = False  # ... written for every process's devices (PM501's global-mesh form)
+    # (a site of another module) written for every process's devices (PM501's global-mesh form), or
+    # a pmap whose module's own fix writes it so (that module uses the multi-process API)
+    processes: bool = False
 
     @property
     def is_decorator(self) -> bool:
