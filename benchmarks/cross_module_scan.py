@@ -17,7 +17,7 @@ package's ``__init__.py`` one level deep), and their uses are counted:
 - calls of imported pmapped functions: ``step(x)``, ``module.step(x)``.
 
 With ``--compare`` the tree is also analysed with pmap-migrate's semantic model and the project
-index (each file as `check` would, the configuration's root being TREE), and the sites it resolves
+index (each file as `check` would, each repository a project), and the sites it resolves
 (alias applications whose alias another module defines; calls of functions another module pmaps)
 are compared with the scan's, by (file, line): found, missed, and found beyond the scan.
 """
@@ -267,17 +267,23 @@ def tool_sites(tree: Path) -> set[tuple[str, str, int]]:
     from pmap_migrate.libcst_patches import parse_module
     from pmap_migrate.notebooks import is_notebook, load
     from pmap_migrate.positions import positions
+    from pmap_migrate.crossmodule import imports_exports, project_exports
     from pmap_migrate.rules.analysis.model import SemanticModel
-    from pmap_migrate.runner import _project_view
+    from pmap_migrate.runner import _importable, _project_view
 
     libcst_patches.install()
     found = set()
+    projects = {}  # each repository is a project: its root, and what its modules export
     for path in sorted(p for p in tree.rglob("*") if p.suffix in (".py", ".ipynb") and p.is_file()
                        and not SKIP & set(p.relative_to(tree).parts)):
+        repository = tree / path.relative_to(tree).parts[0]
+        if repository not in projects:
+            projects[repository] = (str(repository), frozenset(), _importable(project_exports(str(repository))[0]))
+        project = projects[repository]
         data = path.read_bytes()
-        if b"pmap" not in data:
-            continue
-        view = _project_view(str(path), str(path), str(tree))
+        if b"pmap" not in data and not imports_exports(data, project[2]):
+            continue  # as `check` does: a file without pmap asks the index when it names an export
+        view = _project_view(str(path), str(path), project)
         try:
             if is_notebook(str(path)):
                 notebook = load(data, str(path))
