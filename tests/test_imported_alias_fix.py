@@ -196,6 +196,7 @@ def test_an_importer_not_rewritten_keeps_the_alias_and_is_named(tmp_path: Path):
     joined = constants.replace("\n#   ", " ")  # the shim comment, wrapped at the line length
     assert "runtime_shim.pmap" in constants and "uses not rewritten in: pkg/user.py" in joined
     assert "constants.pmap(f)" in (root / "pkg" / "user.py").read_text()
+    assert "import jax\n" not in constants  # `jax.pmap` was its only use: no unused import (F401)
 
 
 def test_a_cached_importer_result_follows_the_alias_module_into_and_out_of_the_run(tmp_path: Path):

@@ -91,9 +91,11 @@ class Rewriter(EvaluationPlaces):
     def shim_reference(self, node: cst.BaseExpression, summary: str, why: str = "") -> FixSpec:
         replacement = cst.Attribute(cst.Name("runtime_shim"), cst.Name("pmap"))
         replacement = replacement.with_changes(lpar=getattr(node, "lpar", ()), rpar=getattr(node, "rpar", ()))
-        removes = ()
+        removes: tuple[ImportSpec, ...] = ()
         if isinstance(node, cst.Name):
             removes = (ImportSpec("jax", "pmap", None if node.value == "pmap" else node.value),)
+        elif isinstance(node, cst.Attribute) and isinstance(node.value, cst.Name) and node.value.value == "jax":
+            removes = (ImportSpec("jax"),)  # `import jax`, when `jax.pmap` was its last use (an alias module)
         return FixSpec(Applicability.SAFE, summary, replacement=replacement, target=node, add_imports=(SHIM_IMPORT,),
                        remove_imports=removes, shimmed=True, why=why)
 
