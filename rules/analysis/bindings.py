@@ -8,6 +8,7 @@ import libcst as cst
 from libcst.metadata import Assignment, BaseAssignment, Scope
 
 from pmap_migrate.rules.analysis.syntax import COMPREHENSIONS, DEFERRED, TARGET_PARTS
+from pmap_migrate.rules.knowledge.tables import PARTIAL
 
 
 class Bindings:
@@ -20,8 +21,29 @@ class Bindings:
             scope = self._scopes.get(node)
             raw = scope.get_qualified_names_for(node) if scope is not None else ()
             cached = frozenset(q.name for q in raw)
+            if isinstance(node, cst.Name) and cached == {node.value} and node.value in self._partial_names():
+                cached = cached | PARTIAL  # `partial = functools.partial` at module level, bound once
             self._qname_cache[node] = cached
         return cached
+
+    def _partial_names(self) -> frozenset[str]:
+        """The module-level names bound once, and to `functools.partial` (``partial =
+        functools.partial``): calling one is calling `functools.partial`."""
+        if self._partials is None:
+            self._partials = frozenset()  # (asked again while computed: none yet)
+            scope = self.scope_of(self.module)
+            found = set()
+            for statement in self.module.body:
+                for small in statement.body if isinstance(statement, cst.SimpleStatementLine) else ():
+                    if isinstance(small, cst.Assign) and len(small.targets) == 1 \
+                            and isinstance(small.targets[0].target, cst.Name) \
+                            and isinstance(small.value, (cst.Name, cst.Attribute)) \
+                            and not self.qualified_names(small.value).isdisjoint(PARTIAL):
+                        name = small.targets[0].target.value
+                        if scope is not None and len(scope.assignments[name]) == 1:
+                            found.add(name)
+            self._partials = frozenset(found)
+        return self._partials
 
     def matches(self, node: cst.CSTNode, names: Iterable[str]) -> bool:
         return not self.qualified_names(node).isdisjoint(names)

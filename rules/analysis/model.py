@@ -54,6 +54,7 @@ class SemanticModel(Bindings, ValueFlow, Nesting):
         self.index = index  # the one walk's facts (``Indexer``): read by the fix builders too
         self.parents = index.parents
         self._qname_cache: dict[cst.CSTNode, frozenset[str]] = {}
+        self._partials: frozenset[str] | None = None  # Bindings._partial_names
         self._callee_cache: dict[cst.CSTNode, Callee | None] = {}
         self._resolving: set[cst.CSTNode] = set()
         self._resolves_cache: dict[tuple[int, frozenset[str]], bool] = {}
