@@ -2,13 +2,15 @@
 `jax.pmap`, its pmapped functions, its imports and star imports, read with Python's `ast`.
 
 The facts are read from files that mention `pmap`, and from a package's `__init__.py` or a module
-with a star import (which may re-export what other modules define); any other module has none that
-matter. They are small and picklable, and cached per file by the engine.
+with a star import (which may re-export what other modules define); of any other module only its
+module-level imports matter (``from .steps import p_double`` re-exports what another module
+pmaps). They are small and picklable, and cached per file by the engine.
 """
 
 from __future__ import annotations
 
 import ast
+import re
 from dataclasses import dataclass, field
 
 from pmap_migrate.rules.knowledge import tables
@@ -86,13 +88,48 @@ def module_facts(source: bytes | str, name: str, package: bool) -> ModuleFacts:
     text = source.decode("utf-8", "replace") if isinstance(source, bytes) else source
     facts = ModuleFacts(name, package)
     if "pmap" not in text and not (package and "import" in text) and "import *" not in text:
-        return facts  # (a package's `__init__.py` may re-export what its modules define)
+        # (a package's `__init__.py` may re-export what its modules define)
+        if "import" in text and not _read_imports(text, facts):
+            _read(text, facts)
+        return facts
+    _read(text, facts)
+    return facts
+
+
+def _read(text: str, facts: ModuleFacts) -> None:
     try:
         tree = ast.parse(text)
     except (SyntaxError, ValueError, RecursionError, MemoryError):
-        return facts
+        return
     FactReader(text, facts).read(tree)
-    return facts
+
+
+# A module-level import statement (it starts at column 0), and a module-level line of any other
+# statement (or of text in a string).
+_IMPORT = re.compile(r"(?m)^(?:from[ \t]+[\w.]+[ \t]+import[ \t]*(?:\([^)]*\)|[^\n]*(?:\\\r?\n[^\n]*)*)"
+                     r"|import[ \t][^\n]*(?:\\\r?\n[^\n]*)*)")
+_OTHER_LINE = re.compile(r"(?m)^[^\s#][^\n]*")
+
+
+def _read_imports(text: str, facts: ModuleFacts) -> bool:
+    """The facts of a module without pmap (not a package, no star import): its module-level
+    imports, read from those statements alone; False when the whole module must be read instead (a
+    name it imports, or `__all__`, is on another module-level line: it may be bound again there)."""
+    statements = [m.group(0) for m in _IMPORT.finditer(text)]
+    if not statements:
+        return True
+    try:
+        tree = ast.parse("\n".join(statements))
+    except (SyntaxError, ValueError, RecursionError, MemoryError):
+        return False
+    names = {alias.asname or alias.name.split(".", 1)[0] for node in tree.body
+             if isinstance(node, (ast.Import, ast.ImportFrom)) for alias in node.names}
+    rest = _IMPORT.sub("", text)
+    words = {w for line in _OTHER_LINE.findall(rest) for w in re.findall(r"\w+", line)}
+    if "__all__" in words or not names.isdisjoint(words):
+        return False
+    FactReader("", facts).read(tree)
+    return True
 
 
 class FactReader:

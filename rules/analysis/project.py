@@ -5,7 +5,8 @@ Real projects define their pmap once (``pmap = functools.partial(jax.pmap, axis_
 import; this index answers, for a dotted name a module imports, whether it is
 
 - an alias of ``jax.pmap`` (plain ``pmap = jax.pmap``, ``functools.partial(jax.pmap, ...)``, an
-  alias of an alias, a re-export ``from .constants import pmap`` in a package's ``__init__.py``);
+  alias of an alias, a re-export ``from .constants import pmap`` in a package's ``__init__.py`` or
+  in any other module);
 - a pmapped function (``@jax.pmap def f``, ``@functools.partial(jax.pmap, ...)``, ``f =
   jax.pmap(g)``, through an alias too).
 
@@ -115,8 +116,8 @@ class ProjectIndex:
             used.add(where[1])
         if facts is None:
             return False
-        return facts.exports_pmap or (facts.package and any(
-            self.lookup(target, where[0], used) is not None for target in facts.imports.values())) or any(
+        return facts.exports_pmap or any(
+            self.lookup(target, where[0], used) is not None for target in facts.imports.values()) or any(
             self._star_exports(star, where[0], used) for star in facts.stars)
 
     def _star_exports(self, star: str, base: str | tuple[str, ...], used: set[str] | None) -> bool:
