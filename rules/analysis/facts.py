@@ -10,6 +10,7 @@ pmaps). They are small and picklable, and cached per file by the engine.
 from __future__ import annotations
 
 import ast
+import keyword
 import re
 from dataclasses import dataclass, field
 
@@ -104,17 +105,27 @@ def _read(text: str, facts: ModuleFacts) -> None:
     FactReader(text, facts).read(tree)
 
 
-# A module-level import statement (it starts at column 0), and a module-level line of any other
-# statement (or of text in a string).
+# A module-level import statement (it starts at column 0).
 _IMPORT = re.compile(r"(?m)^(?:from[ \t]+[\w.]+[ \t]+import[ \t]*(?:\([^)]*\)|[^\n]*(?:\\\r?\n[^\n]*)*)"
                      r"|import[ \t][^\n]*(?:\\\r?\n[^\n]*)*)")
-_OTHER_LINE = re.compile(r"(?m)^[^\s#][^\n]*")
+# A module-level line that may bind names otherwise (or text at column 0 in a string): a definition
+# (its name), or an assignment (what stands before its first `=`: `x = `, `x: T = `, `x += `,
+# `a, b = `).
+_BINDING = re.compile(r"(?m)^(?:(?:async[ \t]+)?(?:def|class)[ \t]+(\w+)"
+                      r"|([^\s#=@][^=\n]*?)(?:[-+*/%&|^@]|//|\*\*|>>|<<)?=(?!=))")
+# What stands before an `=` that binds nothing: a call's keyword argument (`setup(name=...`), a
+# comparison (`if x <= 1`, `!=`), a statement of a keyword (`assert`, `for`, `with`).
+_CALL = re.compile(r"[\w.]+[ \t]*\(")
+# The name an annotated assignment binds; a name of the targets (not an attribute's: `m.x = `).
+_ANNOTATED = re.compile(r"[ \t]*(\w+)[ \t]*:")
+_NAME = re.compile(r"(?<![\w.])[A-Za-z_]\w*")
+_STRING = re.compile(r"\"[^\"]*\"|'[^']*'")
 
 
 def _read_imports(text: str, facts: ModuleFacts) -> bool:
     """The facts of a module without pmap (not a package, no star import): its module-level
-    imports, read from those statements alone; False when the whole module must be read instead (a
-    name it imports, or `__all__`, is on another module-level line: it may be bound again there)."""
+    imports, read from those statements alone, but for the names other module-level lines bind
+    again; False when the whole module must be read instead (it binds `__all__`)."""
     statements = [m.group(0) for m in _IMPORT.finditer(text)]
     if not statements:
         return True
@@ -124,12 +135,21 @@ def _read_imports(text: str, facts: ModuleFacts) -> bool:
         return False
     names = {alias.asname or alias.name.split(".", 1)[0] for node in tree.body
              if isinstance(node, (ast.Import, ast.ImportFrom)) for alias in node.names}
-    rest = _IMPORT.sub("", text)
-    words = {w for line in _OTHER_LINE.findall(rest) for w in re.findall(r"\w+", line)}
-    if "__all__" in words or not names.isdisjoint(words):
+    bound = set()
+    for defined, target in _BINDING.findall(_IMPORT.sub("", text)):
+        if defined:
+            bound.add(defined)
+        elif not (_CALL.match(target) or target.endswith(("<", ">", "!"))
+                  or keyword.iskeyword(target.split(None, 1)[0])):
+            annotated = _ANNOTATED.match(target)
+            bound.update(annotated.groups() if annotated else _NAME.findall(_STRING.sub("", target)))
+    if "__all__" in bound:
         return False
     FactReader("", facts).read(tree)
+    for name in bound & names:
+        facts.imports.pop(name, None)
     return True
+
 
 
 class FactReader:
