@@ -388,20 +388,22 @@ class ExportsPass:
         return exports, self.changed
 
     def _importers(self, exports: frozenset[Export], earlier: frozenset[Export] | None) -> frozenset[Export]:
-        """``exports`` with those of the modules without pmap that import them (``imports_exports``):
-        the files this pass read, and the unchanged ones (``plain``), which imported none of
-        ``earlier`` (the exports of the run that saw them last), as far as the chain goes."""
+        """``exports`` with those of the modules without pmap that import them by name, from their
+        modules (``imports_exports``): the files this pass read, and the unchanged ones
+        (``plain``), which imported none of ``earlier`` (the exports of the run that saw them
+        last), as far as the chain goes."""
         groups = [(self._read_now, frozenset()), (self.plain, earlier or frozenset())]
         for _ in range(8):
             found = False
             for group, (paths, tested) in enumerate(groups):
                 new = importable(exports - tested)
+                named = _names_imported(tuple(sorted({e.name for e in new})))
                 left = []
                 for path in paths if new else ():
                     data = _read(path)
                     if data is None or b"pmap" in data:  # changed since it was statted: the next run reads it
                         continue
-                    if not imports_exports(data, new):
+                    if named.search(data) is None or not imports_exports(data, new):
                         left.append(path)
                         continue
                     entry = self.known.get(path)
@@ -497,6 +499,13 @@ def imports_exports(data: bytes, exports: Iterable[Export]) -> bool:
         if spelled and _import_pattern(export.handle, export.package, export.name).search(data):
             return True
     return False
+
+
+@lru_cache(maxsize=8)
+def _names_imported(names: tuple[bytes, ...]) -> re.Pattern[bytes]:
+    """An import statement that names one of ``names`` (a module without pmap exports only what
+    its `from ... import` statements bind): searched for the word `import` first, which is quick."""
+    return re.compile(rb"import(?:[ \t]*\([^)]*?|[^\n]*?)\b(?:" + b"|".join(re.escape(n) for n in names) + rb")\b")
 
 
 @lru_cache(maxsize=1024)
