@@ -105,14 +105,13 @@ def _read(text: str, facts: ModuleFacts) -> None:
     FactReader(text, facts).read(tree)
 
 
-# A module-level import statement (it starts at column 0).
-_IMPORT = re.compile(r"(?m)^(?:from[ \t]+[\w.]+[ \t]+import[ \t]*(?:\([^)]*\)|[^\n]*(?:\\\r?\n[^\n]*)*)"
-                     r"|import[ \t][^\n]*(?:\\\r?\n[^\n]*)*)")
-# A module-level line that may bind names otherwise (or text at column 0 in a string): a definition
-# (its name), or an assignment (what stands before its first `=`: `x = `, `x: T = `, `x += `,
-# `a, b = `).
-_BINDING = re.compile(r"(?m)^(?:(?:async[ \t]+)?(?:def|class)[ \t]+(\w+)"
-                      r"|([^\s#=@][^=\n]*?)(?:[-+*/%&|^@]|//|\*\*|>>|<<)?=(?!=))")
+# A module-level statement that binds names (it starts at column 0; or text at column 0 in a
+# string): an import (group 1); a definition (its name: group 2); an assignment (what stands before
+# its first `=`: `x = `, `x: T = `, `x += `, `a, b = `: group 3).
+_STATEMENT = re.compile(r"(?m)^(?:(from[ \t]+[\w.]+[ \t]+import[ \t]*(?:\([^)]*\)|[^\n]*(?:\\\r?\n[^\n]*)*)"
+                        r"|import[ \t][^\n]*(?:\\\r?\n[^\n]*)*)"
+                        r"|(?:async[ \t]+)?(?:def|class)[ \t]+(\w+)"
+                        r"|([^\s#=@][^=\n]*?)(?:[-+*/%&|^@]|//|\*\*|>>|<<)?=(?!=))")
 # What stands before an `=` that binds nothing: a call's keyword argument (`setup(name=...`), a
 # comparison (`if x <= 1`, `!=`), a statement of a keyword (`assert`, `for`, `with`).
 _CALL = re.compile(r"[\w.]+[ \t]*\(")
@@ -126,7 +125,17 @@ def _read_imports(text: str, facts: ModuleFacts) -> bool:
     """The facts of a module without pmap (not a package, no star import): its module-level
     imports, read from those statements alone, but for the names other module-level lines bind
     again; False when the whole module must be read instead (it binds `__all__`)."""
-    statements = [m.group(0) for m in _IMPORT.finditer(text)]
+    statements = []
+    bound = set()
+    for imported, defined, target in _STATEMENT.findall(text):
+        if imported:
+            statements.append(imported)
+        elif defined:
+            bound.add(defined)
+        elif not (_CALL.match(target) or target.endswith(("<", ">", "!"))
+                  or keyword.iskeyword(target.split(None, 1)[0])):
+            annotated = _ANNOTATED.match(target)
+            bound.update(annotated.groups() if annotated else _NAME.findall(_STRING.sub("", target)))
     if not statements:
         return True
     try:
@@ -135,14 +144,6 @@ def _read_imports(text: str, facts: ModuleFacts) -> bool:
         return False
     names = {alias.asname or alias.name.split(".", 1)[0] for node in tree.body
              if isinstance(node, (ast.Import, ast.ImportFrom)) for alias in node.names}
-    bound = set()
-    for defined, target in _BINDING.findall(_IMPORT.sub("", text)):
-        if defined:
-            bound.add(defined)
-        elif not (_CALL.match(target) or target.endswith(("<", ">", "!"))
-                  or keyword.iskeyword(target.split(None, 1)[0])):
-            annotated = _ANNOTATED.match(target)
-            bound.update(annotated.groups() if annotated else _NAME.findall(_STRING.sub("", target)))
     if "__all__" in bound:
         return False
     FactReader("", facts).read(tree)
