@@ -13,7 +13,9 @@ imports stays too (a library's public name).
 
 The project's exported pmap names (``project_exports``) also decide which modules that never spell
 `pmap` are analysed with the index at all: an importer of a pmapped function (``from .steps import
-p_double``) names it, and the module it comes from, in its text (``imports_exports``).
+p_double``) names it, and the module it comes from, in its text (``imports_exports``). Such a
+module's own `from ... import` names are exported too (``from .api import p_double`` where
+``api.py`` imports it from ``steps.py``), as far as the chain goes.
 """
 
 from __future__ import annotations
@@ -190,8 +192,8 @@ class Export:
 
 
 # A module's contribution, as the cache keeps it by (size, mtime): None when it does not mention
-# pmap; else (its facts' names, the (imported name, local name) pairs of its module-level
-# `from ... import` statements).
+# pmap (and imports nothing the project exports); else (its facts' names, none for a module without
+# pmap, the (imported name, local name) pairs of its module-level `from ... import` statements).
 Contribution = tuple[tuple[str, ...], tuple[tuple[str, str], ...]] | None
 
 # The texts `may_define_facts` and `contribution` search, compiled when first used (a warm run
@@ -261,13 +263,19 @@ def contribution(data: bytes, path: str) -> Contribution:
         _, name, package = module_identity(path)
         facts = module_facts(data, name, package)
         names = tuple(sorted({*facts.aliases, *facts.pmapped}))
+    return names, _imported(data)
+
+
+def _imported(data: bytes) -> tuple[tuple[str, str], ...]:
+    """The (imported name, local name) pairs of the module-level `from ... import` statements of
+    the module ``data``."""
     imported = []
     for statement in _text("from import").finditer(data):
         for match in _text("imported").finditer(statement.group(1)):
             original, local = match.group(1).decode(), (match.group(2) or match.group(1)).decode()
             if original not in ("import", "as"):
                 imported.append((original, local))
-    return names, tuple(imported)
+    return tuple(imported)
 
 
 def _handle(path: str) -> tuple[bytes, bool]:
@@ -285,8 +293,11 @@ class ExportsPass:
     file's contribution by (size, mtime) from an earlier run (the cache's), updated here; a file
     whose size and mtime are unchanged is not read. A file the caller vouches for (its size and
     mtime are those an earlier run saw: the result cache's) that ``known`` does not hold did not
-    mention pmap, and ``known`` keeps only the files that mention it and those not vouched for (a
-    warm run of a large tree loads and stores a few hundred entries, not one per file)."""
+    mention pmap, nor import what that run's project exported, and ``known`` keeps only the files
+    that mention it, those that import exports, and those not vouched for (a warm run of a large
+    tree loads and stores a few hundred entries, not one per file). ``plain`` lists the files
+    without a contribution (the caller adds those it vouches for itself): ``finish`` reads them
+    when the exports have grown, for the ones that import what they export now."""
 
     def __init__(self, known: dict[str, tuple[int, int, Contribution]] | None = None,
                  vouched: Callable[[str, os.stat_result], bool] | None = None) -> None:
@@ -297,6 +308,8 @@ class ExportsPass:
         self._seen: set[str] = set()  # of the files ``known`` holds: the others are gone
         self.forgotten: list[str] = []
         self.sources: frozenset[str] = frozenset()
+        self.plain: list[str] = []  # unchanged, without a contribution
+        self._read_now: list[str] = []  # read by this pass, without a contribution
 
     def walk(self, root: str, run: frozenset[str]) -> frozenset[str]:
         """Add the Python modules under ``root`` (``_project_files``) but the run's (``run``:
@@ -330,7 +343,8 @@ class ExportsPass:
             if vouched is None:
                 vouched = self.vouched is not None and self.vouched(path, stat)
             if vouched:
-                return  # unchanged, and without pmap
+                self.plain.append(path)
+                return  # unchanged, and without a contribution
         if entry is None or entry[0] != stat.st_size or entry[1] != stat.st_mtime_ns:
             data = _read(path)
             if data is None:
@@ -339,6 +353,10 @@ class ExportsPass:
                 return
             entry = self.known[path] = (stat.st_size, stat.st_mtime_ns, contribution(data, path))
             self.changed = True
+            if entry[2] is None:
+                self._read_now.append(path)
+        elif entry[2] is None:
+            self.plain.append(path)
         self._seen.add(path)
         if entry[2] is not None:
             self._contributions[path] = entry[2]
@@ -362,18 +380,65 @@ class ExportsPass:
             if self.known.pop(gone)[2] is not None:
                 self.forgotten.append(gone)
             self.changed = True
-        self.sources = frozenset(self._contributions)
-        if earlier is not None and not self.changed and sources == self.sources:
+        if earlier is not None and not self.changed and sources == frozenset(self._contributions):
+            self.sources = sources
             return earlier, False
-        return _exports_of(self._contributions), self.changed
+        exports = self._importers(_exports_of(self._contributions), earlier)
+        self.sources = frozenset(self._contributions)
+        return exports, self.changed
+
+    def _importers(self, exports: frozenset[Export], earlier: frozenset[Export] | None) -> frozenset[Export]:
+        """``exports`` with those of the modules without pmap that import them by name, from their
+        modules (``imports_exports``): the files this pass read, and the unchanged ones
+        (``plain``), which imported none of ``earlier`` (the exports of the run that saw them
+        last), as far as the chain goes."""
+        groups = [(self._read_now, frozenset()), (self.plain, earlier or frozenset())]
+        for _ in range(8):
+            found = False
+            for group, (paths, tested) in enumerate(groups):
+                new = importable(exports - tested)
+                named = _names_imported(tuple(sorted({e.name for e in new})))
+                left = []
+                for path in paths if new else ():
+                    data = _read(path)
+                    if data is None or b"pmap" in data:  # changed since it was statted: the next run reads it
+                        continue
+                    if named.search(data) is None or not imports_exports(data, new):
+                        left.append(path)
+                        continue
+                    entry = self.known.get(path)
+                    if entry is None:
+                        try:
+                            stat = os.stat(path)
+                        except OSError:
+                            continue
+                        entry = (stat.st_size, stat.st_mtime_ns, None)
+                    part = self._contributions[path] = ((), _imported(data))
+                    self.known[path] = (entry[0], entry[1], part)
+                    self._seen.add(path)
+                    self.changed = found = True
+                groups[group] = (left if new else paths, exports)
+            if not found:
+                break
+            exports = _exports_of(self._contributions)
+        # a module without pmap whose imports the project exports no more contributes nothing
+        names = {e.name for e in exports}
+        for path, (own, imported) in list(self._contributions.items()):
+            if not own and not any(original.encode() in names for original, _ in imported):
+                del self._contributions[path]
+                self.known[path] = (*self.known[path][:2], None)
+                self.changed = True
+        return exports
 
 
 def project_exports(root: str | None, known: dict[str, tuple[int, int, Contribution]] | None = None,
-                    files: Iterable[str] = (), vouched: Callable[[str, os.stat_result], bool] | None = None
+                    files: Iterable[str] = (), vouched: Callable[[str, os.stat_result], bool] | None = None,
+                    earlier: frozenset[Export] | None = None, sources: frozenset[str] | None = None
                     ) -> tuple[frozenset[Export], bool]:
     """The exports of the project's Python modules under ``root`` (``_project_files``; None: no
     tree) and of the run's ``files`` (absolute paths: some may lie elsewhere), and whether
-    ``known`` changed (``ExportsPass``, which says what ``known`` and ``vouched`` are)."""
+    ``known`` changed (``ExportsPass``, which says what ``known``, ``vouched``, ``earlier`` and
+    ``sources`` are)."""
     files = frozenset(files)
     exports = ExportsPass(known, vouched)
     found = exports.walk(root, files) if root is not None else frozenset()
@@ -386,7 +451,7 @@ def project_exports(root: str | None, known: dict[str, tuple[int, int, Contribut
                 exports.missing(path)
                 continue
             exports.add(path, stat)
-    return exports.finish()
+    return exports.finish(earlier, sources)
 
 
 def _exports_of(contributions: dict[str, Contribution]) -> frozenset[Export]:
@@ -417,6 +482,11 @@ def _exports_of(contributions: dict[str, Contribution]) -> frozenset[Export]:
     return frozenset(exports)
 
 
+def importable(exports: Iterable[Export]) -> list[Export]:
+    """The ``exports`` that a module not spelling `pmap` can name, in order of their names."""
+    return sorted((e for e in exports if b"pmap" not in e.name), key=lambda e: (e.name, e.handle, e.origin))
+
+
 def imports_exports(data: bytes, exports: Iterable[Export]) -> bool:
     """Whether the text ``data`` (a module, or a notebook's JSON) may refer to one of ``exports``:
     it spells the name, and the module as an import or an attribute chain spells it
@@ -429,6 +499,13 @@ def imports_exports(data: bytes, exports: Iterable[Export]) -> bool:
         if spelled and _import_pattern(export.handle, export.package, export.name).search(data):
             return True
     return False
+
+
+@lru_cache(maxsize=8)
+def _names_imported(names: tuple[bytes, ...]) -> re.Pattern[bytes]:
+    """An import statement that names one of ``names`` (a module without pmap exports only what
+    its `from ... import` statements bind): searched for the word `import` first, which is quick."""
+    return re.compile(rb"import(?:[ \t]*\([^)]*?|[^\n]*?)\b(?:" + b"|".join(re.escape(n) for n in names) + rb")\b")
 
 
 @lru_cache(maxsize=1024)

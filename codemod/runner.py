@@ -247,7 +247,9 @@ def _project(settings: Settings, files: Sequence[str | Path], absolute: list[str
 
 def _importable(exports: frozenset[Export]) -> tuple[Export, ...]:
     """The ``exports`` that a module not spelling `pmap` can name, in a stable order."""
-    return tuple(sorted((e for e in exports if b"pmap" not in e.name), key=lambda e: (e.name, e.handle, e.origin)))
+    from pmap_migrate.crossmodule import importable
+
+    return tuple(importable(exports))
 
 
 def _exports_root(settings: Settings, files: frozenset[str]) -> str | None:
@@ -274,7 +276,8 @@ def _exports(settings: Settings, files: frozenset[str], cache: ResultCache | Non
 
     if cache is None:
         return project_exports(_exports_root(settings, files), None, files)[0]
-    return project_exports(_exports_root(settings, files), dict(cache.contributions), files, cache.unchanged)[0]
+    return project_exports(_exports_root(settings, files), dict(cache.contributions), files, cache.unchanged,
+                           cache.exports, cache.sources)[0]
 
 
 def _result_cache(settings: Settings, codes: tuple[str, ...]) -> ResultCache:
@@ -455,8 +458,11 @@ def run(
         fresh = entry is not None and entry[0] == stat.st_size and entry[1] == stat.st_mtime_ns
         # The cache vouches for a file by its key (the same path, spelled alike or not); most files
         # of a warm run are vouched for and without pmap: nothing to add.
-        if exported and not (fresh and path_absolute not in known and key == path_absolute):
-            exporting.add(path_absolute, stat, fresh if key == path_absolute else None)
+        if exported:
+            if fresh and path_absolute not in known and key == path_absolute:
+                exporting.plain.append(path_absolute)
+            else:
+                exporting.add(path_absolute, stat, fresh if key == path_absolute else None)
         # A result that used other modules' facts (the project index) holds while those do.
         if entry is not None and len(entry) > 4 and cache.dependencies_changed(key, project[1]):
             entry = None

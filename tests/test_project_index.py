@@ -81,9 +81,14 @@ def test_module_facts_read_aliases_and_pmapped_functions():
     assert facts.imports["jp"] == "jax.pmap"
 
 
-def test_module_without_pmap_has_no_facts():
+def test_module_without_pmap_has_only_its_imports_as_facts():
     facts = module_facts("from .constants import helper\n", "pkg.train", False)
-    assert not facts.exports_pmap and facts.imports == {}
+    assert not facts.exports_pmap and facts.imports == {"helper": "pkg.constants.helper"}
+    # read from the import statements alone, unless a name they bind is bound again
+    rebound = module_facts("from .constants import helper\n\nhelper = wrap(helper)\n", "pkg.train", False)
+    assert rebound.imports == {}
+    listed = module_facts("from .steps import (\n    a,\n    b as c,\n)\n__all__ = ['c']\n", "pkg.api", False)
+    assert listed.imports == {"a": "pkg.steps.a", "c": "pkg.steps.b"} and listed.public == ["c"]
 
 
 @pytest.mark.parametrize("relative, module, package, expected", [
@@ -422,10 +427,14 @@ def test_project_exports_are_the_facts_names_and_their_re_exports(tmp_path: Path
     found = {(e.handle, e.package, e.name, os.path.relpath(e.origin[0], root), e.origin[1]) for e in exports}
     steps = os.path.join("pkg", "steps.py")
     same = os.path.join("pkg", "same.py")
-    assert found == {(b"steps", False, b"p_double", steps, "p_double"),
-                     (b"same", False, b"p_double", same, "p_double"),
-                     (b"pkg", True, b"double_on_devices", steps, "p_double"),
-                     (b"pkg", True, b"double_on_devices", same, "p_double")}  # by name: over-approximated
+    by_name = {(b"steps", False, b"p_double", steps, "p_double"),
+               (b"same", False, b"p_double", same, "p_double"),
+               (b"pkg", True, b"double_on_devices", steps, "p_double"),
+               (b"pkg", True, b"double_on_devices", same, "p_double")}  # by name: over-approximated
+    # the modules without pmap that import them bind them too (another module may import them there)
+    importers = {(handle, False, name, origin, "p_double") for handle, name in (
+        (b"use", b"p_double"), (b"use2", b"p_double"), (b"run", b"double_on_devices")) for origin in (steps, same)}
+    assert found == by_name | importers
 
 
 def test_without_a_configuration_the_exports_are_the_run_files_own(tmp_path: Path):

@@ -2,13 +2,15 @@
 `jax.pmap`, its pmapped functions, its imports and star imports, read with Python's `ast`.
 
 The facts are read from files that mention `pmap`, and from a package's `__init__.py` or a module
-with a star import (which may re-export what other modules define); any other module has none that
-matter. They are small and picklable, and cached per file by the engine.
+with a star import (which may re-export what other modules define); of any other module only its
+module-level imports matter (``from .steps import p_double`` re-exports what another module
+pmaps). They are small and picklable, and cached per file by the engine.
 """
 
 from __future__ import annotations
 
 import ast
+import keyword
 import re
 from dataclasses import dataclass, field, replace
 
@@ -97,13 +99,68 @@ def module_facts(source: bytes | str, name: str, package: bool) -> ModuleFacts:
     text = source.decode("utf-8", "replace") if isinstance(source, bytes) else source
     facts = ModuleFacts(name, package)
     if "pmap" not in text and not (package and "import" in text) and "import *" not in text:
-        return facts  # (a package's `__init__.py` may re-export what its modules define)
+        # (a package's `__init__.py` may re-export what its modules define)
+        if "import" in text and not _read_imports(text, facts):
+            _read(text, facts)
+        return facts
+    _read(text, facts)
+    return facts
+
+
+def _read(text: str, facts: ModuleFacts) -> None:
     try:
         tree = ast.parse(text)
     except (SyntaxError, ValueError, RecursionError, MemoryError):
-        return facts
+        return
     FactReader(text, facts).read(tree)
-    return facts
+
+
+# A module-level statement that binds names (it starts at column 0; or text at column 0 in a
+# string): an import (group 1); a definition (its name: group 2); an assignment (what stands before
+# its first `=`: `x = `, `x: T = `, `x += `, `a, b = `: group 3).
+_STATEMENT = re.compile(r"(?m)^(?:(from[ \t]+[\w.]+[ \t]+import[ \t]*(?:\([^)]*\)|[^\n]*(?:\\\r?\n[^\n]*)*)"
+                        r"|import[ \t][^\n]*(?:\\\r?\n[^\n]*)*)"
+                        r"|(?:async[ \t]+)?(?:def|class)[ \t]+(\w+)"
+                        r"|([^\s#=@][^=\n]*?)(?:[-+*/%&|^@]|//|\*\*|>>|<<)?=(?!=))")
+# What stands before an `=` that binds nothing: a call's keyword argument (`setup(name=...`), a
+# comparison (`if x <= 1`, `!=`), a statement of a keyword (`assert`, `for`, `with`).
+_CALL = re.compile(r"[\w.]+[ \t]*\(")
+# The name an annotated assignment binds; a name of the targets (not an attribute's: `m.x = `).
+_ANNOTATED = re.compile(r"[ \t]*(\w+)[ \t]*:")
+_NAME = re.compile(r"(?<![\w.])[A-Za-z_]\w*")
+_STRING = re.compile(r"\"[^\"]*\"|'[^']*'")
+
+
+def _read_imports(text: str, facts: ModuleFacts) -> bool:
+    """The facts of a module without pmap (not a package, no star import): its module-level
+    imports, read from those statements alone, but for the names other module-level lines bind
+    again; False when the whole module must be read instead (it binds `__all__`)."""
+    statements = []
+    bound = set()
+    for imported, defined, target in _STATEMENT.findall(text):
+        if imported:
+            statements.append(imported)
+        elif defined:
+            bound.add(defined)
+        elif not (_CALL.match(target) or target.endswith(("<", ">", "!"))
+                  or keyword.iskeyword(target.split(None, 1)[0])):
+            annotated = _ANNOTATED.match(target)
+            bound.update(annotated.groups() if annotated else _NAME.findall(_STRING.sub("", target)))
+    if not statements:
+        return True
+    try:
+        tree = ast.parse("\n".join(statements))
+    except (SyntaxError, ValueError, RecursionError, MemoryError):
+        return False
+    names = {alias.asname or alias.name.split(".", 1)[0] for node in tree.body
+             if isinstance(node, (ast.Import, ast.ImportFrom)) for alias in node.names}
+    if "__all__" in bound:
+        return False
+    FactReader("", facts).read(tree)
+    for name in bound & names:
+        facts.imports.pop(name, None)
+    return True
+
 
 
 class FactReader:

@@ -5,7 +5,8 @@ Real projects define their pmap once (``pmap = functools.partial(jax.pmap, axis_
 import; this index answers, for a dotted name a module imports, whether it is
 
 - an alias of ``jax.pmap`` (plain ``pmap = jax.pmap``, ``functools.partial(jax.pmap, ...)``, an
-  alias of an alias, a re-export ``from .constants import pmap`` in a package's ``__init__.py``);
+  alias of an alias, a re-export ``from .constants import pmap`` in a package's ``__init__.py`` or
+  in any other module);
 - a pmapped function (``@jax.pmap def f``, ``@functools.partial(jax.pmap, ...)``, ``f =
   jax.pmap(g)``, through an alias too).
 
@@ -66,6 +67,7 @@ class ProjectIndex:
         self._read = read or _read_file
         self._paths: dict[tuple[str, str], str | None] = {}
         self._star_depth = 0
+        self._asked: set[tuple[str, str | tuple[str, ...]]] | None = None  # by the lookup under way
 
     def facts_at(self, path: str, name: str) -> ModuleFacts | None:
         """The facts of the file ``path``, read as module ``name``."""
@@ -115,8 +117,8 @@ class ProjectIndex:
             used.add(where[1])
         if facts is None:
             return False
-        return facts.exports_pmap or (facts.package and any(
-            self.lookup(target, where[0], used) is not None for target in facts.imports.values())) or any(
+        return facts.exports_pmap or any(
+            self.lookup(target, where[0], used) is not None for target in facts.imports.values()) or any(
             self._star_exports(star, where[0], used) for star in facts.stars)
 
     def _star_exports(self, star: str, base: str | tuple[str, ...], used: set[str] | None) -> bool:
@@ -132,7 +134,21 @@ class ProjectIndex:
         """What the absolute ``dotted`` name (``pkg.constants.pmap``) is, seen from a module whose
         base is ``base``: an alias of pmap, a pmapped function, or nothing the index knows.
         ``used`` receives the paths of the modules the answer was read from."""
+        if self._asked is not None:
+            return self._lookup(dotted, base, used)
+        self._asked = set()
+        try:
+            return self._lookup(dotted, base, used)
+        finally:
+            self._asked = None
+
+    def _lookup(self, dotted: str, base: str | tuple[str, ...], used: set[str] | None) -> Facts | None:
+        """``lookup``, within one: a name it asked about already (through other star imports, or
+        in a cycle) has no answer that was not found then."""
         for _ in range(MAX_HOPS):
+            if (dotted, base) in self._asked:
+                return None
+            self._asked.add((dotted, base))
             parts = dotted.split(".")
             found = None
             # The longest prefix that is a module of the project, then the name inside it.
@@ -175,7 +191,7 @@ class ProjectIndex:
                 where = self.module_path(base, star)
                 module = self.facts_at(where[1], star) if where is not None else None
                 if module is not None and module.star_exports(rest[0]):
-                    found = self.lookup(".".join([star, *rest]), base, used)
+                    found = self._lookup(".".join([star, *rest]), base, used)
                     if found is not None:
                         return found
             return None
