@@ -268,16 +268,15 @@ def _exports_root(settings: Settings, files: frozenset[str]) -> str | None:
     return os.fspath(top) if all(f.startswith(inside) for f in files) else None
 
 
-def _exports(settings: Settings, files: frozenset[str], cache: ResultCache | None = None) -> frozenset[Export]:
-    """The exports of the project and of the run's ``files`` (codemod/crossmodule.py), each
-    module's part from the cache while its size and mtime hold (read only: `fix` records nothing;
-    `run` goes over the files itself, with an ``ExportsPass``)."""
+def _exports(tree: str | None, files: frozenset[str], cache: ResultCache | None = None) -> frozenset[Export]:
+    """The exports of the project's ``tree`` (``_exports_root``) and of the run's ``files``
+    (codemod/crossmodule.py), each module's part from the cache while its size and mtime hold (read
+    only: `fix` records nothing; `run` goes over the files itself, with an ``ExportsPass``)."""
     from pmap_migrate.crossmodule import project_exports
 
     if cache is None:
-        return project_exports(_exports_root(settings, files), None, files)[0]
-    return project_exports(_exports_root(settings, files), dict(cache.contributions), files, cache.unchanged,
-                           cache.exports, cache.sources)[0]
+        return project_exports(tree, None, files)[0]
+    return project_exports(tree, dict(cache.contributions), files, cache.unchanged, cache.exports, cache.sources)[0]
 
 
 def _result_cache(settings: Settings, codes: tuple[str, ...]) -> ResultCache:
@@ -647,9 +646,10 @@ def run_fix(files: Sequence[str | Path], settings: Settings, rules: Sequence[typ
     work: list[tuple[str, str, tuple[str, ...], bool, RuleOptions, bool, Project]] = []
     shower = PathDisplay()
     project = _project(settings, files)
-    exports = _exports(settings, project[1], _result_cache(settings, codes) if use_cache else None)
+    tree = _exports_root(settings, project[1])
+    exports = _exports(tree, project[1], _result_cache(settings, codes) if use_cache else None)
     project = (*project[:2], _importable(exports))
-    root = _exports_root(settings, project[1]) or project[0]  # where importers of aliases are looked for
+    root = tree or project[0]  # where importers of aliases are looked for
     _INDEXES.clear()  # files may have changed since an earlier run in this process
     for path in files:
         shown = shower(path)

@@ -305,7 +305,7 @@ class HostLocalInput(Rule):
         self._unfixed: list[cst.CSTNode] = []  # reported at the end, once every pmap's fix is known
         sites = self.model.pmap_sites()
         external = self.model.external_calls()
-        if not (sites or external) or not self.model.uses_any(tables.MULTI_PROCESS, tables.MULTI_PROCESS_PREFIXES):
+        if not (sites or external) or not self.model.multi_process():
             return
         for site in sites:
             fix = self.context.fixes.global_fix(site)

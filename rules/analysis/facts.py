@@ -16,10 +16,11 @@ from dataclasses import dataclass, field, replace
 
 from pmap_migrate.rules.knowledge import tables
 
-# The words of the multi-process API (``tables.MULTI_PROCESS``): a module without any has no use of it.
-_MULTI_PROCESS_WORDS = re.compile(r"\b(?:process_index|process_count|host_id|host_count|distributed|multihost_utils)\b")
-_MULTI_PROCESS_LAST = frozenset({"process_index", "process_count", "host_id", "host_count", "distributed",
-                                 "multihost_utils"})
+# The last words of the multi-process API's names (``tables.MULTI_PROCESS``, and the modules of
+# ``tables.MULTI_PROCESS_PREFIXES``): a module that spells none has no use of it.
+_MULTI_PROCESS_LAST = frozenset(name.rstrip(".").rsplit(".", 1)[-1]
+                                for name in (*tables.MULTI_PROCESS, *tables.MULTI_PROCESS_PREFIXES))
+_MULTI_PROCESS_WORDS = re.compile(r"\b(?:" + "|".join(sorted(_MULTI_PROCESS_LAST)) + r")\b")
 _MULTI_PROCESS_MODULES = frozenset(p.rstrip(".") for p in tables.MULTI_PROCESS_PREFIXES)
 
 
@@ -148,19 +149,18 @@ def _read_imports(text: str, facts: ModuleFacts) -> bool:
             bound.update(annotated.groups() if annotated else _NAME.findall(_STRING.sub("", target)))
     if not statements:
         return True
+    if "__all__" in bound:
+        return False
     try:
         tree = ast.parse("\n".join(statements))
     except (SyntaxError, ValueError, RecursionError, MemoryError):
         return False
     names = {alias.asname or alias.name.split(".", 1)[0] for node in tree.body
              if isinstance(node, (ast.Import, ast.ImportFrom)) for alias in node.names}
-    if "__all__" in bound:
-        return False
     FactReader("", facts).read(tree)
     for name in bound & names:
         facts.imports.pop(name, None)
     return True
-
 
 
 class FactReader:
@@ -247,9 +247,7 @@ class FactReader:
             return
         rewritten = self._rewritten(value)
         if rewritten is not None:
-            function = rewritten.args[0] if rewritten.args else None
-            returns = isinstance(function, ast.Name) and function.id in self.functions \
-                and _returns_tuple(self.functions[function.id])
+            returns = self._returns_tuple(rewritten.args[0] if rewritten.args else None)
             processes = self._helper(value.func, "_global_call") or any(
                 k.arg == "processes" and not (isinstance(k.value, ast.Constant) and not k.value.value)
                 for k in rewritten.keywords)
@@ -262,13 +260,15 @@ class FactReader:
             if options is not None:
                 rest = _join(options, *(self._segment(a) for a in value.args[1:]),
                              *(self._segment(k) for k in value.keywords))
-                function = value.args[0]
-                returns = isinstance(function, ast.Name) and function.id in self.functions \
-                    and _returns_tuple(self.functions[function.id])
                 self._rebound_to(name)
-                self.facts.pmapped[name] = PmappedFact(self.facts.name, name, rest, returns)
+                self.facts.pmapped[name] = PmappedFact(self.facts.name, name, rest, self._returns_tuple(value.args[0]))
                 return
         self._rebound(name)
+
+    def _returns_tuple(self, function: ast.expr | None) -> bool:
+        """``function`` (what pmap maps) names a def of the module whose every return is a tuple or list display."""
+        return isinstance(function, ast.Name) and function.id in self.functions \
+            and _returns_tuple(self.functions[function.id])
 
     def _rebound_to(self, name: str) -> None:
         """``name`` bound to a pmap fact: an earlier plain binding makes it ambiguous."""
