@@ -6,10 +6,14 @@ and other modules apply it (``constants.pmap(f)``). `fix` rewrites those uses in
 any more. Which modules import it is read from the whole project under the configuration's root,
 files outside the run included (pre-commit passes only the changed ones): every Python file that
 spells the alias's name (a notebook: its code cells) is parsed with `ast` and asked whether it
-names the alias (``refers_to_alias``). After the run's fixes, an alias goes when every importer is
+names the alias (``refers_to``). After the run's fixes, an alias goes when every importer is
 in the run and its fixed text no longer names it; otherwise it stays on `runtime_shim.pmap`, and
 the comment its fix writes says which importers keep it. An alias no module of the project
 imports stays too (a library's public name).
+
+A module whose pmapped functions a multi-process program of the project calls runs in that
+program: `fix` writes its pmaps for every process (``multi_process_callers`` finds the programs
+the same way, by the functions' names, then `ast`).
 
 The project's exported pmap names (``project_exports``) also decide which modules that never spell
 `pmap` are analysed with the index at all: an importer of a pmapped function (``from .steps import
@@ -84,10 +88,11 @@ def _view(index: ProjectIndex, path: str) -> ModuleView:
     return ModuleView(index, base, name, package)
 
 
-def _names_alias(data: bytes, path: str, index: ProjectIndex, alias: AliasFact) -> bool:
-    """Whether the file's text ``data`` (a module, or a notebook: its code cells) names ``alias``."""
+def _names_alias(data: bytes, path: str, index: ProjectIndex, alias: AliasFact, owner: str) -> bool:
+    """Whether the file's text ``data`` (a module, or a notebook: its code cells) names ``alias``,
+    which the file ``owner`` defines."""
     from pmap_migrate.notebooks import NotebookError, load
-    from pmap_migrate.rules.analysis.project import ModuleView, refers_to_alias
+    from pmap_migrate.rules.analysis.project import ModuleView, refers_to
 
     try:
         if path.endswith(".ipynb"):
@@ -98,7 +103,7 @@ def _names_alias(data: bytes, path: str, index: ProjectIndex, alias: AliasFact) 
             view = _view(index, path)
     except (NotebookError, SyntaxError, ValueError, RecursionError, MemoryError):  # it may need the alias
         return True
-    return refers_to_alias(tree, view, alias)
+    return bool(refers_to(tree, view, {(owner, alias.name)}, by_path=True))
 
 
 _STAR = re.compile(rb"\bimport\s*\*")
@@ -147,7 +152,7 @@ def alias_decisions(candidates: Sequence[str], files: Sequence[str], fixed: Mapp
         for owner, aliases in defined.items():
             for alias in aliases:
                 if path != owner and (star or any(name in data for name in spellings[owner, alias.name])) \
-                        and _names_alias(data, path, index, alias):
+                        and _names_alias(data, path, index, alias, owner):
                     importers.setdefault((owner, alias.name), []).append(path)
     decisions: dict[str, tuple[tuple[str, str], ...]] = {}
     for owner, aliases in defined.items():
@@ -158,7 +163,7 @@ def alias_decisions(candidates: Sequence[str], files: Sequence[str], fixed: Mapp
                 continue
             outside = [p for p in found if p not in run]
             left = [p for p in found if p in run
-                    and _names_alias(fixed[p] if p in fixed else (_read(p) or b""), p, index, alias)]
+                    and _names_alias(fixed[p] if p in fixed else (_read(p) or b""), p, index, alias, owner)]
             reasons = []
             if outside:
                 reasons.append("importers outside this run: " + _shown(outside, root))
@@ -168,6 +173,56 @@ def alias_decisions(candidates: Sequence[str], files: Sequence[str], fixed: Mapp
         if decided:
             decisions[owner] = tuple(decided)
     return decisions
+
+
+def multi_process_callers(candidates: Sequence[str], root: str) -> dict[str, tuple[str, ...]]:
+    """For each of the ``candidates`` (files of the run) whose module pmaps functions at module
+    level without using the multi-process API itself: the modules of the project that do use it
+    (`jax.process_index()`, `jax.distributed`, ...) and name one of those functions, or one of its
+    functions that return their outputs (``steps.p_double``, ``from .steps import run_step``),
+    shown relative to ``root``. Those programs run the module's pmaps with this process's rows:
+    `fix` writes them for every process (PM501's global-mesh rewrite, the boundary form for
+    callers it does not see) instead of for one process, which would raise there."""
+    from pmap_migrate.notebooks import NotebookError, load
+    from pmap_migrate.rules.analysis.facts import multi_process_module
+    from pmap_migrate.rules.analysis.project import ModuleView, ProjectIndex, refers_to
+
+    index = ProjectIndex((root,))
+    defined: dict[str, set[tuple[str, str]]] = {}
+    for path in sorted({os.path.abspath(c) for c in candidates}):
+        data = _read(path) if not path.endswith(".ipynb") else None
+        if data is None or b"pmap" not in data:
+            continue
+        facts = index.facts_at(path, _view(index, path).name)
+        if facts is not None and facts.pmapped and not any(f.multi_process for f in facts.pmapped.values()):
+            defined[path] = {(path, f.name) for f in (*facts.pmapped.values(), *facts.returning.values())}
+    if not defined:
+        return {}
+    words = {name.encode() for wanted in defined.values() for _, name in wanted}
+    callers: dict[str, list[str]] = {}
+    for path in _project_files(root):
+        path = os.path.abspath(path)
+        data = _read(path)
+        if data is None or path in defined or not any(word in data for word in words):
+            continue
+        try:
+            if path.endswith(".ipynb"):
+                text = load(data, path).settle()
+                view = ModuleView(index, os.path.dirname(path), "__notebook__")
+            else:
+                text = data.decode("utf-8", "replace")
+                view = _view(index, path)
+            tree = ast.parse(text)
+        except (NotebookError, SyntaxError, ValueError, RecursionError, MemoryError):
+            continue
+        if not multi_process_module(text, tree, view.name, view.package):
+            continue
+        named = refers_to(tree, view, set().union(*defined.values()), by_path=True)
+        for owner, wanted in defined.items():
+            if named & wanted:
+                callers.setdefault(owner, []).append(path)
+    return {owner: tuple(sorted(os.path.relpath(p, root).replace(os.sep, "/") for p in found))
+            for owner, found in callers.items()}
 
 
 def _shown(paths: Sequence[str], root: str, most: int = 5) -> str:
@@ -262,7 +317,7 @@ def contribution(data: bytes, path: str) -> Contribution:
 
         _, name, package = module_identity(path)
         facts = module_facts(data, name, package)
-        names = tuple(sorted({*facts.aliases, *facts.pmapped}))
+        names = tuple(sorted({*facts.aliases, *facts.pmapped, *facts.returning}))
     return names, _imported(data)
 
 

@@ -660,6 +660,21 @@ def run_fix(files: Sequence[str | Path], settings: Settings, rules: Sequence[typ
     if on_total is not None:
         on_total(len(work))
     done = list(zip(execute(_fix_job, work, jobs, progress), files))  # results first: as in `run`
+    # The modules whose pmapped functions multi-process programs of the project call: fixed again,
+    # for every process (codemod/crossmodule.py), as the programs need.
+    pmapping = [i for i, ((outcome, read), _) in enumerate(done) if read and outcome is not None and any(
+        d.code == "PM101" and d.fix is not None for d in outcome.applied)]
+    if pmapping:
+        from pmap_migrate.crossmodule import multi_process_callers
+
+        callers = multi_process_callers([os.fspath(done[i][1]) for i in pmapping], root)
+        for i in pmapping:
+            found = callers.get(os.path.abspath(done[i][1]))
+            if found:
+                path, shown, file_codes, _, file_options, _, _ = work[i]
+                work[i] = (path, shown, file_codes, unsafe, replace(file_options, multi_process_callers=found), shared,
+                           project)
+                done[i] = _fix_job(work[i]), done[i][1]
     # The modules whose public pmap aliases kept working for importers: fixed again, knowing which
     # importers the run rewrote (the alias goes when all of them are: codemod/crossmodule.py).
     kept = [i for i, ((outcome, read), _) in enumerate(done) if read and outcome is not None and any(
@@ -674,8 +689,9 @@ def run_fix(files: Sequence[str | Path], settings: Settings, rules: Sequence[typ
         for i in kept:
             decided = decisions.get(os.path.abspath(done[i][1]))
             if decided:
-                path, shown, file_codes, _, _, _, _ = work[i]
-                again = (path, shown, file_codes, unsafe, replace(options, alias_importers=decided), shared, project)
+                path, shown, file_codes, _, file_options, _, _ = work[i]
+                again = (path, shown, file_codes, unsafe, replace(file_options, alias_importers=decided), shared,
+                         project)
                 done[i] = _fix_job(again), done[i][1]
     for (outcome, read), path in done:
         if not read:

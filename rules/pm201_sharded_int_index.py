@@ -27,7 +27,10 @@ class ShardedIntIndex(Rule):
     Finds `out[0]`, `out[-1]`, `out[i]` (and `metrics["loss"][0]`, `state.params[0]`,
     `step(x)[0]`) where `out` holds the output of a pmap, of `jax.device_put_replicated` /
     `jax.device_put_sharded`, or of flax's `replicate` — values whose leading axis is laid out one
-    slice per device. Names bound by tuple unpacking (`loss, grads = p_step(x)`) count. Not
+    slice per device — or what a function returns whose every return is one of these
+    (`run_step(x)[0]` with `def run_step(x): return p_step(x)`, or `return state, metrics` of a
+    pmap's outputs; in the module, or imported from another module of the project). Names bound
+    by tuple unpacking (`loss, grads = p_step(x)`) count. Not
     reported: `out.shape[0]` and other array attributes, slices (`out[:2]`, `out[:, 0]`), outputs
     of pmaps with `out_axes=None`, and `out[0]` that picks one output of a pmapped function
     returning a tuple (`step(x)[0]` with `return loss, grads`) or an element of a list or tuple in
@@ -71,7 +74,8 @@ class ShardedIntIndex(Rule):
     the name it is assigned to), where the value may come from elsewhere on some path (a host array
     before a loop, a parameter), for outputs of nested pmaps (2-D meshes), in code that may run
     under jit (the value would be a tracer), or in multi-process programs (the first addressable
-    shard is not row 0 of the global array). Those keep `out[k]`: correct on the new jax, as a
+    shard is not row 0 of the global array), or for what a function returns (its pmap's mesh and
+    processes are not seen at the call). Those keep `out[k]`: correct on the new jax, as a
     gather. Where every pmap whose output `out` may hold goes to `runtime_shim.pmap` with its own
     fix (here, or through an alias its module keeps on the shim), that fix takes the finding with
     it (code calling the shim keeps legacy semantics): the finding carries it, with nothing to edit
@@ -106,6 +110,9 @@ class ShardedIntIndex(Rule):
             "def step(x):\n    return x * 2, x + 1\n"
             "loss = step(x)[0]\nout = step(x)\ngrads = out[1]\n"
         ),
+        # A function that may return something else (a host copy on one path, its parameter).
+        Valid("import jax\nstep = jax.pmap(f)\ndef run(x, log):\n    if log:\n        return jax.device_get(step(x))\n"
+              "    return step(x)\ndef same(out):\n    return out\ny = run(x, True)[0]\nz = same(x)[0]\n"),
         # A parameter that only shares its name with an output elsewhere.
         Valid("import jax\nstep = jax.pmap(f)\nout = step(x)\ndef g(out):\n    return out[0]\n"),
         Valid("import jax\nstep = jax.pmap(f)\nout = step(x)\ny = out.sharding.devices[0]\n"),
@@ -188,6 +195,18 @@ class ShardedIntIndex(Rule):
         ),
         Invalid("import jax\nstep = jax.pmap(f)\nout = step(x)\na = out[-1]\nfor i in range(8):\n    print(out[i])\n",
                 lines=(4, 6)),
+        # What a function returns whose every return is a pmap output (not fixed: its pmap is not
+        # seen at the read); a tuple of them, unpacked; `[0]` picking an element of that tuple is not
+        # reported.
+        Invalid(
+            "import jax\nstep = jax.pmap(f)\ndef run(x):\n    return step(x)\n"
+            "def both(x):\n    out = step(x)\n    return out, 1.0\n"
+            "y = run(x)[0]\nout, n = both(x)\nz = out[1]\nw = both(x)[0]\n",
+            lines=(8, 10),
+            expected=("import jax\nstep = jax.pmap(f)\ndef run(x):\n    return step(x)\n"
+                      "def both(x):\n    out = step(x)\n    return out, 1.0\n"
+                      "y = run(x)[0]\nout, n = both(x)\nz = out[1]\nw = both(x)[0]\n"),
+        ),
         Invalid("import jax\nstep = jax.pmap(f)\nmetrics = step(x)\nloss = metrics['loss'][0]\n", lines=(4,)),
         Invalid("import jax\nstep = jax.pmap(f)\ny = step(x)[0]\n", lines=(3,)),
         Invalid("import jax\ny = jax.pmap(lambda v: v * 2)(x)[0]\n", lines=(2,)),

@@ -35,8 +35,10 @@ class Unreplicate(Rule):
     and `tree_map` calls (`jax.tree_util.tree_map`, `jax.tree.map`, `jax.tree_map`, a bare
     `tree_map`) whose function indexes its argument with an integer (`lambda x: x[0]`, a local
     `def first(x): return x[0]`, `operator.itemgetter(0)`) and whose tree is a pmap output, a
-    `device_put_replicated` / `device_put_sharded` result or a flax `replicate` result. A `tree_map`
-    of the same kind over other values (host arrays, function parameters) is not reported.
+    `device_put_replicated` / `device_put_sharded` result or a flax `replicate` result, or what a
+    function returns whose every return is one of these (`def run_step(x): return p_step(x)`, in the
+    module or imported from another module of the project). A `tree_map` of the same kind over
+    other values (host arrays, function parameters) is not reported.
 
     ## Why is this bad?
     With the legacy pmap, `x[0]` on each leaf read device 0's buffer. With the new pmap every leaf
@@ -78,8 +80,9 @@ class Unreplicate(Rule):
     unsafe (assumes the leaves are used on their own), and there is no fix where the result, or
     the name it is assigned to, is passed to a pmap (`x[0]` stays: a gather on the new jax,
     correct). No fix either for functions defined with `def` (they may be used elsewhere),
-    several trees, `is_leaf=`, values that may come from elsewhere on some path, or multi-process
-    programs (`runtime_shim.unreplicate` reads the shard that holds row 0 there).
+    several trees, `is_leaf=`, values that may come from elsewhere on some path, what a function
+    returns (its pmap's mesh and processes are not seen at the call), or multi-process programs
+    (`runtime_shim.unreplicate` reads the shard that holds row 0 there).
 
     ## References
     - https://flax.readthedocs.io/en/latest/api_reference/flax.jax_utils.html

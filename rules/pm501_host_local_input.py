@@ -24,10 +24,13 @@ class HostLocalInput(Rule):
     `jax.process_count()`, `jax.host_id()`, `jax.host_count()`, anything in `jax.distributed`
     (`jax.distributed.initialize()`) or in `jax.experimental.multihost_utils`, however imported.
     Such a module's calls of a function that another module of the project pmaps
-    (`steps.p_double(x)`) are reported too, where that module does not use those APIs: its own
-    fix rewrites the pmap for one process (`jax.jit(_shard_mapped(f, "i"))`), which raises on
-    several, and after that fix the call is still reported (no fix here: the pmap's own module is
-    where it changes).
+    (`steps.p_double(x)`) are reported too, where that module does not use those APIs (no fix
+    here: the pmap's own module is where it changes). `fix` finds the multi-process programs of
+    the project (every Python file and notebook under its root, files outside the run included)
+    that name a function another module pmaps, or one of that module's functions returning their
+    outputs, and fixes that module as one of theirs: its pmaps are written for every process, as
+    below. A pmap already rewritten for one process (`jax.jit(_shard_mapped(f, "i"))`, which raises
+    on several) is still reported at such a call.
 
     ## Why is this bad?
     In a multi-process program each process passes pmap its own `local_device_count()` slices and
@@ -331,8 +334,9 @@ def _external_message(site: TransformSite) -> str | None:
     name = site.callee.via[0] if site.callee.via else "it"
     if site.transform == PMAP and not site.processes:
         return (f"pmap in a multi-process program, through `{name}` (pmapped in `{site.origin}`): its inputs and "
-                "outputs are this process's rows (host-local arrays); fixed in its own module, the pmap is "
-                "rewritten for one process and raises on several: keep it on `runtime_shim.pmap` there")
+                f"outputs are this process's rows (host-local arrays); `fix` of `{site.origin}` writes it for every "
+                "process (the global-mesh rewrite) when this program is among the project's files, else for one "
+                "process, which raises on several")
     if site.rows and not site.processes:
         return (f"`{name}` (`{site.origin}`) is a pmap rewritten for one process, called in a multi-process "
                 "program: it raises on several processes; put that pmap on `runtime_shim.pmap`, or write it for "

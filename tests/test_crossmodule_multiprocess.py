@@ -55,15 +55,17 @@ def test_a_multi_process_program_calling_another_modules_pmap_is_told_at_the_cal
     assert _findings(root) == ["pkg/main.py:7:7: PM501", "pkg/steps.py:8:12: PM101"]
     (message,) = _messages(root, "pkg/main.py")
     assert "through `steps.p_double` (pmapped in `pkg.steps`)" in message
-    assert "keep it on `runtime_shim.pmap` there" in message
+    assert "`fix` of `pkg.steps` writes it for every process" in message
     # pre-commit: the program alone, the pmap's module read from the tree
     assert _findings(root, "pkg/main.py") == ["pkg/main.py:7:7: PM501"]
 
 
-def test_after_the_other_modules_fix_the_single_process_rewrite_is_still_reported(tmp_path: Path):
-    root = _project(tmp_path, {"pkg/steps.py": STEPS, "pkg/main.py": MAIN})
+def test_a_single_process_rewrite_is_still_reported(tmp_path: Path):
+    """`steps.py` fixed before the program existed: its pmap is written for one process."""
+    root = _project(tmp_path, {"pkg/steps.py": STEPS})
     assert _cli(root, "fix", "--no-cache", "pkg/steps.py").exit_code == 0
     assert "p_double = jax.jit(_shard_mapped(double, 'i'))" in (root / "pkg" / "steps.py").read_text()
+    (root / "pkg" / "main.py").write_text(MAIN)
     assert _findings(root) == ["pkg/main.py:7:7: PM501"]
     (message,) = _messages(root, "pkg/main.py")
     assert "is a pmap rewritten for one process, called in a multi-process program" in message
@@ -125,3 +127,92 @@ def test_a_warm_run_follows_the_pmaps_module_into_and_out_of_the_multi_process_a
     steps.write_text(STEPS)
     os.utime(steps, ns=(stat.st_atime_ns, stat.st_mtime_ns + 20_000_000_000))
     assert program() == ["PM501"]
+
+
+# ------------------------------------------------------------------ fix
+def test_fix_writes_the_pmap_for_every_process_where_a_program_of_the_project_calls_it(tmp_path: Path):
+    """`fix` of the whole tree, and of the pmap's module alone (pre-commit: the program is read
+    from the tree): the boundary form, which takes and returns this process's rows."""
+    for files in ((".",), ("pkg/steps.py",)):
+        root = _project(tmp_path / files[0].replace("/", "_"), {"pkg/steps.py": STEPS, "pkg/main.py": MAIN})
+        assert _cli(root, "fix", "--no-cache", *files).exit_code == 0
+        fixed = (root / "pkg" / "steps.py").read_text()
+        assert "p_double = _global_call(jax.jit(_shard_mapped(double, 'i', processes=True)), local=True)" in fixed, fixed
+        assert (root / "pkg" / "main.py").read_text() == MAIN
+        assert _findings(root) == []
+
+
+def test_fix_finds_a_program_calling_a_function_that_returns_the_pmaps_output(tmp_path: Path):
+    steps = STEPS + "\n\ndef run(x):\n    return p_double(x)\n"
+    main_ = MAIN.replace("steps.p_double(", "steps.run(")
+    root = _project(tmp_path, {"pkg/steps.py": steps, "pkg/main.py": main_})
+    assert _cli(root, "fix", "--no-cache", ".").exit_code == 0
+    assert "processes=True" in (root / "pkg" / "steps.py").read_text()
+
+
+def test_fix_of_a_pmap_only_single_process_modules_call_is_for_one_process(tmp_path: Path):
+    main_ = MAIN.replace("jax.distributed.initialize()\n", "")
+    root = _project(tmp_path, {"pkg/steps.py": STEPS, "pkg/main.py": main_})
+    assert _cli(root, "fix", "--no-cache", ".").exit_code == 0
+    fixed = (root / "pkg" / "steps.py").read_text()
+    assert "p_double = jax.jit(_shard_mapped(double, 'i'))" in fixed and "_global_call" not in fixed, fixed
+
+
+def test_the_callers_are_the_multi_process_modules_naming_the_functions(tmp_path: Path):
+    from pmap_migrate.crossmodule import multi_process_callers
+
+    root = _project(tmp_path, {
+        "pkg/steps.py": STEPS + "\n\ndef run(x):\n    return p_double(x)\n",
+        "pkg/main.py": MAIN,
+        "pkg/by_name.py": "import jax\nfrom .steps import run\n\nprint(jax.process_index(), run)\n",
+        "pkg/single.py": "from pkg import steps\n\nprint(steps.p_double)\n",  # one process
+        "pkg/other.py": "import jax\n\nprint(jax.process_index())\n",  # names none of them
+        "scripts/far.py": "import jax\nimport pkg.steps as s\n\njax.distributed.initialize()\ns.p_double(1)\n",
+    })
+    found = multi_process_callers([str(root / "pkg" / "steps.py"), str(root / "pkg" / "main.py")], str(root))
+    assert found == {str(root / "pkg" / "steps.py"): ("pkg/by_name.py", "pkg/main.py", "scripts/far.py")}
+
+
+# ------------------------------------------------------------------ differential (2 processes)
+PACKAGE = Path(__file__).resolve().parents[1] / "fixtures" / "projects" / "multiprocess_callers"
+
+
+def _runs(env, root: Path, processes: int) -> list[str]:
+    from concurrent.futures import ThreadPoolExecutor
+
+    import pytest
+
+    from tests.support import jaxenv
+    from tests.support.shim_runs import free_port
+
+    try:
+        python = jaxenv.python_for(env)
+    except jaxenv.EnvUnavailable as why:
+        pytest.skip(str(why))
+    port = str(free_port())
+    with ThreadPoolExecutor(processes) as pool:
+        runs = [pool.submit(jaxenv.run_program, python, root / "train.py", port, str(i), str(processes), devices=4,
+                            timeout=600, cwd=root) for i in range(processes)]
+        procs = [run.result() for run in runs]
+    for proc in procs:
+        assert proc.returncode == 0, proc.stderr[-3000:]
+    return ["\n".join(line for line in proc.stdout.splitlines() if not line.startswith("[Gloo]")) for proc in procs]
+
+
+def test_the_fixed_package_runs_on_two_processes_as_the_legacy_one_did(tmp_path: Path):
+    import shutil
+
+    from tests.support import jaxenv
+
+    legacy = shutil.copytree(PACKAGE, tmp_path / "legacy")
+    fixed = shutil.copytree(PACKAGE, tmp_path / "fixed")
+    result = _cli(fixed, "fix", "--no-cache", ".")
+    assert "Fixed 3 of 3 legacy patterns in 2 files." in result.output, result.output
+    steps = (fixed / "mpc" / "steps.py").read_text()
+    assert steps.count("processes=True)), local=True") == 2 and "runtime_shim" not in steps, steps
+    reference = _runs(jaxenv.LEGACY, legacy, 2)
+    assert reference[0] != reference[1] and all(r.count("\n") == 1 for r in reference), reference
+    for env in (jaxenv.NEWEST, jaxenv.LEGACY):
+        assert _runs(env, fixed, 2) == reference, env.name
+    # as one process, what the legacy pmap computed on one
+    assert _runs(jaxenv.NEWEST, fixed, 1) == _runs(jaxenv.LEGACY, legacy, 1)

@@ -430,7 +430,8 @@ def test_project_exports_are_the_facts_names_and_their_re_exports(tmp_path: Path
     by_name = {(b"steps", False, b"p_double", steps, "p_double"),
                (b"same", False, b"p_double", same, "p_double"),
                (b"pkg", True, b"double_on_devices", steps, "p_double"),
-               (b"pkg", True, b"double_on_devices", same, "p_double")}  # by name: over-approximated
+               (b"pkg", True, b"double_on_devices", same, "p_double"),  # by name: over-approximated
+               (b"same", False, b"run", same, "run")}  # returns `p_double(x)`
     # the modules without pmap that import them bind them too (another module may import them there)
     importers = {(handle, False, name, origin, "p_double") for handle, name in (
         (b"use", b"p_double"), (b"use2", b"p_double"), (b"run", b"double_on_devices")) for origin in (steps, same)}

@@ -25,17 +25,18 @@ from libcst.metadata import (
 )
 
 from pmap_migrate.rules.analysis.bindings import Bindings
-from pmap_migrate.rules.analysis.facts import AliasFact, PmappedFact
+from pmap_migrate.rules.analysis.facts import AliasFact, PmappedFact, ReturnsFact
 from pmap_migrate.rules.analysis.imported import ImportedAlias, imported_alias
 from pmap_migrate.rules.analysis.index import Indexer, indent_unit, resolve_scopes
 from pmap_migrate.rules.analysis.nesting import Nesting
 from pmap_migrate.rules.analysis.project import ModuleView
+from pmap_migrate.rules.analysis.returns import Returns
 from pmap_migrate.rules.analysis.sites import JIT, PMAP, Callee, TransformSite
 from pmap_migrate.rules.analysis.values import ValueFlow
 from pmap_migrate.rules.knowledge import tables
 
 
-class SemanticModel(Bindings, ValueFlow, Nesting):
+class SemanticModel(Bindings, ValueFlow, Returns, Nesting):
     """Facts about one module's use of pmap, jit and the pmap-era helpers."""
 
     def __init__(self, wrapper: MetadataWrapper, project: ModuleView | None = None) -> None:
@@ -91,11 +92,18 @@ class SemanticModel(Bindings, ValueFlow, Nesting):
         self._sequence_values: set[BaseAssignment] = set()
         self._tuple_sites: dict[int, bool] = {}
         self._sequence_sites: dict[tuple[int, int | None], bool] = {}
+        # Calls of functions returning pmap outputs or stacks (this module's, or another's of the
+        # project), with what they return.
+        self._returned: dict[cst.Call, ReturnsFact] = {}
         self._tag_values()
         self._propagate_tags()
+        self._tag_returning_calls()
         self._nested: dict[cst.CSTNode, tuple[cst.CSTNode, TransformSite]] | None = None
         self._nested_nodes: set[int] | None = None
         self._multi_process: bool | None = None
+        # Multi-process programs of the project that run this module's pmaps (`fix` finds them:
+        # codemod/crossmodule.py); the module is then one of theirs.
+        self.run_by: tuple[str, ...] = ()
         self._pmap_patched: tuple[cst.CSTNode | None] | None = None
 
     # ---------------------------------------------------------------- callees
@@ -417,10 +425,11 @@ class SemanticModel(Bindings, ValueFlow, Nesting):
 
     # ------------------------------------------------------------ module-wide
     def multi_process(self) -> bool:
-        """The module uses the multi-process API (`jax.process_index()`, ...): a program whose pmaps
-        took host-local inputs (PM501)."""
+        """The module uses the multi-process API (`jax.process_index()`, ...), or a multi-process
+        program of the project runs its pmaps (``run_by``): a program whose pmaps took host-local
+        inputs (PM501)."""
         if self._multi_process is None:
-            self._multi_process = self.uses_any(tables.MULTI_PROCESS, tables.MULTI_PROCESS_PREFIXES)
+            self._multi_process = bool(self.run_by) or self.uses_any(tables.MULTI_PROCESS, tables.MULTI_PROCESS_PREFIXES)
         return self._multi_process
 
     def pmap_patched_at(self) -> cst.CSTNode | None:

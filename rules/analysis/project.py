@@ -8,10 +8,13 @@ import; this index answers, for a dotted name a module imports, whether it is
   alias of an alias, a re-export ``from .constants import pmap`` in a package's ``__init__.py`` or
   in any other module);
 - a pmapped function (``@jax.pmap def f``, ``@functools.partial(jax.pmap, ...)``, ``f =
-  jax.pmap(g)``, through an alias too).
+  jax.pmap(g)``, through an alias too);
+- a function returning a pmap output or a per-device stack on every return (``def run_step(x):
+  return p_step(x)``, ``return jax.device_put_replicated(...)``): a row read from what it returns
+  is a gather, as a row of the output is.
 
 The facts of a module (``ModuleFacts``, analysis/facts.py) are read with Python's `ast`, module
-level only; a name a module star-imports (``from .constants import *``) is looked up in the
+level only (and what module-level functions return); a name a module star-imports (``from .constants import *``) is looked up in the
 modules it star-imports, as far as their ``__all__`` or leading underscores let the star bind it.
 Module names come from the package structure: a file's module is its path below
 the first directory up that has no ``__init__.py`` (the file's base, where Python's import system
@@ -27,7 +30,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from hashlib import blake2b
 
-from pmap_migrate.rules.analysis.facts import AliasFact, FactReader, Facts, ModuleFacts, absolute_name, module_facts
+from pmap_migrate.rules.analysis.facts import FactReader, Facts, ModuleFacts, absolute_name, module_facts
 
 # How many re-exports and aliases of aliases a lookup follows (cycles end there too).
 MAX_HOPS = 8
@@ -95,6 +98,10 @@ class ProjectIndex:
                 return directory, self._paths[key]
         return None
 
+    def defined_at(self, module: str, name: str) -> str | None:
+        """The file found to define ``name`` of ``module`` (by an earlier ``lookup``)."""
+        return self._defined_at.get((module, name))
+
     def defined_in_run(self, module: str, name: str) -> bool:
         """Whether the file that defines ``name`` of ``module`` (found by an earlier ``lookup``) is
         among the run's files."""
@@ -128,7 +135,8 @@ class ProjectIndex:
         facts = self.facts_at(where[1], star) if where is not None else None
         if used is not None and where is not None:
             used.add(where[1])
-        return facts is not None and any(facts.star_exports(n) for n in (*facts.aliases, *facts.pmapped))
+        return facts is not None and any(facts.star_exports(n)
+                                         for n in (*facts.aliases, *facts.pmapped, *facts.returning))
 
     def lookup(self, dotted: str, base: str | tuple[str, ...], used: set[str] | None = None) -> Facts | None:
         """What the absolute ``dotted`` name (``pkg.constants.pmap``) is, seen from a module whose
@@ -168,7 +176,7 @@ class ProjectIndex:
                 return None
             head = rest[0]
             if len(rest) == 1:
-                fact = facts.aliases.get(head) or facts.pmapped.get(head)
+                fact = facts.aliases.get(head) or facts.pmapped.get(head) or facts.returning.get(head)
                 if fact is not None:
                     self._defined_at[(fact.module, fact.name)] = path
                     return fact
@@ -285,10 +293,13 @@ class ModuleView:
         return False
 
 
-def refers_to_alias(tree: ast.Module, view: ModuleView, alias: AliasFact) -> bool:
-    """Whether the module ``tree`` (seen as ``view``) names the alias ``alias`` anywhere: an import
-    of it (``from .constants import pmap as p``, through re-exports too) or an attribute of a
-    module it imports (``constants.pmap``, ``pkg.constants.pmap``)."""
+def refers_to(tree: ast.Module, view: ModuleView, wanted: set[tuple[str, str]], by_path: bool = False
+              ) -> set[tuple[str, str]]:
+    """Which of the facts ``wanted`` (aliases of pmap, pmapped functions, ...: by module and name;
+    ``by_path``: by the file defining them and name, which holds where a module has two names,
+    below a repository whose root holds an ``__init__.py``) the module ``tree`` (seen as ``view``)
+    names anywhere: an import of it (``from .constants import pmap as p``, through re-exports too)
+    or an attribute of a module it imports (``constants.pmap``, ``pkg.constants.pmap``)."""
     facts = ModuleFacts(view.name, view.package)
     reader = FactReader("", facts)
     reader.read(ast.Module(body=[s for s in tree.body if isinstance(s, (ast.Import, ast.ImportFrom))],
@@ -300,31 +311,39 @@ def refers_to_alias(tree: ast.Module, view: ModuleView, alias: AliasFact) -> boo
             inner = ModuleFacts(view.name, view.package)
             FactReader("", inner).read(ast.Module(body=[node], type_ignores=[]))
             imports = {**inner.imports, **imports}
-    wanted = (alias.module, alias.name)
     asked: set[str] = set()
+    found: set[tuple[str, str]] = set()
 
     def names(dotted: str) -> bool:
         if dotted in asked:
             return False
         asked.add(dotted)
         fact = view.index.lookup(dotted, view.bases)
-        return isinstance(fact, AliasFact) and (fact.module, fact.name) == wanted
+        key = None if fact is None else (fact.module, fact.name)
+        if by_path and key is not None:
+            key = (view.index.defined_at(*key), fact.name)
+        if key in wanted:
+            found.add(key)
+            return True
+        return False
 
-    if any(names(target) for target in imports.values()):
-        return True
+    for target in imports.values():
+        names(target)
     # `from .constants import *`: a package's re-export for its importers; another module's import
     # for its own code, a use where that code still reads the name and binds it nowhere itself
-    stars = [star for star in facts.stars if names(f"{star}.{alias.name}")]
-    if stars and (view.package or any(isinstance(node, ast.Name) and node.id == alias.name for node in ast.walk(tree))):
-        return True
+    for star in facts.stars:
+        for _, name in wanted - found:
+            if view.package or any(isinstance(node, ast.Name) and node.id == name for node in ast.walk(tree)):
+                names(f"{star}.{name}")
     for node in ast.walk(tree):
+        if found == wanted:
+            break
         if isinstance(node, ast.Attribute):
             parts = []
             head: ast.expr = node
             while isinstance(head, ast.Attribute):
                 parts.append(head.attr)
                 head = head.value
-            if isinstance(head, ast.Name) and head.id in imports \
-                    and names(".".join([imports[head.id], *reversed(parts)])):
-                return True
-    return False
+            if isinstance(head, ast.Name) and head.id in imports:
+                names(".".join([imports[head.id], *reversed(parts)]))
+    return found

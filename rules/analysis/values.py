@@ -407,10 +407,16 @@ class ValueFlow:
         parent = self.parents.get(node)
         if isinstance(parent, cst.Subscript) and parent.value is node and is_key_subscript(parent):
             return True
-        value = node.value
+        return self._holds_sequence(node.value)
+
+    def _holds_sequence(self, value: cst.BaseExpression) -> bool:
+        """``value`` (a tagged call or name) is a Python list or tuple of stacks, as its producer
+        or the names it is bound to show (``selects_output``)."""
         if isinstance(value, cst.Call):
             site = self._calls_to.get(value)
-            return (site is not None and self.returns_tuple(site)) or self._produces_sequence(value, None)
+            returned = self._returned.get(value)
+            return (site is not None and self.returns_tuple(site)) or self._produces_sequence(value, None) \
+                or (returned is not None and returned.sequence)
         if isinstance(value, cst.Name):
             assignments = [a for a in self.reaching_assignments(value) if self._tags.get(a)]
             return bool(assignments) and (all(a in self._whole_tuple_outputs for a in assignments)

@@ -26,3 +26,7 @@ class RuleOptions:
     # why it is kept for them ("": every importer in the project is rewritten in this run, and
     # the alias goes). An alias not named here is kept for importers, on `runtime_shim.pmap`.
     alias_importers: tuple[tuple[str, str], ...] = ()
+    # Set by `fix` for a module whose pmapped functions multi-process programs of the project call
+    # (their files): the module runs in those programs, and its pmaps are written for every process
+    # (PM501's global-mesh rewrite) as in a module that uses the multi-process API itself.
+    multi_process_callers: tuple[str, ...] = ()

@@ -160,6 +160,9 @@ class Placement:
         # A jit output that is also a pmap output is a faithful rewrite's: the same stack.
         if not self.model.always_tagged(value, DEVICE_STACKED, besides=(JIT_OUTPUT,)):
             return False
+        # What a function returns (`run_step(x)`): its pmap's mesh and processes are not seen here.
+        if any(self.model.returned_by(call) is not None for call, _ in self.model.tagged_sources(value)):
+            return False
         nested = self.model.nested_nodes()
         for producer in self.model.producers(value):
             if producer.transform == PMAP and id(producer.node) in nested:
