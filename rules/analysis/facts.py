@@ -28,6 +28,7 @@ _MULTI_PROCESS_MODULES = frozenset(p.rstrip(".") for p in tables.MULTI_PROCESS_P
 _STACKING_WORDS = re.compile(r"\b(?:device_put_replicated|device_put_sharded|jax_utils|_pmap_compat)\b")
 _STACKING = (("replicated", tables.DEVICE_PUT_REPLICATED | tables.FLAX_REPLICATE),
              ("sharded", tables.DEVICE_PUT_SHARDED))
+_STACKING_TARGETS = tables.PMAP | frozenset().union(*(names for _, names in _STACKING))
 _STACKING_HELPERS = tuple((kind, shared.rsplit(".", 1)[1]) for kind, (shared, _) in tables.STACKING_HELPERS.items())
 # How many functions deep a function returning another's call is followed.
 _RETURN_ROUNDS = 3
@@ -267,19 +268,29 @@ class FactReader:
     def _returning(self, tree: ast.Module) -> None:
         """The module's functions (bound once, undecorated) whose every return is a pmap output or
         a per-device stack (``ReturnsFact``), functions returning another's call included."""
-        bindings = _module_bindings(tree)
-        candidates = [f for name, f in self.functions.items() if bindings.get(name) == 1 and not f.decorator_list
+        candidates = [f for name, f in self.functions.items() if not f.decorator_list
                       and name not in self.facts.pmapped and name not in self.facts.aliases]
+        lines = self.text.splitlines()
+        # What a function returning a stack spells: a pmap, a stacking helper (or a name an import
+        # binds to one), or such a function.
+        words = {"pmap", "device_put_", "replicate", "_put_sharded", *self.facts.pmapped, *self.facts.aliases,
+                 *(local for local, target in self.facts.imports.items() if target in _STACKING_TARGETS)}
+        bindings = None
         for _ in range(_RETURN_ROUNDS):
             found = False
             for function in candidates:
-                if function.name not in self.facts.returning:
+                text = "\n".join(lines[function.lineno - 1:function.end_lineno])
+                if function.name in self.facts.returning or not any(word in text for word in words):
+                    continue
+                bindings = _module_bindings(tree) if bindings is None else bindings
+                if bindings.get(function.name) == 1:
                     fact = self._returns_stacks(function)
                     if fact is not None:
                         self.facts.returning[function.name] = fact
                         found = True
             if not found:
                 break
+            words.update(self.facts.returning)
 
     def _returns_stacks(self, function: ast.FunctionDef | ast.AsyncFunctionDef) -> ReturnsFact | None:
         if isinstance(function, ast.AsyncFunctionDef):

@@ -33,6 +33,9 @@ class Indexer(cst.CSTVisitor):
         self.owned_calls: dict[FunctionLike | None, list[cst.Call]] = defaultdict(list)
         self.owned_decorators: dict[FunctionLike | None, list[cst.Decorator]] = defaultdict(list)
         self.child_functions: dict[FunctionLike, list[FunctionLike]] = defaultdict(list)
+        # The return statements of each function, and the functions that yield (generators).
+        self.returns: dict[FunctionLike | None, list[cst.Return]] = defaultdict(list)
+        self.generators: set[FunctionLike | None] = set()
         self._owners: list[FunctionLike] = []
         self._in_import = 0
         # Source order of Name nodes (a pre-order number), for "which assignment comes last".
@@ -156,6 +159,12 @@ class Indexer(cst.CSTVisitor):
 
     def visit_Subscript(self, node: cst.Subscript) -> None:
         self.subscripts.append(node)
+
+    def visit_Return(self, node: cst.Return) -> None:
+        self.returns[self._owner].append(node)
+
+    def visit_Yield(self, node: cst.Yield) -> None:
+        self.generators.add(self._owner)
 
     def visit_Import(self, node: cst.Import) -> None:
         self._in_import += 1

@@ -14,7 +14,7 @@ import libcst as cst
 
 from pmap_migrate.rules.analysis.facts import ReturnsFact
 from pmap_migrate.rules.analysis.sites import DEVICE_STACKED, JIT_OUTPUT, PMAP_OUTPUT, REPLICATED, SHARDED_STACK
-from pmap_migrate.rules.analysis.syntax import ReturnFinder, target_names_at
+from pmap_migrate.rules.analysis.syntax import target_names_at
 
 # The kinds of stack a function returns (``ReturnsFact``), as value tags.
 _KIND_TAGS = {"pmap": PMAP_OUTPUT, "replicated": REPLICATED, "sharded": SHARDED_STACK}
@@ -68,10 +68,8 @@ class Returns:
         is a pmap output or a stack on every path, or a tuple display of them and other values."""
         if function.decorators or function.asynchronous is not None:
             return None
-        finder = ReturnFinder()
-        function.body.visit(finder)
-        values = finder.values
-        if finder.generator or not values or any(v is None for v in values):
+        values = [r.value for r in self.index.returns.get(function, ())]
+        if function in self.index.generators or not values or any(v is None for v in values):
             return None
         name = function.name.value
         displays = [v for v in values if isinstance(v, (cst.Tuple, cst.List))]

@@ -78,7 +78,6 @@ class ReturnFinder(cst.CSTVisitor):
 
     def __init__(self) -> None:
         self.returns: list[cst.Return] = []
-        self.generator = False  # a `yield` in the function
 
     @property
     def values(self) -> list[cst.BaseExpression | None]:
@@ -86,9 +85,6 @@ class ReturnFinder(cst.CSTVisitor):
 
     def visit_Return(self, node: cst.Return) -> None:
         self.returns.append(node)
-
-    def visit_Yield(self, node: cst.Yield) -> None:
-        self.generator = True
 
     def visit_FunctionDef(self, node: cst.FunctionDef) -> bool:
         return False
