@@ -9,27 +9,15 @@ finding and fix take it)."""
 
 from __future__ import annotations
 
-import json
 import os
 from pathlib import Path
 
-from click.testing import CliRunner
-
-from pmap_migrate.cli import main
 from pmap_migrate.rules.analysis.facts import module_facts
+from tests.support.projects import json_records, run_cli
 
 STEPS = "import jax\n\n\ndef double(x):\n    return x * 2\n\n\np_double = jax.pmap(double, axis_name='i')\n"
 MAIN = ("import jax\nimport numpy as np\n\nfrom pkg import steps\n\njax.distributed.initialize()\n"
         "print(steps.p_double(np.ones((jax.local_device_count(), 3))))\n")
-
-
-def _cli(root: Path, *args: str):
-    previous = os.getcwd()
-    os.chdir(root)
-    try:
-        return CliRunner().invoke(main, [*args], catch_exceptions=False)
-    finally:
-        os.chdir(previous)
 
 
 def _project(root: Path, files: dict[str, str]) -> Path:
@@ -42,12 +30,12 @@ def _project(root: Path, files: dict[str, str]) -> Path:
 
 
 def _findings(root: Path, *files: str) -> list[str]:
-    result = _cli(root, "check", "--no-cache", "--output-format", "concise", *(files or (".",)))
+    result = run_cli(root, "check", "--no-cache", "--output-format", "concise", *(files or (".",)))
     return sorted(" ".join(line.split(" ")[:2]) for line in result.output.splitlines() if " PM" in line)
 
 
 def _messages(root: Path, path: str) -> list[str]:
-    result = _cli(root, "check", "--no-cache", "--output-format", "concise", ".")
+    result = run_cli(root, "check", "--no-cache", "--output-format", "concise", ".")
     return [line for line in result.output.splitlines() if line.startswith(path)]
 
 
@@ -64,7 +52,7 @@ def test_a_multi_process_program_calling_another_modules_pmap_is_told_at_the_cal
 def test_a_single_process_rewrite_is_still_reported(tmp_path: Path):
     """`steps.py` fixed before the program existed: its pmap is written for one process."""
     root = _project(tmp_path, {"pkg/steps.py": STEPS})
-    assert _cli(root, "fix", "--no-cache", "pkg/steps.py").exit_code == 0
+    assert run_cli(root, "fix", "--no-cache", "pkg/steps.py").exit_code == 0
     assert "p_double = jax.jit(_shard_mapped(double, 'i'))" in (root / "pkg" / "steps.py").read_text()
     (root / "pkg" / "main.py").write_text(MAIN)
     assert _findings(root) == ["pkg/main.py:7:7: PM501"]
@@ -78,7 +66,7 @@ def test_a_rewrite_for_every_process_is_not_reported(tmp_path: Path):
     steps = STEPS + "\nRANK = jax.process_index()\n"
     root = _project(tmp_path, {"pkg/steps.py": steps, "pkg/main.py": MAIN})
     assert _findings(root) == ["pkg/steps.py:8:12: PM101", "pkg/steps.py:8:12: PM501"]
-    assert _cli(root, "fix", "--no-cache", "pkg/steps.py").exit_code == 0
+    assert run_cli(root, "fix", "--no-cache", "pkg/steps.py").exit_code == 0
     fixed = (root / "pkg" / "steps.py").read_text()
     assert "_global_call(" in fixed and "processes=True" in fixed, fixed
     assert _findings(root) == []
@@ -115,7 +103,7 @@ def test_a_warm_run_follows_the_pmaps_module_into_and_out_of_the_multi_process_a
     root = _project(tmp_path, {"pkg/steps.py": STEPS, "pkg/main.py": MAIN})
 
     def program() -> list[str]:
-        result = _cli(root, "check", "--output-format", "concise", ".")
+        result = run_cli(root, "check", "--output-format", "concise", ".")
         return [line.split(" ")[1] for line in result.output.splitlines() if line.startswith("pkg/main.py")]
 
     assert program() == ["PM501"]
@@ -136,7 +124,7 @@ def test_fix_writes_the_pmap_for_every_process_where_a_program_of_the_project_ca
     from the tree): the boundary form, which takes and returns this process's rows."""
     for files in ((".",), ("pkg/steps.py",)):
         root = _project(tmp_path / files[0].replace("/", "_"), {"pkg/steps.py": STEPS, "pkg/main.py": MAIN})
-        assert _cli(root, "fix", "--no-cache", *files).exit_code == 0
+        assert run_cli(root, "fix", "--no-cache", *files).exit_code == 0
         fixed = (root / "pkg" / "steps.py").read_text()
         assert "p_double = _global_call(jax.jit(_shard_mapped(double, 'i', processes=True)), local=True)" in fixed, fixed
         assert (root / "pkg" / "main.py").read_text() == MAIN
@@ -147,14 +135,14 @@ def test_fix_finds_a_program_calling_a_function_that_returns_the_pmaps_output(tm
     steps = STEPS + "\n\ndef run(x):\n    return p_double(x)\n"
     main_ = MAIN.replace("steps.p_double(", "steps.run(")
     root = _project(tmp_path, {"pkg/steps.py": steps, "pkg/main.py": main_})
-    assert _cli(root, "fix", "--no-cache", ".").exit_code == 0
+    assert run_cli(root, "fix", "--no-cache", ".").exit_code == 0
     assert "processes=True" in (root / "pkg" / "steps.py").read_text()
 
 
 def test_fix_of_a_pmap_only_single_process_modules_call_is_for_one_process(tmp_path: Path):
     main_ = MAIN.replace("jax.distributed.initialize()\n", "")
     root = _project(tmp_path, {"pkg/steps.py": STEPS, "pkg/main.py": main_})
-    assert _cli(root, "fix", "--no-cache", ".").exit_code == 0
+    assert run_cli(root, "fix", "--no-cache", ".").exit_code == 0
     fixed = (root / "pkg" / "steps.py").read_text()
     assert "p_double = jax.jit(_shard_mapped(double, 'i'))" in fixed and "_global_call" not in fixed, fixed
 
@@ -197,21 +185,7 @@ def _runs(env, root: Path, processes: int) -> list[str]:
         procs = [run.result() for run in runs]
     for proc in procs:
         assert proc.returncode == 0, proc.stderr[-3000:]
-    return [_records(proc.stdout) for proc in procs]
-
-
-def _records(stdout: str) -> list[dict]:
-    """The JSON records a process printed (gloo prints its connection messages to the same stdout
-    from C++: one, or a part of one, may share a line with a record)."""
-    decoder = json.JSONDecoder()
-    records = []
-    for line in stdout.splitlines():
-        start = line.find('{"check"')
-        while start != -1:
-            record, end = decoder.raw_decode(line, start)
-            records.append(record)
-            start = line.find('{"check"', end)
-    return records
+    return [json_records(proc.stdout) for proc in procs]
 
 
 def test_the_fixed_package_runs_on_two_processes_as_the_legacy_one_did(tmp_path: Path):
@@ -221,7 +195,7 @@ def test_the_fixed_package_runs_on_two_processes_as_the_legacy_one_did(tmp_path:
 
     legacy = shutil.copytree(PACKAGE, tmp_path / "legacy")
     fixed = shutil.copytree(PACKAGE, tmp_path / "fixed")
-    result = _cli(fixed, "fix", "--no-cache", ".")
+    result = run_cli(fixed, "fix", "--no-cache", ".")
     assert "Fixed 3 of 3 legacy patterns in 2 files." in result.output, result.output
     steps = (fixed / "mpc" / "steps.py").read_text()
     assert steps.count("processes=True)), local=True") == 2 and "runtime_shim" not in steps, steps

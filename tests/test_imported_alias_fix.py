@@ -15,15 +15,12 @@ import re
 import shutil
 from pathlib import Path
 
-import pytest
-from click.testing import CliRunner
-
-from pmap_migrate.cli import main
 from pmap_migrate.config import load_settings
 from pmap_migrate.crossmodule import alias_decisions
 from pmap_migrate.rules import rules_by_code
 from pmap_migrate.rules.analysis.facts import module_facts
 from pmap_migrate.runner import run
+from tests.support.projects import package_stdout, run_cli
 
 PROJECTS = Path(__file__).resolve().parents[1] / "fixtures" / "projects"
 PACKAGE = PROJECTS / "alias_package"
@@ -33,15 +30,6 @@ CODES = tuple(rules_by_code())
 def _copy(source: Path, target: Path) -> Path:
     shutil.copytree(source, target, ignore=shutil.ignore_patterns("expected*"))
     return target
-
-
-def _cli(root: Path, *args: str):
-    previous = os.getcwd()
-    os.chdir(root)
-    try:
-        return CliRunner().invoke(main, [*args], catch_exceptions=False)
-    finally:
-        os.chdir(previous)
 
 
 def _check(root: Path, files: list[str], *, use_cache: bool = False):
@@ -87,7 +75,7 @@ def test_a_name_a_function_rebinds_is_not_a_constant():
 # ------------------------------------------------------------------ the package: fixed text and counts
 def test_fix_diff_of_the_package(tmp_path: Path, request):
     root = _copy(PACKAGE, tmp_path / "alias_package")
-    result = _cli(root, "fix", "--diff", "--no-cache", ".")
+    result = run_cli(root, "fix", "--diff", "--no-cache", ".")
     expected_file = PACKAGE / "expected_fix.diff"
     if request.config.getoption("--update-fixtures"):
         expected_file.write_text(result.stdout)
@@ -96,18 +84,18 @@ def test_fix_diff_of_the_package(tmp_path: Path, request):
 
 def test_check_fix_diff_report_and_fix_count_the_same(tmp_path: Path):
     root = _copy(PACKAGE, tmp_path / "alias_package")
-    check = _cli(root, "check", "--no-cache", ".")
+    check = run_cli(root, "check", "--no-cache", ".")
     assert "Found 5 legacy patterns in 4 files." in check.output and "[*] 5 fixable" in check.output
-    diff = _cli(root, "fix", "--diff", "--no-cache", ".")
+    diff = run_cli(root, "fix", "--diff", "--no-cache", ".")
     assert "Would fix 5 of 5 legacy patterns" in diff.output
-    report = _cli(root, "report", "--no-cache", "--output-format", "json", ".")
+    report = run_cli(root, "report", "--no-cache", "--output-format", "json", ".")
     import json
 
     sites = json.loads(report.stdout)["sites"]
     assert sorted(s["state"] for s in sites) == ["fixable-safe"] * 4 + ["shimmed"]
-    fixed = _cli(root, "fix", "--no-cache", ".")
+    fixed = run_cli(root, "fix", "--no-cache", ".")
     assert "Fixed 5 of 5 legacy patterns" in fixed.output and "All checks passed!" in fixed.output
-    assert "All checks passed!" in _cli(root, "check", "--no-cache", ".").output
+    assert "All checks passed!" in run_cli(root, "check", "--no-cache", ".").output
     texts = {p.relative_to(root).as_posix(): p.read_text() for p in root.rglob("*.py")}
     # No shim left: every use was visible, so the alias went with the imports it used.
     assert not [name for name, text in texts.items() if re.search(r"^\s*(import|from) runtime_shim", text, re.MULTILINE)]
@@ -130,13 +118,13 @@ def test_fix_of_subsets_never_leaves_the_package_inconsistent(tmp_path: Path):
     root = _copy(PACKAGE, tmp_path / "alias_package")
     constants = (root / "mp" / "constants.py").read_text()
     # One importer alone (pre-commit): rewritten; the alias module, outside the run, is left as it is.
-    result = _cli(root, "fix", "--no-cache", "mp/sub/evaluate.py")
+    result = run_cli(root, "fix", "--no-cache", "mp/sub/evaluate.py")
     assert result.exit_code == 0 and "cpmap" not in (root / "mp" / "sub" / "evaluate.py").read_text()
     assert (root / "mp" / "constants.py").read_text() == constants
     _consistent(root)
     # The alias module with another importer: the last importer, outside the run, keeps the alias
     # (on the shim, saying why); the one rewritten before no longer counts.
-    result = _cli(root, "fix", "--no-cache", "mp/constants.py", "mp/train.py")
+    result = run_cli(root, "fix", "--no-cache", "mp/constants.py", "mp/train.py")
     assert result.exit_code == 0, result.output
     constants = (root / "mp" / "constants.py").read_text()
     assert "pmap = functools.partial(runtime_shim.pmap, axis_name=AXIS)" in constants
@@ -155,7 +143,7 @@ def test_without_a_configuration_importers_anywhere_in_the_repository_keep_the_a
     (root / "scripts").mkdir()
     (root / "scripts" / "bench.py").write_text(
         "from mp import constants\n\nstep = constants.pmap(lambda x: x + 1)\n")
-    result = _cli(root / "mp", "fix", "--no-cache", "--unsafe-fixes", ".")
+    result = run_cli(root / "mp", "fix", "--no-cache", "--unsafe-fixes", ".")
     assert result.exit_code in (0, 1), result.output
     constants = (root / "mp" / "constants.py").read_text()
     assert "pmap = functools.partial(runtime_shim.pmap, axis_name=AXIS)" in constants
@@ -165,9 +153,9 @@ def test_without_a_configuration_importers_anywhere_in_the_repository_keep_the_a
 
 def test_the_alias_goes_once_its_last_importers_are_rewritten(tmp_path: Path):
     root = _copy(PACKAGE, tmp_path / "alias_package")
-    assert _cli(root, "fix", "--no-cache", "mp/sub/evaluate.py").exit_code == 0
+    assert run_cli(root, "fix", "--no-cache", "mp/sub/evaluate.py").exit_code == 0
     _consistent(root)
-    result = _cli(root, "fix", "--no-cache", "mp/constants.py", "mp/train.py", "mp/metrics.py")
+    result = run_cli(root, "fix", "--no-cache", "mp/constants.py", "mp/train.py", "mp/metrics.py")
     assert result.exit_code == 0, result.output
     assert not re.search(r"^pmap =", (root / "mp" / "constants.py").read_text(), re.MULTILINE)
     _consistent(root)
@@ -190,7 +178,7 @@ def test_an_importer_not_rewritten_keeps_the_alias_and_is_named(tmp_path: Path):
     found = _check(root, ["pkg/constants.py", "pkg/user.py"]).results
     use = [d for r in found for d in r.active if d.path == "pkg/user.py"]
     assert [d.fix.shimmed for d in use] == [True]
-    result = _cli(root, "fix", "--no-cache", ".")
+    result = run_cli(root, "fix", "--no-cache", ".")
     assert "Fixed 2 of 2 legacy patterns" in result.output, result.output
     constants = (root / "pkg" / "constants.py").read_text()
     joined = constants.replace("\n#   ", " ")  # the shim comment, wrapped at the line length
@@ -234,19 +222,6 @@ def test_importers_are_found_outside_the_run_notebooks_and_re_exports_included()
 
 
 # ------------------------------------------------------------------ differential
-def _stdout(env, root: Path) -> str:
-    from tests.support import jaxenv
-
-    try:
-        python = jaxenv.python_for(env)
-    except jaxenv.EnvUnavailable as why:
-        pytest.skip(str(why))
-    proc = jaxenv.run_program(python, root / "run.py", cwd=root, repo_on_path=False,
-                              extra_env={"PYTHONPATH": str(root)})
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    return proc.stdout
-
-
 def test_the_fixed_package_prints_on_the_newest_jax_what_the_legacy_package_printed(tmp_path: Path):
     """The package on jax 0.7.2 (legacy pmap) vs the package fixed with `fix` (no shim left) on the
     newest jax, and on jax 0.7.2 unchanged."""
@@ -254,9 +229,9 @@ def test_the_fixed_package_prints_on_the_newest_jax_what_the_legacy_package_prin
 
     legacy = _copy(PACKAGE, tmp_path / "legacy")
     fixed = _copy(PACKAGE, tmp_path / "fixed")
-    assert _cli(fixed, "fix", "--no-cache", ".").exit_code == 0
+    assert run_cli(fixed, "fix", "--no-cache", ".").exit_code == 0
     assert not [p for p in fixed.rglob("*.py") if "import runtime_shim" in p.read_text()]
-    reference = _stdout(jaxenv.LEGACY, legacy)
+    reference = package_stdout(jaxenv.LEGACY, legacy, repo_on_path=False)
     assert reference.strip().endswith("(8, 2) float32"), reference
     for env in (jaxenv.NEWEST, jaxenv.LEGACY):
-        assert _stdout(env, fixed) == reference, env.name
+        assert package_stdout(env, fixed, repo_on_path=False) == reference, env.name

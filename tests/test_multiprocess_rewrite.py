@@ -19,6 +19,7 @@ from pathlib import Path
 
 import pytest
 from support import jaxenv
+from support.projects import json_records
 from support.shim_runs import differences, free_port, parse
 
 from pmap_migrate.fixer import fix_bytes
@@ -91,15 +92,7 @@ def gloo_free(stdout: str) -> str:
     """The checks a program printed, one per line. gloo prints its connection messages to stdout from
     C++, unsynchronised with Python's lines: one (or a part of one) can land before or after a check
     on the same line."""
-    decoder = json.JSONDecoder()
-    checks = []
-    for line in stdout.splitlines():
-        start = line.find('{"check"')
-        while start != -1:
-            record, end = decoder.raw_decode(line, start)
-            checks.append(json.dumps(record))
-            start = line.find('{"check"', end)
-    return "\n".join(checks)
+    return "\n".join(json.dumps(record) for record in json_records(stdout))
 
 
 def _same(reference: dict, candidate: dict, what: str) -> None:

@@ -16,27 +16,11 @@ import shutil
 from pathlib import Path
 
 import pytest
-from click.testing import CliRunner
 
-from pmap_migrate.cli import main
+from tests.support.projects import findings, package_stdout, run_cli
 
 PACKAGE = Path(__file__).resolve().parents[1] / "fixtures" / "projects" / "plain_reexports"
 PMAPPED = 'p_double = jax.pmap(_double, axis_name="i")'
-
-
-def _cli(root: Path, *args: str):
-    previous = os.getcwd()
-    os.chdir(root)
-    try:
-        return CliRunner().invoke(main, [*args], catch_exceptions=False)
-    finally:
-        os.chdir(previous)
-
-
-def _findings(root: Path, *args: str) -> list[str]:
-    result = _cli(root, "check", "--output-format", "concise", *(args or ("--no-cache", ".")))
-    return sorted(line.split(" ")[0] + " " + line.split(" ")[1] for line in result.output.splitlines()
-                  if " PM" in line)
 
 
 def _copy(tmp_path: Path, config: bool = True) -> Path:
@@ -47,7 +31,7 @@ def _copy(tmp_path: Path, config: bool = True) -> Path:
 
 
 def test_check_reports_the_uses_through_modules_that_never_spell_pmap():
-    assert [f for f in _findings(PACKAGE) if not f.startswith("pr/steps.py")] == [
+    assert [f for f in findings(PACKAGE) if not f.startswith("pr/steps.py")] == [
         "pr/direct.py:7:12: PM201",  # `from .steps import p_double`: for comparison
         "pr/far.py:13:12: PM101",  # `on_devices` from `pr.facade`, which has it from `pr.api`
         "pr/far.py:9:12: PM201",  # `twice`: `pr.facade`'s name for `pr.api`'s `p_double`
@@ -95,9 +79,9 @@ def test_a_warm_run_notices_a_module_starting_and_stopping_to_re_export(tmp_path
     ]
     for change in states:
         change()
-        warm = _findings(root, ".")
-        assert warm == _findings(root), change
-        assert warm == _findings(root, "."), change  # and warm again
+        warm = findings(root, ".")
+        assert warm == findings(root), change
+        assert warm == findings(root, "."), change  # and warm again
     assert "pr/main.py:7:12: PM201" not in warm
 
 
@@ -106,7 +90,7 @@ def test_the_cache_keeps_the_re_exporting_modules_and_no_other_module_without_pm
 
     root = _copy(tmp_path)
     (root / "pr" / "unrelated.py").write_text("from .util import helper\n\nx = helper()\n")
-    _cli(root, "check", ".")
+    run_cli(root, "check", ".")
     (results,) = (root / ".pmap_migrate_cache").glob("results-*.pickle")
     contributions = load_pickle(results)[EXPORTS_KEY][0]
     assert all(part is not None for _, _, part in contributions.values())
@@ -117,7 +101,7 @@ def test_the_cache_keeps_the_re_exporting_modules_and_no_other_module_without_pm
 
 def test_fix_rewrites_the_uses_and_keeps_the_alias_the_re_exporting_modules_import(tmp_path: Path):
     root = _copy(tmp_path)
-    result = _cli(root, "fix", "--no-cache", ".")
+    result = run_cli(root, "fix", "--no-cache", ".")
     assert result.exit_code == 1, result.output
     far = (root / "pr" / "far.py").read_text()
     assert "on_devices" not in far and 'jax.jit(_shard_mapped(lambda v: lax.psum(v.sum(), "i"), "i"))(x)' in far
@@ -126,7 +110,7 @@ def test_fix_rewrites_the_uses_and_keeps_the_alias_the_re_exporting_modules_impo
            "pr/api.py, pr/facade.py" in steps, steps
     assert 'on_devices = functools.partial(runtime_shim.pmap, axis_name="i")' in steps
     # left: `[0]` of a pmap output (PM201), where each import of the function reads it
-    assert _findings(root) == ["pr/direct.py:7:12: PM201", "pr/far.py:11:12: PM201",
+    assert findings(root) == ["pr/direct.py:7:12: PM201", "pr/far.py:11:12: PM201",
                                             "pr/main.py:7:12: PM201", "pr/through_module.py:13:12: PM201",
                                             "pr/through_module.py:9:12: PM201"]
 
@@ -135,33 +119,21 @@ def test_fix_of_the_alias_module_alone_keeps_the_alias(tmp_path: Path):
     """pre-commit passes only the changed files: the re-exporting modules, outside the run, keep
     importing the alias."""
     root = _copy(tmp_path)
-    _cli(root, "fix", "--no-cache", "pr/steps.py")
+    run_cli(root, "fix", "--no-cache", "pr/steps.py")
     steps = (root / "pr" / "steps.py").read_text()
     assert "on_devices = functools.partial(runtime_shim.pmap" in steps
     assert "importers outside this run: pr/api.py, pr/facade.py, pr/far.py" in steps, steps
 
 
 # ------------------------------------------------------------------ differential
-def _stdout(env, root: Path) -> str:
-    from tests.support import jaxenv
-
-    try:
-        python = jaxenv.python_for(env)
-    except jaxenv.EnvUnavailable as why:
-        pytest.skip(str(why))
-    proc = jaxenv.run_program(python, root / "run.py", cwd=root)  # the repository: the kept alias's shim
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    return proc.stdout
-
-
 def test_the_fixed_package_prints_on_the_newest_jax_what_the_legacy_package_printed(tmp_path: Path):
     from tests.support import jaxenv
 
     legacy = shutil.copytree(PACKAGE, tmp_path / "legacy")
     fixed = shutil.copytree(PACKAGE, tmp_path / "fixed")
-    result = _cli(fixed, "fix", "--no-cache", ".")
+    result = run_cli(fixed, "fix", "--no-cache", ".")
     assert "Found 5 legacy patterns in 4 files." in result.output, result.output
-    reference = _stdout(jaxenv.LEGACY, legacy)
+    reference = package_stdout(jaxenv.LEGACY, legacy)
     assert reference.count("\n") == 6, reference
     for env in (jaxenv.NEWEST, jaxenv.LEGACY):
-        assert _stdout(env, fixed) == reference, env.name
+        assert package_stdout(env, fixed) == reference, env.name

@@ -20,6 +20,7 @@ from pmap_migrate.rules import rules_by_code
 from pmap_migrate.rules.analysis.facts import AliasFact, PmappedFact, absolute_name, module_facts
 from pmap_migrate.rules.analysis.project import ModuleView, ProjectIndex, module_identity
 from pmap_migrate.runner import run
+from tests.support.projects import run_cli
 
 PROJECTS = Path(__file__).resolve().parents[1] / "fixtures" / "projects"
 CASES = sorted(p for p in PROJECTS.iterdir() if p.is_dir())
@@ -505,19 +506,6 @@ def test_may_define_facts_is_false_only_without_facts(text: str, expected: bool)
 
 
 # ------------------------------------------------------------------ fix's counts
-def _cli(root: Path, *args: str):
-    from click.testing import CliRunner
-
-    from pmap_migrate.cli import main
-
-    previous = os.getcwd()
-    os.chdir(root)
-    try:
-        return CliRunner().invoke(main, [*args], catch_exceptions=False)
-    finally:
-        os.chdir(previous)
-
-
 def test_fix_of_an_importer_alone_rewrites_its_imported_uses_and_counts_what_is_left(tmp_path: Path):
     """`fix` on one importer (pre-commit passes only the changed files) rewrites the uses of an alias
     another module defines, leaves that module as it is (other importers need the alias), and
@@ -527,7 +515,7 @@ def test_fix_of_an_importer_alone_rewrites_its_imported_uses_and_counts_what_is_
     before = [d for d in _check(root, ["pkg/train.py"]).results[0].active]
     imported = [d for d in before if d.fix is not None and d.code == "PM101" and "(alias)" in d.message]
     assert len(imported) == 3, "the fixture's importer uses an imported alias"
-    result = _cli(root, "fix", "--no-cache", "pkg/train.py")
+    result = run_cli(root, "fix", "--no-cache", "pkg/train.py")
     left = [d for d in _check(root, ["pkg/train.py"]).results[0].active]
     assert not [d for d in left if "(alias)" in d.message]
     assert "constants.pmap" not in (root / "pkg" / "train.py").read_text()
@@ -541,8 +529,8 @@ def test_fix_of_an_importer_alone_rewrites_its_imported_uses_and_counts_what_is_
 
 def test_fix_of_the_whole_project_counts_what_check_finds_after_it(tmp_path: Path):
     root = _copy(tmp_path)
-    result = _cli(root, "fix", "--no-cache", ".")
-    after = _cli(root, "check", "--no-cache", ".")
+    result = run_cli(root, "fix", "--no-cache", ".")
+    after = run_cli(root, "check", "--no-cache", ".")
     left = sum(len(r.active) for r in _check(root).results)
     if left:
         assert f"Found {left} legacy pattern" in after.output
@@ -560,7 +548,7 @@ def test_fix_of_an_importer_without_pmap_alone_rewrites_what_check_reports_on_it
     steps = (root / "pkg" / "steps.py").read_text()
     before = _check(root, ["pkg/use.py"]).results[0].active
     assert [d.code for d in before] == ["PM304", "PM201"]
-    result = _cli(root, "fix", *cache, "pkg/use.py")
+    result = run_cli(root, "fix", *cache, "pkg/use.py")
     assert "NamedSharding" in (root / "pkg" / "use.py").read_text()
     assert (root / "pkg" / "steps.py").read_text() == steps
     assert "Fixed 1 of 2 legacy patterns" in result.output, result.output

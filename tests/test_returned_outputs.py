@@ -11,36 +11,17 @@ the newest jax."""
 
 from __future__ import annotations
 
-import os
 import shutil
 from pathlib import Path
 
-import pytest
-from click.testing import CliRunner
-
-from pmap_migrate.cli import main
 from pmap_migrate.engine import lint_bytes
 from pmap_migrate.rules import all_rules
 from pmap_migrate.rules.analysis.facts import ReturnsFact, module_facts
+from tests.support.projects import findings, package_stdout, run_cli
 
 PACKAGE = Path(__file__).resolve().parents[1] / "fixtures" / "projects" / "returned_outputs"
 MAIN = ["ro/main.py:10:12: PM201", "ro/main.py:15:12: PM201", "ro/main.py:24:12: PM201",
         "ro/main.py:28:12: PM202", "ro/main.py:33:12: PM201"]
-
-
-def _cli(root: Path, *args: str):
-    previous = os.getcwd()
-    os.chdir(root)
-    try:
-        return CliRunner().invoke(main, [*args], catch_exceptions=False)
-    finally:
-        os.chdir(previous)
-
-
-def _findings(root: Path, *args: str) -> list[str]:
-    result = _cli(root, "check", "--output-format", "concise", *(args or ("--no-cache", ".")))
-    return sorted(line.split(" ")[0] + " " + line.split(" ")[1] for line in result.output.splitlines()
-                  if " PM" in line)
 
 
 def _codes(source: str) -> list[tuple[int, str]]:
@@ -170,54 +151,42 @@ def test_a_row_of_what_a_function_returns_has_no_fix():
 
 # ------------------------------------------------------------------ across modules
 def test_check_reports_the_rows_read_in_importers_that_never_spell_pmap():
-    assert [f for f in _findings(PACKAGE) if f.startswith("ro/main.py")] == MAIN
+    assert [f for f in findings(PACKAGE) if f.startswith("ro/main.py")] == MAIN
 
 
 def test_a_warm_run_notices_a_function_that_stops_returning_an_output(tmp_path: Path):
     root = shutil.copytree(PACKAGE, tmp_path / "project")
-    assert [f for f in _findings(root, ".") if f.startswith("ro/main.py")] == MAIN
+    assert [f for f in findings(root, ".") if f.startswith("ro/main.py")] == MAIN
     steps = root / "ro" / "steps.py"
     text = steps.read_text()
     steps.write_text(text.replace("    return p_double(x)\n", "    return jax.device_get(p_double(x))\n"))
     # `run_step` returns a host array now: its rows (and `run_logged`'s) are no gather
-    assert [f for f in _findings(root, ".") if f.startswith("ro/main.py")] == [
+    assert [f for f in findings(root, ".") if f.startswith("ro/main.py")] == [
         "ro/main.py:15:12: PM201", "ro/main.py:33:12: PM201"]
     steps.write_text(text)
-    assert [f for f in _findings(root, ".") if f.startswith("ro/main.py")] == MAIN
+    assert [f for f in findings(root, ".") if f.startswith("ro/main.py")] == MAIN
 
 
 def test_the_rows_stay_reported_after_the_defining_modules_fix(tmp_path: Path):
     """`fix` of the pmaps' module (and of the replicating one) writes stacks all the same; a row of
     them is still a gather on the new jax."""
     root = shutil.copytree(PACKAGE, tmp_path / "project")
-    assert _cli(root, "fix", "--no-cache", "ro/steps.py", "ro/utils.py").exit_code == 0
+    assert run_cli(root, "fix", "--no-cache", "ro/steps.py", "ro/utils.py").exit_code == 0
     assert "jax.pmap" not in (root / "ro" / "steps.py").read_text()
     assert "device_put_replicated(" not in (root / "ro" / "utils.py").read_text().split('"""')[0]
-    assert _findings(root) == MAIN
+    assert findings(root) == MAIN
 
 
 # ------------------------------------------------------------------ differential
-def _stdout(env, root: Path) -> str:
-    from tests.support import jaxenv
-
-    try:
-        python = jaxenv.python_for(env)
-    except jaxenv.EnvUnavailable as why:
-        pytest.skip(str(why))
-    proc = jaxenv.run_program(python, root / "run.py", cwd=root)
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    return proc.stdout
-
-
 def test_the_fixed_package_prints_on_the_newest_jax_what_the_legacy_package_printed(tmp_path: Path):
     from tests.support import jaxenv
 
     legacy = shutil.copytree(PACKAGE, tmp_path / "legacy")
     fixed = shutil.copytree(PACKAGE, tmp_path / "fixed")
-    result = _cli(fixed, "fix", "--no-cache", ".")
+    result = run_cli(fixed, "fix", "--no-cache", ".")
     assert "Found 5 legacy patterns in 1 file." in result.output, result.output  # main.py's, no fix
     assert "runtime_shim" not in "".join(p.read_text() for p in (fixed / "ro").glob("*.py"))
-    reference = _stdout(jaxenv.LEGACY, legacy)
+    reference = package_stdout(jaxenv.LEGACY, legacy)
     assert reference.count("\n") == 7, reference
     for env in (jaxenv.NEWEST, jaxenv.LEGACY):
-        assert _stdout(env, fixed) == reference, env.name
+        assert package_stdout(env, fixed) == reference, env.name

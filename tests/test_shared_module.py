@@ -9,10 +9,9 @@ import shutil
 from pathlib import Path
 
 import pytest
-from click.testing import CliRunner
 
-from pmap_migrate.cli import main
 from pmap_migrate.rules.fixes.shared import SHARED_HELPERS, helpers_in, module_text
+from tests.support.projects import run_cli
 
 OPS = '''import functools
 
@@ -85,24 +84,13 @@ def tree(root: Path) -> dict[str, str]:
     return {p.relative_to(root).as_posix(): p.read_text() for p in sorted(root.rglob("*.py"))}
 
 
-def run(root: Path, *args: str):
-    import os
-
-    cwd = os.getcwd()
-    os.chdir(root)
-    try:
-        return CliRunner().invoke(main, [*args], catch_exceptions=False)
-    finally:
-        os.chdir(cwd)
-
-
 @pytest.fixture
 def project(tmp_path):
     return make_project(tmp_path / "project")
 
 
 def test_the_shared_module_is_created_once_per_package_and_imported(project):
-    result = run(project, "fix", "--no-cache", "--jobs", "2", ".")
+    result = run_cli(project, "fix", "--no-cache", "--jobs", "2", ".")
     assert result.exit_code == 0, result.output
     files = tree(project)
     created = sorted(set(files) - set(FILES))
@@ -117,9 +105,9 @@ def test_the_shared_module_is_created_once_per_package_and_imported(project):
         assert "def _shard_mapped" not in files[rel] and "jax.pmap" not in files[rel], rel
     assert "@functools.partial(_shard_mapped" in files["pkg/ops.py"]
     # idempotent: a second run changes nothing; check finds nothing, in the created modules either
-    again = run(project, "fix", "--no-cache", ".")
+    again = run_cli(project, "fix", "--no-cache", ".")
     assert again.exit_code == 0 and tree(project) == files
-    check = run(project, "check", "--no-cache", ".")
+    check = run_cli(project, "check", "--no-cache", ".")
     assert check.exit_code == 0, check.output
 
 
@@ -129,7 +117,7 @@ def test_the_shared_modules_imports_follow_the_projects_isort_settings(tmp_path)
     (root / "jax").mkdir()
     (root / "jax" / "__init__.py").write_text("")
     (root / "pyproject.toml").write_text("[tool.pmap-migrate]\n[tool.isort]\nforce_single_line = true\n")
-    result = run(root, "fix", "--no-cache", "pkg", "tests")
+    result = run_cli(root, "fix", "--no-cache", "pkg", "tests")
     assert result.exit_code == 0, result.output
     text = (root / "tests" / "_pmap_compat.py").read_text()
     block = text[text.index("import functools"):text.index("\n\n\ndef ")]
@@ -140,33 +128,33 @@ def test_the_shared_modules_imports_follow_the_projects_isort_settings(tmp_path)
         "from jax.sharding import PartitionSpec as P"]
     assert helpers_in(text) == set(SHARED_HELPERS)  # still the tool's own module: used, extended
     files = tree(root)
-    again = run(root, "fix", "--no-cache", "pkg", "tests")
+    again = run_cli(root, "fix", "--no-cache", "pkg", "tests")
     assert again.exit_code == 0 and tree(root) == files
     assert helpers_in(module_text({"_shard_mapped"}).replace("import jax\n", "")) is None
 
 
 def test_file_by_file_or_all_at_once_gives_the_same_tree(tmp_path):
     at_once = make_project(tmp_path / "at_once")
-    assert run(at_once, "fix", "--no-cache", "--jobs", "1", ".").exit_code == 0
+    assert run_cli(at_once, "fix", "--no-cache", "--jobs", "1", ".").exit_code == 0
     by_file = make_project(tmp_path / "by_file")
     for rel in ("pkg/sub/steps.py", "tests/test_pkg.py", "pkg/ops.py"):
-        result = run(by_file, "fix", "--no-cache", rel)
+        result = run_cli(by_file, "fix", "--no-cache", rel)
         # what fix says is left is what check then finds (a use of ops.py's pmapped `normalize` is
         # left while ops.py is legacy, when the index sees a reason to report it)
-        assert result.exit_code == run(by_file, "check", "--no-cache", rel).exit_code, result.output
+        assert result.exit_code == run_cli(by_file, "check", "--no-cache", rel).exit_code, result.output
         if rel == "pkg/sub/steps.py":
             assert (by_file / "pkg" / "_pmap_compat.py").is_file()
     assert tree(by_file) == tree(at_once)
-    assert run(by_file, "check", "--no-cache", ".").exit_code == 0
+    assert run_cli(by_file, "check", "--no-cache", ".").exit_code == 0
 
 
 def test_a_later_run_extends_the_shared_module(project):
-    assert run(project, "fix", "--no-cache", "pkg/ops.py").exit_code == 0
+    assert run_cli(project, "fix", "--no-cache", "pkg/ops.py").exit_code == 0
     shared = project / "pkg" / "_pmap_compat.py"
     assert helpers_in(shared.read_text()) == {"_shard_mapped", "_replicate"}
     (project / "pkg" / "stack.py").write_text(
         "import jax\n\n\ndef put(xs):\n    return jax.device_put_sharded(xs, jax.local_devices())\n")
-    assert run(project, "fix", "--no-cache", "pkg/stack.py").exit_code == 0
+    assert run_cli(project, "fix", "--no-cache", "pkg/stack.py").exit_code == 0
     assert shared.read_text() == module_text({"_shard_mapped", "_replicate", "_put_sharded"})  # one module
     fixed = (project / "pkg" / "stack.py").read_text()
     assert "from pkg._pmap_compat import _put_sharded\n" in fixed
@@ -181,14 +169,14 @@ def test_a_module_keeps_using_the_copy_an_earlier_run_wrote_in_it(project):
     ops.write_bytes(fix_bytes(OPS.encode(), str(ops), all_rules(), unsafe=True).fixed)  # no shared module
     assert "def _shard_mapped(" in ops.read_text()
     ops.write_text(ops.read_text() + '\n\nsquare = jax.pmap(lambda x: x * x, "i")\n')
-    assert run(project, "fix", "--no-cache", "pkg/ops.py").exit_code == 0
+    assert run_cli(project, "fix", "--no-cache", "pkg/ops.py").exit_code == 0
     text = ops.read_text()
     assert "square = jax.jit(_shard_mapped(lambda x: x * x, \"i\"))" in text and "_pmap_compat" not in text
     assert not (project / "pkg" / "_pmap_compat.py").exists()
 
 
 def test_diff_shows_the_new_module_and_writes_nothing(project):
-    result = run(project, "fix", "--no-cache", "--diff", ".")
+    result = run_cli(project, "fix", "--no-cache", "--diff", ".")
     assert result.exit_code == 1
     assert "--- /dev/null\n+++ b/pkg/_pmap_compat.py\n" in result.output
     assert "+def _shard_mapped(\n" in result.output
@@ -198,7 +186,7 @@ def test_diff_shows_the_new_module_and_writes_nothing(project):
 
 def test_a_module_of_that_name_not_written_by_the_tool_is_left_alone(project):
     (project / "pkg" / "_pmap_compat.py").write_text("VALUE = 1\n")
-    assert run(project, "fix", "--no-cache", "pkg").exit_code == 0
+    assert run_cli(project, "fix", "--no-cache", "pkg").exit_code == 0
     files = tree(project)
     assert files["pkg/_pmap_compat.py"] == "VALUE = 1\n"
     assert "def _shard_mapped(" in files["pkg/ops.py"] and "_pmap_compat" not in files["pkg/ops.py"]
@@ -213,7 +201,7 @@ def test_a_script_of_a_package_that_imports_nothing_of_it_keeps_its_own_helper(p
     script.write_text(OPS + '\n\nif __name__ == "__main__":\n    print(normalize)\n')
     user = project / "pkg" / "use.py"  # a script that imports its package: the package is importable there
     user.write_text("from pkg import ops\n" + OPS.replace("normalize", "scaled") + 'if __name__ == "__main__":\n    pass\n')
-    assert run(project, "fix", "--no-cache", "pkg/run.py", "pkg/use.py").exit_code == 0
+    assert run_cli(project, "fix", "--no-cache", "pkg/run.py", "pkg/use.py").exit_code == 0
     assert "def _shard_mapped(" in script.read_text() and "_pmap_compat" not in script.read_text()
     assert "from pkg._pmap_compat import _replicate, _shard_mapped\n" in user.read_text()
 
@@ -228,7 +216,7 @@ def test_a_module_of_a_namespace_directory_keeps_its_own_helper(tmp_path):
     for rel, text in cases.items():
         (root / rel).parent.mkdir(parents=True, exist_ok=True)
         (root / rel).write_text(text)
-    assert run(root, "fix", "--no-cache", *cases).exit_code == 0
+    assert run_cli(root, "fix", "--no-cache", *cases).exit_code == 0
     for rel in cases:
         assert not (root / rel).with_name("_pmap_compat.py").exists(), rel
         assert "def _shard_mapped(" in (root / rel).read_text(), rel
@@ -245,7 +233,7 @@ def test_an_unwritable_shared_module_leaves_its_importers_unchanged(project, mon
         return write(path, data, **kwargs)
 
     monkeypatch.setattr(files, "write_atomic", refuse_shared)
-    result = run(project, "fix", "--no-cache", "pkg")
+    result = run_cli(project, "fix", "--no-cache", "pkg")
     assert "cannot write" in result.output and result.exit_code == 1
     files_now = tree(project)
     assert files_now["pkg/ops.py"] == OPS and files_now["pkg/sub/steps.py"] == STEPS
@@ -275,7 +263,7 @@ def test_the_fixed_package_prints_what_the_legacy_package_printed(tmp_path):
     legacy = make_project(tmp_path / "legacy")
     fixed = tmp_path / "fixed"
     shutil.copytree(legacy, fixed)
-    assert run(fixed, "fix", "--no-cache", "--unsafe-fixes", ".").exit_code == 0
+    assert run_cli(fixed, "fix", "--no-cache", "--unsafe-fixes", ".").exit_code == 0
     assert (fixed / "pkg" / "_pmap_compat.py").is_file()
     reference = _stdout(jaxenv.LEGACY, legacy)
     assert reference.strip().endswith("float32"), reference
@@ -291,7 +279,7 @@ def test_a_namespace_directory_inside_a_package_uses_the_package_module_when_it_
     trainer.parent.mkdir(parents=True)
     (root / "pkg" / "sub" / "__init__.py").write_text("")
     trainer.write_text("from pkg import ops\n" + OPS)
-    assert run(root, "fix", "--no-cache", "pkg/sub/ns/trainer.py").exit_code == 0
+    assert run_cli(root, "fix", "--no-cache", "pkg/sub/ns/trainer.py").exit_code == 0
     text = trainer.read_text()
     assert "from pkg._pmap_compat import " in text and "def _shard_mapped(" not in text, text
     assert (root / "pkg" / "_pmap_compat.py").exists()
@@ -361,7 +349,7 @@ def test_modules_of_namespace_directories_import_the_module_of_the_directory_the
     both the module and the script (which `python -m big.trainers.train` runs) import them by
     that name."""
     root = make_namespace_project(tmp_path / "ns")
-    assert run(root, "fix", "--no-cache", ".").exit_code == 0
+    assert run_cli(root, "fix", "--no-cache", ".").exit_code == 0
     files = tree(root)
     assert set(files) == {*NAMESPACE_FILES, "big/_pmap_compat.py"}
     for rel in ("big/evaluators/psnr.py", "big/trainers/train.py"):
@@ -377,7 +365,7 @@ def test_the_namespace_project_prints_what_it_printed_on_legacy_pmap(tmp_path):
     legacy = make_namespace_project(tmp_path / "legacy")
     fixed = tmp_path / "fixed"
     shutil.copytree(legacy, fixed)
-    assert run(fixed, "fix", "--no-cache", "--unsafe-fixes", ".").exit_code == 0
+    assert run_cli(fixed, "fix", "--no-cache", "--unsafe-fixes", ".").exit_code == 0
     outputs = []
     for env, root in ((jaxenv.LEGACY, legacy), (jaxenv.NEWEST, fixed)):
         try:
@@ -399,7 +387,7 @@ def test_a_module_that_imports_a_module_beside_it_by_its_plain_name_uses_a_sibli
     (root / "wmt" / "models.py").write_text("SCALE = 2\n")
     (root / "wmt" / "train.py").write_text("import models\n" + OPS)
     (root / "wmt" / "alone.py").write_text(OPS)  # imports nothing beside it: keeps its own helper
-    assert run(root, "fix", "--no-cache", ".").exit_code == 0
+    assert run_cli(root, "fix", "--no-cache", ".").exit_code == 0
     files = tree(root)
     assert "from _pmap_compat import _replicate, _shard_mapped\n" in files["wmt/train.py"]
     assert "def _shard_mapped(" in files["wmt/alone.py"] and "_pmap_compat" not in files["wmt/alone.py"]
@@ -416,7 +404,7 @@ def test_a_package_below_a_namespace_directory_is_imported_by_the_name_its_modul
     (root / "byol" / "utils" / "__init__.py").write_text("")
     (root / "byol" / "utils" / "helpers.py").write_text(OPS)
     (root / "byol" / "utils" / "checkpointing.py").write_text("from byol.utils import helpers\n")
-    assert run(root, "fix", "--no-cache", ".").exit_code == 0
+    assert run_cli(root, "fix", "--no-cache", ".").exit_code == 0
     text = (root / "byol" / "utils" / "helpers.py").read_text()
     assert "from byol.utils._pmap_compat import _replicate, _shard_mapped\n" in text, text
     assert (root / "byol" / "utils" / "_pmap_compat.py").is_file()
@@ -456,7 +444,7 @@ def test_a_module_that_imports_nothing_above_it_is_imported_as_its_siblings_are(
     `big._pmap_compat` too, instead of keeping a copy of the helper."""
     root = make_namespace_project(tmp_path / "ns")
     (root / "big/evaluators/lonely.py").write_text(LONELY)
-    assert run(root, "fix", "--no-cache", ".").exit_code == 0
+    assert run_cli(root, "fix", "--no-cache", ".").exit_code == 0
     files = tree(root)
     assert "from big._pmap_compat import _shard_mapped\n" in files["big/evaluators/lonely.py"]
     assert "def _shard_mapped(" not in files["big/evaluators/lonely.py"]
@@ -472,7 +460,7 @@ def test_the_module_imported_as_its_siblings_are_prints_what_it_printed_on_legac
     (legacy / "big/trainers/lonely.py").write_text(TRAINER_OF_LONELY)
     fixed = tmp_path / "fixed"
     shutil.copytree(legacy, fixed)
-    assert run(fixed, "fix", "--no-cache", "--unsafe-fixes", ".").exit_code == 0
+    assert run_cli(fixed, "fix", "--no-cache", "--unsafe-fixes", ".").exit_code == 0
     assert "from big._pmap_compat import" in (fixed / "big/evaluators/lonely.py").read_text()
     outputs = []
     for env, root in ((jaxenv.LEGACY, legacy), (jaxenv.NEWEST, fixed)):
@@ -499,7 +487,7 @@ def test_a_package_below_an_unimportable_top_uses_the_name_its_siblings_import_i
     (root / "alpha" / "utils.py").write_text(OPS)
     (root / "alpha" / "optimizer.py").write_text("from alpha import utils\n" + OPS)
     (root / "alpha" / "run.py").write_text(OPS + '\n\nif __name__ == "__main__":\n    pass\n')
-    assert run(root, "fix", "--no-cache", ".").exit_code == 0
+    assert run_cli(root, "fix", "--no-cache", ".").exit_code == 0
     files = tree(root)
     for rel in ("alpha/utils.py", "alpha/optimizer.py"):
         assert "from alpha._pmap_compat import _replicate, _shard_mapped\n" in files[rel], files[rel]
@@ -525,10 +513,10 @@ def test_a_shared_module_an_earlier_version_wrote_is_written_anew_when_a_fix_nee
     assert helpers_in(OLDER) == {"_shard_mapped"} and OLDER != module_text({"_shard_mapped"})
     fixed_before = "import jax\n\nfrom pkg._pmap_compat import _shard_mapped\n\nsquare = jax.jit(_shard_mapped(lambda x: x * x))\n"
     (root / "pkg" / "a.py").write_text(fixed_before)
-    assert run(root, "fix", "--no-cache", ".").exit_code == 0
+    assert run_cli(root, "fix", "--no-cache", ".").exit_code == 0
     assert (root / "pkg" / "_pmap_compat.py").read_text() == OLDER  # nothing needed it
     (root / "pkg" / "b.py").write_text(OPS)
-    assert run(root, "fix", "--no-cache", ".").exit_code == 0
+    assert run_cli(root, "fix", "--no-cache", ".").exit_code == 0
     files = tree(root)
     assert "from pkg._pmap_compat import _replicate, _shard_mapped\n" in files["pkg/b.py"], files["pkg/b.py"]
     assert "def _shard_mapped(" not in files["pkg/b.py"]
@@ -567,7 +555,7 @@ def test_a_module_binding_a_name_the_helper_uses_imports_the_helper_from_the_sha
     (root / "pkg" / "__init__.py").write_text("")
     (root / "pkg" / "mod.py").write_text(BINDS_MESH)
     (root / "lone.py").write_text(BINDS_MESH)  # no package, no script: no shared module
-    assert run(root, "fix", "--no-cache", ".").exit_code == 0
+    assert run_cli(root, "fix", "--no-cache", ".").exit_code == 0
     files = tree(root)
     assert "return jax.jit(_shard_mapped(lambda v: v * 2))(x)" in files["pkg/mod.py"], files["pkg/mod.py"]
     assert "from jax._src.mesh import Mesh\n" in files["pkg/mod.py"] and "runtime_shim" not in files["pkg/mod.py"]
@@ -588,7 +576,7 @@ def test_a_multi_process_module_binding_mesh_otherwise_is_rewritten_too(tmp_path
         "from jax.experimental import multihost_utils\n\n\n"
         "def f():\n    out = jax.pmap(lambda x: x)(jnp.arange(2.0))\n"
         "    return multihost_utils.process_allgather(out), Mesh\n")
-    assert run(root, "fix", "--no-cache", ".").exit_code == 0
+    assert run_cli(root, "fix", "--no-cache", ".").exit_code == 0
     text = tree(root)["pkg/m.py"]
     assert "runtime_shim" not in text and "_global_call(jax.jit(_shard_mapped(lambda x: x" in text, text
     assert "from jax._src.mesh import Mesh\n" in text and "from pkg._pmap_compat import" in text

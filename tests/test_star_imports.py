@@ -8,28 +8,15 @@ newest jax."""
 
 from __future__ import annotations
 
-import os
 import shutil
 from pathlib import Path
 
-import pytest
-from click.testing import CliRunner
-
-from pmap_migrate.cli import main
 from pmap_migrate.rules.analysis.facts import module_facts
+from tests.support.projects import package_stdout, run_cli
 
 PACKAGE = Path(__file__).resolve().parents[1] / "fixtures" / "projects" / "star_imports"
 ALIAS = "import functools\n\nimport jax\n\npmap = functools.partial(jax.pmap, axis_name='i')\n"
 USE = "from jax import lax\n\n{imports}\n\n\ndef total(x):\n    return pmap(lambda v: lax.psum(v, 'i'))(x)\n"
-
-
-def _cli(root: Path, *args: str):
-    previous = os.getcwd()
-    os.chdir(root)
-    try:
-        return CliRunner().invoke(main, [*args], catch_exceptions=False)
-    finally:
-        os.chdir(previous)
 
 
 def _project(root: Path, files: dict[str, str]) -> Path:
@@ -42,7 +29,7 @@ def _project(root: Path, files: dict[str, str]) -> Path:
 
 
 def _findings(root: Path) -> list[str]:
-    result = _cli(root, "check", "--no-cache", "--output-format", "concise", ".")
+    result = run_cli(root, "check", "--no-cache", "--output-format", "concise", ".")
     return sorted(line.split(" ")[0] + " " + line.split(" ")[1] for line in result.output.splitlines()
                   if " PM" in line)
 
@@ -70,7 +57,7 @@ def test_a_package_that_re_exports_with_a_star_keeps_the_alias_for_its_importers
     root = _project(tmp_path, {"pkg/__init__.py": "from .constants import *\n", "pkg/constants.py": ALIAS,
                                "pkg/use.py": USE.format(imports="from pkg import pmap")})
     assert _findings(root) == ["pkg/constants.py:5:8: PM101", "pkg/use.py:7:12: PM101"]
-    assert _cli(root, "fix", "--no-cache", ".").exit_code == 0
+    assert run_cli(root, "fix", "--no-cache", ".").exit_code == 0
     use = (root / "pkg" / "use.py").read_text()
     assert "pmap(" not in use.replace("_shard_mapped", "") and "from pkg import pmap" not in use
     constants = (root / "pkg" / "constants.py").read_text()
@@ -92,32 +79,19 @@ def test_star_imports_of_each_other_end(tmp_path: Path):
 
 
 # ------------------------------------------------------------------ differential
-def _stdout(env, root: Path) -> str:
-    from tests.support import jaxenv
-
-    try:
-        python = jaxenv.python_for(env)
-    except jaxenv.EnvUnavailable as why:
-        pytest.skip(str(why))
-    proc = jaxenv.run_program(python, root / "run.py", cwd=root, repo_on_path=False,
-                              extra_env={"PYTHONPATH": str(root)})
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    return proc.stdout
-
-
 def test_the_fixed_package_prints_on_the_newest_jax_what_the_legacy_package_printed(tmp_path: Path):
     from tests.support import jaxenv
 
     legacy = shutil.copytree(PACKAGE, tmp_path / "legacy")
     fixed = shutil.copytree(PACKAGE, tmp_path / "fixed")
-    result = _cli(fixed, "fix", "--no-cache", ".")
+    result = run_cli(fixed, "fix", "--no-cache", ".")
     # left: `[0]` of a pmap output (PM201), read from the first device as legacy did
     assert result.exit_code == 1 and "Found 1 legacy pattern in 1 file." in result.output, result.output
     assert _findings(fixed) == ["sp/evaluate.py:10:12: PM201"]
     assert not [p for p in fixed.rglob("*.py") if "runtime_shim" in p.read_text()]
     assert "pmap =" not in (fixed / "sp" / "constants.py").read_text()  # no module needs the alias any more
     assert "# noqa: F405" in (fixed / "sp" / "train.py").read_text()  # the line's own comment stays
-    reference = _stdout(jaxenv.LEGACY, legacy)
+    reference = package_stdout(jaxenv.LEGACY, legacy, repo_on_path=False)
     assert reference.count("\n") == 2, reference
     for env in (jaxenv.NEWEST, jaxenv.LEGACY):
-        assert _stdout(env, fixed) == reference, env.name
+        assert package_stdout(env, fixed, repo_on_path=False) == reference, env.name
