@@ -88,21 +88,32 @@ def _view(index: ProjectIndex, path: str) -> ModuleView:
     return ModuleView(index, base, name, package)
 
 
-def _names_alias(data: bytes, path: str, index: ProjectIndex, alias: AliasFact, owner: str) -> bool:
-    """Whether the file's text ``data`` (a module, or a notebook: its code cells) names ``alias``,
-    which the file ``owner`` defines."""
+def _parsed(data: bytes, path: str, index: ProjectIndex) -> tuple[str, ast.Module, ModuleView] | None:
+    """The file's text ``data`` (a module, or a notebook: its code cells), its `ast` and how it sees
+    the project; None when it does not parse."""
     from pmap_migrate.notebooks import NotebookError, load
-    from pmap_migrate.rules.analysis.project import ModuleView, refers_to
+    from pmap_migrate.rules.analysis.project import ModuleView
 
     try:
         if path.endswith(".ipynb"):
-            tree = ast.parse(load(data, path).settle())
+            text = load(data, path).settle()
             view = ModuleView(index, os.path.dirname(path), "__notebook__")
-        else:
-            tree = ast.parse(data)
-            view = _view(index, path)
-    except (NotebookError, SyntaxError, ValueError, RecursionError, MemoryError):  # it may need the alias
+            return text, ast.parse(text), view
+        view = _view(index, path)
+        return data.decode("utf-8", "replace"), ast.parse(data), view  # (the bytes: a coding line holds)
+    except (NotebookError, SyntaxError, ValueError, RecursionError, MemoryError):
+        return None
+
+
+def _names_alias(data: bytes, path: str, index: ProjectIndex, alias: AliasFact, owner: str) -> bool:
+    """Whether the file's text ``data`` (a module, or a notebook: its code cells) names ``alias``,
+    which the file ``owner`` defines."""
+    from pmap_migrate.rules.analysis.project import refers_to
+
+    parsed = _parsed(data, path, index)
+    if parsed is None:  # it may need the alias
         return True
+    _, tree, view = parsed
     return bool(refers_to(tree, view, {(owner, alias.name)}, by_path=True))
 
 
@@ -183,17 +194,13 @@ def multi_process_callers(candidates: Sequence[str], root: str) -> dict[str, tup
     shown relative to ``root``. Those programs run the module's pmaps with this process's rows:
     `fix` writes them for every process (PM501's global-mesh rewrite, the boundary form for
     callers it does not see) instead of for one process, which would raise there."""
-    from pmap_migrate.notebooks import NotebookError, load
     from pmap_migrate.rules.analysis.facts import multi_process_module
-    from pmap_migrate.rules.analysis.project import ModuleView, ProjectIndex, refers_to
+    from pmap_migrate.rules.analysis.project import ProjectIndex, refers_to
 
     index = ProjectIndex((root,))
     defined: dict[str, set[tuple[str, str]]] = {}
     for path in sorted({os.path.abspath(c) for c in candidates}):
-        data = _read(path) if not path.endswith(".ipynb") else None
-        if data is None or b"pmap" not in data:
-            continue
-        facts = index.facts_at(path, _view(index, path).name)
+        facts = None if path.endswith(".ipynb") else index.facts_at(path, _view(index, path).name)
         if facts is not None and facts.pmapped and not any(f.multi_process for f in facts.pmapped.values()):
             defined[path] = {(path, f.name) for f in (*facts.pmapped.values(), *facts.returning.values())}
     if not defined:
@@ -205,16 +212,10 @@ def multi_process_callers(candidates: Sequence[str], root: str) -> dict[str, tup
         data = _read(path)
         if data is None or path in defined or not any(word in data for word in words):
             continue
-        try:
-            if path.endswith(".ipynb"):
-                text = load(data, path).settle()
-                view = ModuleView(index, os.path.dirname(path), "__notebook__")
-            else:
-                text = data.decode("utf-8", "replace")
-                view = _view(index, path)
-            tree = ast.parse(text)
-        except (NotebookError, SyntaxError, ValueError, RecursionError, MemoryError):
+        parsed = _parsed(data, path, index)
+        if parsed is None:
             continue
+        text, tree, view = parsed
         if not multi_process_module(text, tree, view.name, view.package):
             continue
         named = refers_to(tree, view, set().union(*defined.values()), by_path=True)

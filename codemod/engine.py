@@ -129,7 +129,8 @@ def analyse(module: cst.Module, path: str, rules: Sequence[type[Rule]],
     if not rules:
         return Analysis(module, [], {})
     wrapper = MetadataWrapper(module, unsafe_skip_copy=True)
-    context = RuleContext(path, SemanticModel(wrapper, project), options=options or RuleOptions(),
+    options = options or RuleOptions()
+    context = RuleContext(path, SemanticModel(wrapper, project, run_by=options.multi_process_callers), options=options,
                           refused=refused or {})
     wrapper.visit_batched([rule(context) for rule in rules])
     if not context.reports:
@@ -205,7 +206,9 @@ def _fixes_without_project(context: RuleContext, module: cst.Module, path: str, 
     if not foreign:
         return
     wrapper = MetadataWrapper(module, unsafe_skip_copy=True)
-    alone = RuleContext(path, SemanticModel(wrapper), options=options or RuleOptions(), refused=refused or {})
+    options = options or RuleOptions()
+    alone = RuleContext(path, SemanticModel(wrapper, run_by=options.multi_process_callers), options=options,
+                        refused=refused or {})
     wrapper.visit_batched([rule(alone) for rule in rules])
     fixes = {(rule.CODE, id(report.node)): report.fix for rule, report in alone.reports}
     for i in foreign:

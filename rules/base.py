@@ -76,8 +76,6 @@ class RuleContext:
     fixes: FileFixes = field(init=False)
 
     def __post_init__(self) -> None:
-        if self.options.multi_process_callers:
-            self.model.run_by = self.options.multi_process_callers
         self.fixes = FileFixes(self.model, self.refused)
 
 

@@ -4,8 +4,9 @@ imports and star imports, read with Python's `ast`.
 
 The facts are read from files that mention `pmap` or a helper stacking values on the devices,
 and from a package's `__init__.py` or a module with a star import (which may re-export what other
-modules define); of any other module only its module-level imports matter (``from .steps import p_double`` re-exports what another module
-pmaps). They are small and picklable, and cached per file by the engine.
+modules define); of any other module only its module-level imports matter (``from .steps import
+p_double`` re-exports what another module pmaps). They are small and picklable, and cached per
+file by the engine.
 """
 
 from __future__ import annotations

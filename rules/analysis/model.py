@@ -39,7 +39,8 @@ from pmap_migrate.rules.knowledge import tables
 class SemanticModel(Bindings, ValueFlow, Returns, Nesting):
     """Facts about one module's use of pmap, jit and the pmap-era helpers."""
 
-    def __init__(self, wrapper: MetadataWrapper, project: ModuleView | None = None) -> None:
+    def __init__(self, wrapper: MetadataWrapper, project: ModuleView | None = None,
+                 run_by: tuple[str, ...] = ()) -> None:
         self.module = wrapper.module
         # The project index as this module sees it (rules/analysis/project.py): what names imported
         # from other modules of the project are. None: the module is analysed on its own.
@@ -102,8 +103,8 @@ class SemanticModel(Bindings, ValueFlow, Returns, Nesting):
         self._nested_nodes: set[int] | None = None
         self._multi_process: bool | None = None
         # Multi-process programs of the project that run this module's pmaps (`fix` finds them:
-        # codemod/crossmodule.py); the module is then one of theirs.
-        self.run_by: tuple[str, ...] = ()
+        # codemod/crossmodule.py, ``RuleOptions.multi_process_callers``); the module is then one of theirs.
+        self.run_by = run_by
         self._pmap_patched: tuple[cst.CSTNode | None] | None = None
 
     # ---------------------------------------------------------------- callees
@@ -429,7 +430,8 @@ class SemanticModel(Bindings, ValueFlow, Returns, Nesting):
         program of the project runs its pmaps (``run_by``): a program whose pmaps took host-local
         inputs (PM501)."""
         if self._multi_process is None:
-            self._multi_process = bool(self.run_by) or self.uses_any(tables.MULTI_PROCESS, tables.MULTI_PROCESS_PREFIXES)
+            self._multi_process = bool(self.run_by) or self.uses_any(tables.MULTI_PROCESS,
+                                                                     tables.MULTI_PROCESS_PREFIXES)
         return self._multi_process
 
     def pmap_patched_at(self) -> cst.CSTNode | None:

@@ -14,10 +14,10 @@ import; this index answers, for a dotted name a module imports, whether it is
   is a gather, as a row of the output is.
 
 The facts of a module (``ModuleFacts``, analysis/facts.py) are read with Python's `ast`, module
-level only (and what module-level functions return); a name a module star-imports (``from .constants import *``) is looked up in the
-modules it star-imports, as far as their ``__all__`` or leading underscores let the star bind it.
-Module names come from the package structure: a file's module is its path below
-the first directory up that has no ``__init__.py`` (the file's base, where Python's import system
+level only (and what module-level functions return); a name a module star-imports (``from
+.constants import *``) is looked up in the modules it star-imports, as far as their ``__all__`` or
+leading underscores let the star bind it. Module names come from the package structure: a file's
+module is its path below the first directory up that has no ``__init__.py`` (the file's base, where Python's import system
 would find its top package). A module is looked up in the importer's base first, then in the
 configuration's root (scripts of ``examples/`` importing the project's package).
 """
@@ -331,9 +331,12 @@ def refers_to(tree: ast.Module, view: ModuleView, wanted: set[tuple[str, str]], 
         names(target)
     # `from .constants import *`: a package's re-export for its importers; another module's import
     # for its own code, a use where that code still reads the name and binds it nowhere itself
+    read: set[str] | None = None  # the names the module reads, for a star import's
     for star in facts.stars:
         for _, name in wanted - found:
-            if view.package or any(isinstance(node, ast.Name) and node.id == name for node in ast.walk(tree)):
+            if not view.package and read is None:
+                read = {node.id for node in ast.walk(tree) if isinstance(node, ast.Name)}
+            if view.package or name in read:
                 names(f"{star}.{name}")
     for node in ast.walk(tree):
         if found == wanted:
