@@ -35,7 +35,8 @@ from pmap_migrate.rules.analysis.project import ModuleView
 from pmap_migrate.rules.base import Rule
 from pmap_migrate.rules.fixes.choices import RuleOptions
 from pmap_migrate.rules.fixes.edits import EditApplier, shim_comments, spaced_definitions
-from pmap_migrate.rules.fixes.spec import Edit, ImportSpec
+from pmap_migrate.rules.fixes.shared import SHARD_MAPPED, called_features, feature_names, fitted_helper
+from pmap_migrate.rules.fixes.spec import Edit, Helper, ImportSpec
 from pmap_migrate.shared_module import SharedLocation, location_for
 from pmap_migrate.stack import on_deep_stack
 
@@ -432,6 +433,16 @@ def imported_helpers(module: cst.Module, chosen: Sequence[Finding], shared: Shar
             if helper.shared and helper.name not in defined}
 
 
+def shared_names(imported: Mapping[str, Helper], fixed: cst.Module) -> set[str]:
+    """What the fixed module needs of its package's shared module: the helpers ``imported`` (by
+    their name in the module), and the options its calls pass `_shard_mapped`."""
+    names = {helper.shared for helper in imported.values()}
+    for local, helper in imported.items():
+        if helper.shared == SHARD_MAPPED:
+            names |= feature_names(called_features(fixed, local))
+    return names
+
+
 def apply(module: cst.Module, chosen: Sequence[Finding],
           parents: Mapping[cst.CSTNode, cst.CSTNode] | None = None,
           shared: SharedLocation | None = None, order: ImportOrder | None = None,
@@ -460,6 +471,9 @@ def apply(module: cst.Module, chosen: Sequence[Finding],
     if edits:
         toward = None if not parents else _toward(module, [edit.target for edit in edits], parents)
         module = module.visit(EditApplier(edits, toward, comments=comments))
+    for helper in helpers.values():  # (written with every option: now with those the calls pass)
+        if helper.variant is not None:
+            module = fitted_helper(module, helper.name, helper.variant)
     context = CodemodContext()
     # libcst takes the first indented line's indentation as the module's unit, form feed included
     # (`\f    x = 1`); its import visitors reject that unit and generated blocks would repeat the
@@ -711,7 +725,7 @@ def fix_bytes(data: bytes, path: str, rules: Sequence[type[Rule]], *, unsafe: bo
                 analysis = analyse(analysis.module, path, rules, options, all_positions=False, refused=refused,
                                    project=project)
                 continue
-            used.update(h.shared for h in imported_helpers(analysis.module, chosen, location).values())
+            used.update(shared_names(imported_helpers(analysis.module, chosen, location), candidate))
             if last is not None:  # nothing more to fix: the findings on the new code are those left
                 outcome.applied.extend(f.diagnostic for f in chosen)
                 outcome.rounds += 1

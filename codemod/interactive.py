@@ -36,6 +36,7 @@ from pmap_migrate.fixer import (
     in_project_style,
     python_rejects,
     restore_lost_lines,
+    shared_names,
 )
 from pmap_migrate.notebooks import Notebook, NotebookError, is_notebook, load, notebook_diff
 from pmap_migrate.prefilter import gate_of
@@ -296,8 +297,8 @@ def review_file(data: bytes, shown: str, rules: Sequence[type[Rule]], settings: 
                 return result
             answers.carry(current, combined)
             current = combined
-            used.update(h.shared for h in imported_helpers(
-                analysis.module, [f for f in chosen if id(f) in taken], location).values())
+            used.update(shared_names(imported_helpers(
+                analysis.module, [f for f in chosen if id(f) in taken], location), parse(combined, shown)))
             outcome.applied.extend(d for _, d in accepted)
             analysis = None
         if quit_:

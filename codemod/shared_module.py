@@ -42,7 +42,7 @@ import libcst as cst
 
 from pmap_migrate.importorder import ImportOrder, line_key, member_key, section
 from pmap_migrate.projectstyle import import_order
-from pmap_migrate.rules.fixes.shared import MODULE_NAME, SHARED_HELPERS, helpers_in, is_current, module_text
+from pmap_migrate.rules.fixes.shared import EVERY_HELPER, MODULE_NAME, helpers_in, is_current, module_text
 
 FILE_NAME = f"{MODULE_NAME}.py"
 _TEST_NAME = ("test_", "_test.py", "conftest.py")
@@ -379,7 +379,7 @@ def shared_modules(needs: list[tuple[SharedLocation, frozenset[str]]]) -> list[S
     for location, names in needs:
         key = os.path.normpath(os.path.realpath(location.file))
         entry = wanted.setdefault(key, set())
-        entry.update(SHARED_HELPERS if location.every_helper else names)
+        entry.update(EVERY_HELPER if location.every_helper else names)
     shown = {os.path.normpath(os.path.realpath(location.file)): location.file for location, _ in needs}
     out = []
     for key, names in sorted(wanted.items()):

@@ -10,7 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from pmap_migrate.rules.fixes.shared import SHARED_HELPERS, helpers_in, module_text
+from pmap_migrate.rules.fixes.pmap_render import ALL_FEATURES
+from pmap_migrate.rules.fixes.shared import EVERY_HELPER, SHARED_HELPERS, feature_names, helpers_in, module_text
 from tests.support.projects import run_cli
 
 OPS = '''import functools
@@ -97,7 +98,7 @@ def test_the_shared_module_is_created_once_per_package_and_imported(project):
     # the package's top (not pkg/sub), and beside the test of a directory without __init__.py
     assert created == ["pkg/_pmap_compat.py", "tests/_pmap_compat.py"]
     assert helpers_in(files["pkg/_pmap_compat.py"]) == {"_shard_mapped", "_replicate"}  # what the package uses
-    assert helpers_in(files["tests/_pmap_compat.py"]) == set(SHARED_HELPERS)  # beside scripts: every helper
+    assert helpers_in(files["tests/_pmap_compat.py"]) == EVERY_HELPER  # beside scripts: every helper, all options
     assert "from pkg._pmap_compat import _replicate, _shard_mapped\n" in files["pkg/ops.py"]  # absolute
     assert "from .._pmap_compat import _shard_mapped\n" in files["pkg/sub/steps.py"]  # relative, as steps does
     assert "from _pmap_compat import _shard_mapped\n" in files["tests/test_pkg.py"]
@@ -126,7 +127,7 @@ def test_the_shared_modules_imports_follow_the_projects_isort_settings(tmp_path)
         "from jax.experimental import multihost_utils", "from jax.sharding import Mesh",
         "from jax.sharding import NamedSharding",
         "from jax.sharding import PartitionSpec as P"]
-    assert helpers_in(text) == set(SHARED_HELPERS)  # still the tool's own module: used, extended
+    assert helpers_in(text) == EVERY_HELPER  # still the tool's own module: used, extended
     files = tree(root)
     again = run_cli(root, "fix", "--no-cache", "pkg", "tests")
     assert again.exit_code == 0 and tree(root) == files
@@ -510,7 +511,8 @@ def test_a_shared_module_an_earlier_version_wrote_is_written_anew_when_a_fix_nee
     (root / "pyproject.toml").write_text("[tool.pmap-migrate]\n")
     (root / "pkg" / "__init__.py").write_text("")
     (root / "pkg" / "_pmap_compat.py").write_text(OLDER)
-    assert helpers_in(OLDER) == {"_shard_mapped"} and OLDER != module_text({"_shard_mapped"})
+    every_option = {"_shard_mapped", *feature_names(ALL_FEATURES)}  # (an earlier version's took them all)
+    assert helpers_in(OLDER) == every_option and OLDER != module_text(every_option)
     fixed_before = "import jax\n\nfrom pkg._pmap_compat import _shard_mapped\n\nsquare = jax.jit(_shard_mapped(lambda x: x * x))\n"
     (root / "pkg" / "a.py").write_text(fixed_before)
     assert run_cli(root, "fix", "--no-cache", ".").exit_code == 0
@@ -520,7 +522,7 @@ def test_a_shared_module_an_earlier_version_wrote_is_written_anew_when_a_fix_nee
     files = tree(root)
     assert "from pkg._pmap_compat import _replicate, _shard_mapped\n" in files["pkg/b.py"], files["pkg/b.py"]
     assert "def _shard_mapped(" not in files["pkg/b.py"]
-    assert files["pkg/_pmap_compat.py"] == module_text({"_replicate", "_shard_mapped"})
+    assert files["pkg/_pmap_compat.py"] == module_text({"_replicate", *every_option})  # its importers' options kept
     assert files["pkg/a.py"] == fixed_before
 
 

@@ -475,6 +475,6 @@ def test_the_helper_goes_after_the_import_block_even_when_a_fix_edits_one_of_its
     outcome = fix_bytes(path.read_bytes(), str(path), all_rules(), unsafe=True)
     text = outcome.fixed.decode()
     lines = text.splitlines()
-    head = "def _shard_mapped("
+    head = next(line for line in lines if line.startswith("def _shard_mapped("))
     assert lines.index(head) > lines.index("import numpy as np")
     assert lines[lines.index(head) - 2:][:2] == ["", ""]

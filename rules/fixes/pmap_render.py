@@ -207,7 +207,15 @@ def tuple_text(values: tuple[int, ...]) -> str:
     return "(" + ", ".join(str(v) for v in values) + ("," if len(values) == 1 else "") + ")"
 
 
-def shard_mapped_helper(name: str, indent: str) -> str:
+# The options of `jax.pmap` the compact form's helper handles beyond `f` and `axis_name` (with
+# in_axes and out_axes 0, one process, the first n local devices), by the keywords that call sites
+# pass it: a package's helper holds only the ones its call sites pass (``shard_mapped_helper``).
+HELPER_FEATURES = {"in_axes": "axes", "out_axes": "axes", "static_broadcasted_argnums": "static",
+                   "devices": "devices", "backend": "devices", "processes": "processes"}
+ALL_FEATURES = frozenset(HELPER_FEATURES.values())
+
+
+def shard_mapped_helper(name: str, indent: str, features: frozenset[str] = ALL_FEATURES) -> str:
     """The compact form's helper: `jax.pmap(f, axis_name, in_axes=..., out_axes=...,
     static_broadcasted_argnums=...)` written as `jax.shard_map` over the first n local devices,
     with pmap's own semantics applied when called: each argument's mapped axis (a pytree prefix of
@@ -221,83 +229,171 @@ def shard_mapped_helper(name: str, indent: str) -> str:
     (`jnp.sin`, a method), among the last 64 the helper keeps, so that a pmap built again where
     it is used (`jax.pmap(f)(x)` in a loop) finds jit's cache as legacy pmap found its own, keyed
     on the function (a bound method made anew at each access, and a lambda made anew, are traced
-    anew, as legacy did). The mesh is built when jit traces, so importing the module queries no device. Lines
-    fit in 79 columns at any indentation of up to four spaces."""
+    anew, as legacy did). The mesh is built when jit traces, so importing the module queries no device.
+    ``features`` (of ``ALL_FEATURES``) are the options it takes besides ``f`` and ``axis_name``:
+    "axes" (in_axes, out_axes), "static" (static_broadcasted_argnums), "devices" (devices,
+    backend), "processes"; without one, the helper is that much shorter, and the same for the
+    calls that do not pass it. Lines fit in 79 columns at any indentation of up to four spaces."""
+    axes, static, devices, processes = (feature in features for feature in ("axes", "static", "devices", "processes"))
     i1, i2, i3, i4 = indent, indent * 2, indent * 3, indent * 4
-    return "\n".join([
-        f"def {name}(",
-        f"{i2}f, axis_name=None, in_axes=0, out_axes=0,",
-        f"{i2}static_broadcasted_argnums=(), devices=None, backend=None,",
-        f"{i2}processes=False):  # True: global arrays over all processes",
-        f'{i1}"""{tables.SHARD_MAPPED_DOC}"""',
-        f"{i1}options = axis_name, in_axes, out_axes, static_broadcasted_argnums",
-        f"{i1}key = id(f), repr((*options, devices, backend, processes))",
+    params = ["f", "axis_name=None", *(["in_axes=0", "out_axes=0"] if axes else []),
+              *(["static_broadcasted_argnums=()"] if static else []),
+              *(["devices=None", "backend=None"] if devices else []), *(["processes=False"] if processes else [])]
+    if features == ALL_FEATURES:
+        head = [f"def {name}(",
+                f"{i2}f, axis_name=None, in_axes=0, out_axes=0,",
+                f"{i2}static_broadcasted_argnums=(), devices=None, backend=None,",
+                f"{i2}processes=False):  # True: global arrays over all processes"]
+    else:
+        head = [f"def {name}({', '.join(params)}):"]
+        if len(head[0]) > 79:
+            head = [f"def {name}(", *_wrapped(params, i2, "):")]
+    options = [p.partition("=")[0] for p in params[1:]]
+    lines = [*head, f'{i1}"""{tables.SHARD_MAPPED_DOC}"""']
+    if features == ALL_FEATURES:
+        lines += [f"{i1}options = axis_name, in_axes, out_axes, static_broadcasted_argnums",
+                  f"{i1}key = id(f), repr((*options, devices, backend, processes))"]
+    elif len(options) == 1:
+        lines += [f"{i1}key = id(f), repr(axis_name)"]
+    else:
+        key = f"{i1}key = id(f), repr(({', '.join(options)}))"
+        lines += [key] if len(key) <= 79 else [f"{i1}options = (", *_wrapped(options, i2, ")"),
+                                               f"{i1}key = id(f), repr(options)"]
+    lines += [
         f"{i1}own = isinstance(f, (functools.partial, type({name})))",
         f'{i1}made = vars(f if own else {name}).setdefault("_shard_mapped", {{}})',
         f"{i1}if key in made:  # the same pmap again: the same function, jit's cache",
         f"{i2}return made[key][1]",
         f'{i1}axis = "i" if axis_name is None else axis_name',
-        f"{i1}static = static_broadcasted_argnums",
-        f"{i1}static = (static,) if isinstance(static, int) else tuple(static)",
-        "",
-        f"{i1}def spec(a):  # a leaf mapped on axis a (None: not mapped)",
-        f"{i2}return P() if a is None else P(*[None] * a, axis)",
-        "",
-        f"{i1}def specs(axes, tree):  # axes: a prefix of tree, as pmap took them",
-        f"{i2}return jax.tree.map(",
-        f"{i3}lambda a, t: jax.tree.map(lambda _: spec(a), t),",
-        f"{i3}axes, tree, is_leaf=lambda a: a is None)",
-        "",
-        f"{i1}def each(specs, tree, move):",
-        f"{i2}# move(y, axis) for each leaf y pmap mapped (s: x's spec)",
-        f"{i2}def leaf(s, x):",
-        f"{i3}k = s.index(axis) if s else None",
-        f"{i3}return x if k is None else jax.tree.map(lambda y: move(y, k), x)",
-        "",
-        f"{i2}return jax.tree.map(leaf, specs, tree)",
+    ]
+    if static:
+        lines += [f"{i1}static = static_broadcasted_argnums",
+                  f"{i1}static = (static,) if isinstance(static, int) else tuple(static)"]
+    if axes:
+        lines += [
+            "",
+            f"{i1}def spec(a):  # a leaf mapped on axis a (None: not mapped)",
+            f"{i2}return P() if a is None else P(*[None] * a, axis)",
+            "",
+            f"{i1}def specs(axes, tree):  # axes: a prefix of tree, as pmap took them",
+            f"{i2}return jax.tree.map(",
+            f"{i3}lambda a, t: jax.tree.map(lambda _: spec(a), t),",
+            f"{i3}axes, tree, is_leaf=lambda a: a is None)",
+            "",
+            f"{i1}def each(specs, tree, move):",
+            f"{i2}# move(y, axis) for each leaf y pmap mapped (s: x's spec)",
+            f"{i2}def leaf(s, x):",
+            f"{i3}k = s.index(axis) if s else None",
+            f"{i3}return x if k is None else jax.tree.map(lambda y: move(y, k), x)",
+            "",
+            f"{i2}return jax.tree.map(leaf, specs, tree)",
+        ]
+    guard = f"{i2}if jax.device_count() > jax.local_device_count()" + (" and not processes:" if processes else ":")
+    lines += [
         "",
         f"{i1}@functools.wraps(f)",
         f"{i1}def mapped(*args, **kwargs):",
-        f"{i2}if jax.device_count() > jax.local_device_count() and not processes:",
+        guard,
         f'{i3}raise NotImplementedError("several processes: see PM501")',
-        f"{i2}if static and len(args) <= max(static):",
-        f"{i3}raise ValueError(  # legacy pmap's words",
-        f'{i4}f"pmapped function has static_broadcasted_argnums={{static}}"',
-        f'{i4}f" but was called with only {{len(args)}} positional argument"',
-        f'{i4}f"{{\'s\' if len(args) > 1 else \'\'}}. All static broadcasted"',
-        f'{i4}" arguments must be passed positionally.")',
-        f"{i2}dyn = [k for k in range(len(args)) if k not in static]",
-        f"{i2}dynamic = tuple(args[k] for k in dyn)",
-        f"{i2}axes = in_axes",
-        f"{i2}if static and isinstance(in_axes, tuple):",
-        f"{i3}axes = tuple(in_axes[k] for k in dyn)",
-        f"{i2}in_specs = specs((axes, 0), (dynamic, kwargs))",
-        f"{i2}out_specs = jax.tree.map(spec, out_axes, is_leaf=lambda a: a is None)",
-        f"{i2}leaves = jax.tree.leaves(in_specs), jax.tree.leaves((dynamic, kwargs))",
-        f"{i2}n = next(x.shape[s.index(axis)] for s, x in zip(*leaves) if s)",
-        f"{i2}chosen = devices",
-        f"{i2}if chosen is None:",
-        f"{i3}chosen = jax.local_devices(backend=backend)[:n]",
-        f"{i2}if processes:  # legacy pmap's devices: the first rows of each process",
-        f"{i3}rows = n * jax.local_device_count() // jax.device_count()",
-        f"{i3}groups = {{}}",
-        f"{i3}for d in sorted(jax.devices(), key=lambda d: d.process_index):",
-        f"{i3}{i1}groups.setdefault(d.process_index, []).append(d)",
-        f"{i3}chosen = [d for local in groups.values() for d in local[:rows]]",
-        "",
-        f"{i2}def per_device(dynamic, kwargs):  # pmap's body saw each device's slice",
-        f"{i3}dynamic, kwargs = each(in_specs, (dynamic, kwargs), jnp.squeeze)",
-        f"{i3}rest = iter(dynamic)  # the static arguments as they are",
-        f"{i3}args_ = [next(rest) if k in dyn else a for k, a in enumerate(args)]",
-        f"{i3}return each(out_specs, f(*args_, **kwargs), jnp.expand_dims)",
+    ]
+    if static:
+        lines += [
+            f"{i2}if static and len(args) <= max(static):",
+            f"{i3}raise ValueError(  # legacy pmap's words",
+            f'{i4}f"pmapped function has static_broadcasted_argnums={{static}}"',
+            f'{i4}f" but was called with only {{len(args)}} positional argument"',
+            f'{i4}f"{{\'s\' if len(args) > 1 else \'\'}}. All static broadcasted"',
+            f'{i4}" arguments must be passed positionally.")',
+            f"{i2}dyn = [k for k in range(len(args)) if k not in static]",
+            f"{i2}dynamic = tuple(args[k] for k in dyn)",
+        ]
+    dynamic = "dynamic" if static else "args"
+    if axes:
+        lines += [f"{i2}axes = in_axes"]
+        if static:
+            lines += [f"{i2}if static and isinstance(in_axes, tuple):",
+                      f"{i3}axes = tuple(in_axes[k] for k in dyn)"]
+        lines += [
+            f"{i2}in_specs = specs((axes, 0), ({dynamic}, kwargs))",
+            f"{i2}out_specs = jax.tree.map(spec, out_axes, is_leaf=lambda a: a is None)",
+            f"{i2}leaves = jax.tree.leaves(in_specs), jax.tree.leaves(({dynamic}, kwargs))",
+            f"{i2}n = next(x.shape[s.index(axis)] for s, x in zip(*leaves) if s)",
+        ]
+    else:
+        lines += [f"{i2}n = jax.tree.leaves(({dynamic}, kwargs))[0].shape[0]"]
+    if devices:
+        lines += [f"{i2}chosen = devices",
+                  f"{i2}if chosen is None:",
+                  f"{i3}chosen = jax.local_devices(backend=backend)[:n]"]
+    else:
+        lines += [f"{i2}chosen = jax.local_devices()[:n]"]
+    if processes:
+        lines += [
+            f"{i2}if processes:  # legacy pmap's devices: the first rows of each process",
+            f"{i3}rows = n * jax.local_device_count() // jax.device_count()",
+            f"{i3}groups = {{}}",
+            f"{i3}for d in sorted(jax.devices(), key=lambda d: d.process_index):",
+            f"{i3}{i1}groups.setdefault(d.process_index, []).append(d)",
+            f"{i3}chosen = [d for local in groups.values() for d in local[:rows]]",
+        ]
+    lines += ["", f"{i2}def per_device({dynamic}, kwargs):  # pmap's body saw each device's slice"]
+    if axes:
+        lines += [f"{i3}{dynamic}, kwargs = each(in_specs, ({dynamic}, kwargs), jnp.squeeze)"]
+    else:
+        lines += [f"{i3}{dynamic}, kwargs = jax.tree.map(",
+                  f"{i4}lambda x: jnp.squeeze(x, 0), ({dynamic}, kwargs))"]
+    if static:
+        lines += [f"{i3}rest = iter(dynamic)  # the static arguments as they are",
+                  f"{i3}args_ = [next(rest) if k in dyn else a for k, a in enumerate(args)]"]
+    call = f"f(*{'args_' if static else 'args'}, **kwargs)"
+    if axes:
+        lines += [f"{i3}return each(out_specs, {call}, jnp.expand_dims)"]
+    else:
+        lines += [f"{i3}out = {call}",
+                  f"{i3}return jax.tree.map(lambda y: jnp.expand_dims(y, 0), out)"]
+    specs = "in_specs=in_specs," if axes else "in_specs=P(axis),"
+    lines += [
         "",
         f"{i2}return jax.shard_map(",
-        f"{i3}per_device, mesh=Mesh(chosen, (axis,)), in_specs=in_specs,",
-        f"{i3}out_specs=out_specs, check_vma=False)(dynamic, kwargs)",
+        f"{i3}per_device, mesh=Mesh(chosen, (axis,)), {specs}",
+        f"{i3}out_specs={'out_specs' if axes else 'P(axis)'}, check_vma=False)({dynamic}, kwargs)",
         "",
-        f"{i1}mapped.pmap_options = axis, in_axes, static  # (read by _global_call)",
+    ]
+    if processes:
+        read = f"axis, {'in_axes' if axes else '0'}, {'static' if static else '()'}"
+        lines += [f"{i1}mapped.pmap_options = {read}  # (read by _global_call)"]
+    lines += [
         f"{i1}if not own and len(made) > 64:  # other callables: the last few kept",
         f"{i2}made.clear()",
         f"{i1}made[key] = f, mapped",
         f"{i1}return mapped",
-    ]) + "\n"
+    ]
+    return "\n".join(lines) + "\n"
+
+
+def _wrapped(words: list[str], indent: str, end: str) -> list[str]:
+    """``words`` joined by commas in lines of at most 79 columns at ``indent``, ``end`` after the last."""
+    lines, line = [], indent
+    for k, word in enumerate(words):
+        piece = word + (end if k == len(words) - 1 else ",")
+        if line.strip() and len(line) + 1 + len(piece) > 79:
+            lines.append(line)
+            line = indent
+        line += ("" if not line.strip() else " ") + piece
+    return [*lines, line]
+
+
+def helper_features(text: str, name: str) -> frozenset[str] | None:
+    """The features of ``text`` when it is the compact form's helper ``name`` as this version
+    writes it (at its indentation); None otherwise."""
+    stripped = text.strip()
+    indent = next((line[:len(line) - len(line.lstrip())] for line in stripped.split("\n")
+                   if line.lstrip().startswith('"""')), "    ")  # (the docstring's)
+    for features in FEATURE_SETS:
+        if shard_mapped_helper(name, indent, features).strip() == stripped:
+            return features
+    return None
+
+
+FEATURE_SETS = tuple(frozenset(f for k, f in enumerate(sorted(ALL_FEATURES)) if mask >> k & 1)
+                     for mask in range(2 ** len(ALL_FEATURES)))

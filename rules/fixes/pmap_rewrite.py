@@ -50,9 +50,11 @@ from pmap_migrate.rules.fixes.naming import NameAllocator
 from pmap_migrate.rules.fixes.observed import only_legacy
 from pmap_migrate.rules.fixes.pmap_options import DEFAULT_AXIS, KNOWN_OPTIONS, SiteReader, Unsupported
 from pmap_migrate.rules.fixes.pmap_render import (
+    ALL_FEATURES,
     STATIC_TEMPLATE_LOCALS,
     Plan,
     expand_expr,
+    helper_features,
     process_guard,
     render,
     shard_mapped_helper,
@@ -242,15 +244,18 @@ class Rewriter(EvaluationPlaces):
             indent = self.model.indent
             name = imported_name(self.model.module, SHARD_MAPPED)
             for statement in self.model.module.body if name is None else ():
-                if isinstance(statement, cst.FunctionDef) and statement.name.value.startswith(SHARD_MAPPED):
-                    text = shard_mapped_helper(statement.name.value, indent)
-                    if self.model.module.code_for_node(statement).strip() == text.strip():
-                        name = statement.name.value
-                        break
+                if isinstance(statement, cst.FunctionDef) and statement.name.value.startswith(SHARD_MAPPED) \
+                        and helper_features(self.model.module.code_for_node(statement), statement.name.value) is not None:
+                    name = statement.name.value  # (the engine fits it to the module's calls)
+                    break
             if name is None:
                 name = self.names.fresh(SHARD_MAPPED)
-            self._helper_made = name, Helper(name, tuple(self.parse_generated(shard_mapped_helper(name, indent), helper=True)),
-                                             imports=SHARED_HELPERS[SHARD_MAPPED].imports, shared=SHARD_MAPPED)
+
+            def variant(features, name=name, indent=indent):
+                return tuple(self.parse_generated(shard_mapped_helper(name, indent, features), helper=True))
+
+            self._helper_made = name, Helper(name, variant(ALL_FEATURES), imports=SHARED_HELPERS[SHARD_MAPPED].imports,
+                                             shared=SHARD_MAPPED, variant=variant)
         return self._helper_made
 
     def shared_helper(self, key: str, render) -> Helper:

@@ -15,8 +15,9 @@ import re
 from dataclasses import dataclass
 
 import libcst as cst
+from libcst.helpers import get_full_name_for_node
 
-from pmap_migrate.rules.fixes.pmap_render import shard_mapped_helper
+from pmap_migrate.rules.fixes.pmap_render import ALL_FEATURES, HELPER_FEATURES, helper_features, shard_mapped_helper
 from pmap_migrate.rules.fixes.spec import ImportSpec
 from pmap_migrate.rules.knowledge import tables
 
@@ -34,6 +35,19 @@ class SharedHelper:
 
 
 SHARD_MAPPED = "_shard_mapped"  # the compact form of the faithful pmap rewrite (pmap_render)
+# A shared module's set of helpers also names the options its `_shard_mapped` takes (the features
+# of pmap_render.shard_mapped_helper): "_shard_mapped:axes" and so on, only those its importers pass.
+FEATURE_MARK = SHARD_MAPPED + ":"
+
+
+def feature_names(features) -> frozenset[str]:
+    """The members of a set of helpers that say `_shard_mapped` takes ``features``."""
+    return frozenset(FEATURE_MARK + feature for feature in features)
+
+
+def features_of(names) -> frozenset[str]:
+    """The features of `_shard_mapped` that a set of helpers (``feature_names``) asks for."""
+    return frozenset(name[len(FEATURE_MARK):] for name in names if name.startswith(FEATURE_MARK))
 REPLICATE = "_replicate"  # jax.device_put_replicated / flax replicate (placement_fixes.stack_fix)
 PUT_SHARDED = "_put_sharded"  # jax.device_put_sharded (placement_fixes.stack_fix)
 _SHARDING_IMPORTS = (ImportSpec("jax"), ImportSpec("jax.numpy", None, "jnp"), ImportSpec("numpy", None, "np"),
@@ -222,6 +236,10 @@ SHARED_HELPERS: dict[str, SharedHelper] = {
 }
 
 
+# Every helper, `_shard_mapped` with every option (a directory of tests or scripts holds them all).
+EVERY_HELPER = frozenset(SHARED_HELPERS) | feature_names(ALL_FEATURES)
+
+
 def _import_line(spec: ImportSpec) -> str:
     alias = f" as {spec.asname}" if spec.asname else ""
     if spec.name is None:
@@ -237,15 +255,20 @@ def with_required(names) -> frozenset[str]:
     """``names`` and the helpers they call."""
     found = set(names)
     for name in names:
-        found.update(SHARED_HELPERS[name].requires)
+        found.update(SHARED_HELPERS[name].requires if name in SHARED_HELPERS else ())
     return frozenset(found)
 
 
 def module_text(names: frozenset[str] | set[str]) -> str:
     """The shared module holding the helpers ``names`` (every one a key of SHARED_HELPERS): a
     docstring saying what it is, the imports they need (isort's order:
-    the standard library, then jax; ``import`` lines before ``from`` lines), the helpers by name."""
-    helpers = [SHARED_HELPERS[name] for name in sorted(with_required(names))]
+    the standard library, then jax; ``import`` lines before ``from`` lines), the helpers by name,
+    `_shard_mapped` with the options ``names`` ask for (``feature_names``)."""
+    helpers = [SHARED_HELPERS[name] for name in sorted(with_required(names)) if name in SHARED_HELPERS]
+    features = features_of(names)
+    if features != ALL_FEATURES:
+        helpers = [SharedHelper(SHARD_MAPPED, shard_mapped_helper(SHARD_MAPPED, INDENT, features), h.imports)
+                   if h.name == SHARD_MAPPED else h for h in helpers]
     specs = {spec for helper in helpers for spec in helper.imports}
     lines = [FIRST_LINE, "", "Plain JAX, written by pmap-migrate (it adds the helpers fixes need).", '"""', ""]
     for group in ([s for s in specs if s.module.split(".")[0] in _STDLIB],
@@ -293,11 +316,38 @@ def helpers_in(text: str) -> frozenset[str] | None:
     since), which fixes must not rely on nor change."""
     if not text.startswith(FIRST_LINE):
         return None
+    chunks = _chunks(text)
     names = frozenset(name for name in SHARED_HELPERS if f"\ndef {name}(" in text)
+    if SHARD_MAPPED in names:  # the options it takes; an earlier version's took every one
+        chunk = next((c for c in chunks if c.startswith(f"def {SHARD_MAPPED}(")), "")
+        held = helper_features(chunk, SHARD_MAPPED)
+        names |= feature_names(ALL_FEATURES if held is None else held)
     if is_current(text, names):
         return names
     # An earlier version's: its docstring, imports that helpers use, and definitions of helpers
     # each as some version wrote it.
+    found = set()
+    for chunk in chunks:
+        if not chunk or _PRELUDE_IMPORTS.fullmatch(chunk):
+            continue
+        name = chunk[4:].partition("(")[0] if chunk.startswith("def ") else None
+        if name == SHARD_MAPPED and helper_features(chunk, name) is not None:
+            found.add(name)
+            continue
+        if name not in SHARED_HELPERS or _text_hash(chunk) not in (
+                _OLDER_TEXTS.get(name, frozenset()) | {_text_hash(SHARED_HELPERS[name].source)}):
+            return None
+        found.add(name)
+    if not found or not with_required(found) <= found:
+        return None
+    found |= names - frozenset(SHARED_HELPERS)  # (the features)
+    present, needed = _imports_aside(text), _imports_aside(module_text(found))
+    return frozenset(found) if present and needed and needed[1] <= present[1] else None
+
+
+def _chunks(text: str) -> list[str]:
+    """The top-level pieces of a shared module's text after its docstring: import lines, and each
+    definition whole."""
     _, _, rest = text[len(FIRST_LINE):].partition('"""')
     chunks: list[str] = []
     for chunk in re.split(r"\n(?=\S)", rest.strip("\n")):
@@ -305,20 +355,7 @@ def helpers_in(text: str) -> frozenset[str] | None:
             chunks[-1] += "\n" + chunk
         else:
             chunks.append(chunk)
-    found = set()
-    for chunk in chunks:
-        chunk = chunk.strip("\n")
-        if not chunk or _PRELUDE_IMPORTS.fullmatch(chunk):
-            continue
-        name = chunk[4:].partition("(")[0] if chunk.startswith("def ") else None
-        if name not in SHARED_HELPERS or _text_hash(chunk) not in (
-                _OLDER_TEXTS.get(name, frozenset()) | {_text_hash(SHARED_HELPERS[name].source)}):
-            return None
-        found.add(name)
-    if not found or not with_required(found) <= found:
-        return None
-    present, needed = _imports_aside(text), _imports_aside(module_text(found))
-    return frozenset(found) if present and needed and needed[1] <= present[1] else None
+    return [chunk.strip("\n") for chunk in chunks]
 
 
 def is_current(text: str, names: frozenset[str]) -> bool:
@@ -360,3 +397,76 @@ def imported_name(module: cst.Module, name: str) -> str | None:
                 if isinstance(alias.name, cst.Name) and alias.name.value == name:
                     return alias.asname.name.value if alias.asname is not None else name
     return None
+
+
+class _Calls(cst.CSTVisitor):
+    """The options the calls of the helper ``name`` pass it (``called_features``)."""
+
+    def __init__(self, name: str) -> None:
+        super().__init__()
+        self.name = name
+        self.features: set[str] = set()
+        self.seen: set[int] = set()  # the helper's name where it is called, defined or imported
+
+    def _passed(self, args, positional: int) -> None:
+        for arg in args:
+            keyword = arg.keyword.value if arg.keyword is not None else None
+            if arg.star or (keyword is None and positional <= 0) or (keyword is not None
+                                                                     and keyword not in HELPER_FEATURES
+                                                                     and keyword != "axis_name"):
+                self.features.update(ALL_FEATURES)
+            elif keyword is None:
+                positional -= 1
+            elif keyword != "axis_name":
+                self.features.add(HELPER_FEATURES[keyword])
+
+    def visit_Call(self, node: cst.Call) -> None:
+        func = node.func
+        if isinstance(func, cst.Name) and func.value == self.name:
+            self.seen.add(id(func))
+            self._passed(node.args, 2)  # f, axis_name
+        elif (get_full_name_for_node(func) in ("functools.partial", "partial") and node.args
+              and isinstance(node.args[0].value, cst.Name) and node.args[0].value.value == self.name):
+            self.seen.add(id(node.args[0].value))
+            self._passed(node.args[1:], 0)
+
+    def visit_Decorator(self, node: cst.Decorator) -> None:
+        if isinstance(node.decorator, cst.Name):
+            self.seen.add(id(node.decorator))  # `@_shard_mapped`: f alone
+
+    def visit_FunctionDef(self, node: cst.FunctionDef) -> bool:
+        self.seen.add(id(node.name))
+        return node.name.value != self.name  # (the helper refers to itself)
+
+    def visit_ImportAlias(self, node: cst.ImportAlias) -> bool:
+        return False
+
+    def visit_Attribute(self, node: cst.Attribute) -> None:
+        self.seen.add(id(node.attr))
+
+    def visit_Name(self, node: cst.Name) -> None:
+        if node.value == self.name and id(node) not in self.seen:
+            self.features.update(ALL_FEATURES)  # used as a value: it may be given anything
+
+
+def called_features(node: cst.CSTNode, name: str) -> frozenset[str]:
+    """The options of `_shard_mapped` (pmap_render.HELPER_FEATURES) that the calls of the helper
+    bound to ``name`` in ``node`` pass it; every one where the helper is used otherwise (passed as
+    a value, given options it does not know or by position)."""
+    calls = _Calls(name)
+    node.visit(calls)
+    return frozenset(calls.features)
+
+
+def fitted_helper(module: cst.Module, name: str, variant) -> cst.Module:
+    """``module`` with its definition of the compact form's helper ``name`` (this tool's, of some
+    features) replaced by ``variant(features)``: the one that takes the options its calls pass."""
+    for k, statement in enumerate(module.body):
+        if isinstance(statement, cst.FunctionDef) and statement.name.value == name:
+            held = helper_features(module.code_for_node(statement), name)
+            needed = called_features(module, name)
+            if held is None or held == needed:
+                return module
+            new = variant(needed)[0].with_changes(leading_lines=statement.leading_lines)
+            return module.with_changes(body=(*module.body[:k], new, *module.body[k + 1:]))
+    return module

@@ -3,7 +3,8 @@ applies it (``pmap_migrate.fixer``)."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from collections.abc import Callable
+from dataclasses import dataclass, field
 
 import libcst as cst
 
@@ -49,6 +50,9 @@ class Helper:
     # Called only by another helper: where the package's shared module holds them, it holds this
     # one beside it and the module does not import it.
     support: bool = False
+    # The helper's statements taking only some of its options (`_shard_mapped`'s features): the
+    # engine writes the one that takes what the module's calls pass.
+    variant: Callable[[frozenset[str]], tuple[cst.BaseStatement, ...]] | None = field(default=None, compare=False)
 
 
 @dataclass(frozen=True)
