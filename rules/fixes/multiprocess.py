@@ -229,6 +229,9 @@ class GlobalRewrite(GlobalRender):
         taken.difference_update(earlier)
         before = set(taken)
         entry.fix = self.rewriter.definition_fix(entry.site, lambda plan, indent: self._render(entry, plan, indent))
+        assign = self.model.parent(entry.site.node)
+        if isinstance(assign, cst.Assign) and not any(edit.before for edit in entry.fix.edits):
+            entry.wrapper_name = code_of(assign.targets[0].target)  # written in its place: `self.step = ...`
         entry.names = (taken - before) | earlier
         taken.update(earlier)  # names taken once stay taken (the helpers', made on the first rendering only)
 

@@ -28,8 +28,6 @@ reproduces the legacy semantics at run time.
 
 from __future__ import annotations
 
-from functools import lru_cache
-
 import libcst as cst
 from libcst.metadata import Assignment
 
@@ -38,7 +36,10 @@ from pmap_migrate.rules.analysis.sites import PMAP, TransformSite
 from pmap_migrate.rules.fixes.choices import Applicability
 from pmap_migrate.rules.fixes.code import (
     WHITESPACE_LINE,
+    assigned,
+    assigns,
     code_of,
+    helper_statements,
     is_none,
     keyword_arg,
     own_blank_lines_unindented,
@@ -248,8 +249,7 @@ class Rewriter(EvaluationPlaces):
                         and helper_features(self.model.module.code_for_node(statement), statement.name.value) is not None:
                     name = statement.name.value  # (the engine fits it to the module's calls)
                     break
-            if name is None:
-                name = self.names.fresh(SHARD_MAPPED)
+            name = name or self.names.fresh(SHARD_MAPPED)
 
             def variant(features, name=name, indent=indent):
                 return tuple(self.parse_generated(shard_mapped_helper(name, indent, features), helper=True))
@@ -448,8 +448,8 @@ class Rewriter(EvaluationPlaces):
         libcst gives an empty line indentation when it starts with its block's: a line of only
         whitespace anywhere, a blank line only at module level (whose indentation is none), in front
         of a statement or a decorator or after the decorators; nested blocks' blank lines have none.
-        ``helper``: the text of a helper (``Helper``), parsed once per process (``_helper_statements``)."""
-        body = list(_helper_statements(text) if helper else cst.parse_module(text).body)
+        ``helper``: the text of a helper (``Helper``), parsed once per process (``helper_statements``)."""
+        body = list(helper_statements(text) if helper else cst.parse_module(text).body)
         if WHITESPACE_LINE.search(text) is None:
             for k, statement in enumerate(body):
                 if isinstance(statement, (cst.SimpleStatementLine, cst.FunctionDef, cst.ClassDef)):
@@ -538,6 +538,11 @@ class Rewriter(EvaluationPlaces):
         if plan.hoisted and anchor is statement and not self._evaluated_first(call, statement):
             return self._static_fun_fix(site, call, fun)  # evaluated before the statement, its order would change
         new = self.parse_generated(renderer(plan, self.model.indent))
+        value = assigned(new, wrapper_name) if anchor is statement and assigns(statement, call) else None
+        if value is not None:
+            # `self.step = jax.pmap(...)` written as one expression (multi-process): in its place
+            edits = (Edit(call, value.with_changes(lpar=call.lpar, rpar=call.rpar)),)
+            return self._finish(site, plan, edits, f"`{base}`", renderer)
         # Separate the new definitions as the anchor is separated from what precedes it (comments
         # in its leading lines stay with it).
         blank = [line for line in anchor.leading_lines if line.comment is None]
@@ -593,13 +598,3 @@ class Rewriter(EvaluationPlaces):
         return FixSpec(fix.applicability, fix.summary.replace("as `jax.jit(jax.shard_map(...))`", "as "
                        "`jax.jit(jax.shard_map(...))` taking the function as a static argument"), edits=fix.edits,
                        add_imports=fix.add_imports + (ImportSpec("functools"),), remove_imports=fix.remove_imports)
-
-
-@lru_cache(maxsize=64)
-def _helper_statements(text: str) -> tuple[cst.BaseStatement, ...]:
-    """The statements of a helper's text, parsed once per process. The texts are few (one per
-    helper, name and indentation) and every module that gets a fix needs one: on the 18-repository
-    corpus `check` parsed `_shard_mapped`'s 165 times, a tenth of the analysis of the files that
-    mention pmap. libcst's nodes are immutable, and a module holds a helper's statements once (the
-    engine writes a helper once per module), so modules may share them."""
-    return tuple(cst.parse_module(text).body)
