@@ -174,3 +174,25 @@ def _compare(legacy: Path, fixed: Path) -> None:
     shutil.rmtree(fixed / "__pycache__", ignore_errors=True)
     for env in (jaxenv.NEWEST, jaxenv.LEGACY):
         assert package_stdout(env, fixed, repo_on_path=False) == reference, env.name
+
+
+def test_a_multi_process_package_whose_pmaps_map_on_axis_0_gets_the_shorter_global_call():
+    """`_global_call` reads in_axes and static positions from `_shard_mapped`'s function: where no
+    importer passes them, the shared module holds the form for axis 0 only; one that passes them
+    makes it the whole form again (the 2-process differential of a package using the shorter form:
+    tests/test_crossmodule_multiprocess.py)."""
+    from pmap_migrate.rules.fixes.shared import GLOBAL_CALL, global_call_helper, module_text
+
+    mp = {"_global_call", "_shard_mapped"}
+    short = module_text(mp | feature_names({"processes"}))
+    assert "def _global_call(jitted, local=False):\n" in short
+    assert max(len(line) for line in global_call_helper("    ", frozenset()).splitlines()) <= 80
+    compile(short, "<shared>", "exec")
+    assert helpers_in(short) == mp | {"_host_local", "_to_global"} | feature_names({"processes"})
+    for more in ({"axes"}, {"static"}):
+        whole = module_text(mp | feature_names({"processes", *more}))
+        assert global_call_helper("    ").strip() in whole, more
+        assert helpers_in(whole) == mp | {"_host_local", "_to_global"} | feature_names({"processes", *more})
+    # a module that a version writing the whole form wrote is still this tool's, and written anew
+    older = short.replace(global_call_helper("    ", frozenset()).strip(), global_call_helper("    ").strip())
+    assert helpers_in(older) is not None and GLOBAL_CALL in helpers_in(older)

@@ -10,6 +10,7 @@ it is recognisable as this tool's own, and extending it is re-rendering it with 
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import re
 from dataclasses import dataclass
@@ -161,7 +162,7 @@ def host_local_helper(indent: str) -> str:
 GLOBAL_CALL = "_global_call"  # a multi-process pmap's call: rows in, global arrays to its jit (multiprocess_render)
 
 
-def global_call_helper(indent: str) -> str:
+def global_call_helper(indent: str, features: frozenset[str] = ALL_FEATURES) -> str:
     """A multi-process pmap's call as legacy pmap took it: this process's rows of each mapped
     argument (positional ones on their in_axes, an int or None each; keyword ones on axis 0, as
     legacy mapped them) made global arrays (``_to_global``) over the first rows of every process's
@@ -173,8 +174,34 @@ def global_call_helper(indent: str) -> str:
     Traced inputs (a call under `jax.jit`) are refused on several processes (the global arrays
     are built outside traced code) and passed to ``jitted`` as they are on one, where this
     process's rows are the whole arrays. On one process the mesh is the first n local devices, n
-    the mapped size, as legacy pmap's was."""
+    the mapped size, as legacy pmap's was. Without the features "axes" and "static" (the package's
+    pmaps map every argument on axis 0: pmap_render.shard_mapped_helper), the shorter form for
+    exactly those calls, `_global_call(jitted, local=...)` (the form a shared module holds; a
+    module's own copy takes every call)."""
     i1, i2, i3, i4 = indent, indent * 2, indent * 3, indent * 4
+    if not features & {"axes", "static"}:  # every `_shard_mapped` of the package maps on axis 0
+        return "\n".join([
+            f"def {GLOBAL_CALL}(jitted, local=False):",
+            f'{i1}"""{tables.GLOBAL_CALL_DOC}"""',
+            f"{i1}axis_name = jitted.__wrapped__.pmap_options[0]  # ({SHARD_MAPPED}'s)",
+            "",
+            f"{i1}@functools.wraps(jitted)",
+            f"{i1}def call(*args, **kwargs):",
+            f"{i2}traced = jax.tree.leaves((args, kwargs))",
+            f"{i2}if any(isinstance(x, jax.core.Tracer) for x in traced):",
+            f"{i3}if jax.process_count() > 1:",
+            f"{i4}raise NotImplementedError(",
+            f'{i4}{i1}"multi-process pmap in traced code: use runtime_shim.pmap")',
+            f"{i3}return jitted(*args, **kwargs)  # one process: rows are all",
+            f"{i2}rows = jax.local_device_count()",
+            f"{i2}if jax.process_count() == 1:  # the mapped size, as legacy pmap's mesh",
+            f"{i3}rows = traced[0].shape[0]",
+            f"{i2}args, kwargs = {TO_GLOBAL}((args, kwargs), axis_name, rows)",
+            f"{i2}out = jitted(*args, **kwargs)",
+            f"{i2}return {HOST_LOCAL}(out) if local else out",
+            "",
+            f"{i1}return call",
+        ]) + "\n"
     return "\n".join([
         f"def {GLOBAL_CALL}(jitted, axis_name=None, in_axes=None, local=False):",
         f'{i1}"""{tables.GLOBAL_CALL_DOC}"""',
@@ -267,8 +294,9 @@ def module_text(names: frozenset[str] | set[str]) -> str:
     helpers = [SHARED_HELPERS[name] for name in sorted(with_required(names)) if name in SHARED_HELPERS]
     features = features_of(names)
     if features != ALL_FEATURES:
-        helpers = [SharedHelper(SHARD_MAPPED, shard_mapped_helper(SHARD_MAPPED, INDENT, features), h.imports)
-                   if h.name == SHARD_MAPPED else h for h in helpers]
+        shorter = {SHARD_MAPPED: shard_mapped_helper(SHARD_MAPPED, INDENT, features),
+                   GLOBAL_CALL: global_call_helper(INDENT, features)}
+        helpers = [dataclasses.replace(h, source=shorter[h.name]) if h.name in shorter else h for h in helpers]
     specs = {spec for helper in helpers for spec in helper.imports}
     lines = [FIRST_LINE, "", "Plain JAX, written by pmap-migrate (it adds the helpers fixes need).", '"""', ""]
     for group in ([s for s in specs if s.module.split(".")[0] in _STDLIB],
@@ -331,8 +359,9 @@ def helpers_in(text: str) -> frozenset[str] | None:
         if not chunk or _PRELUDE_IMPORTS.fullmatch(chunk):
             continue
         name = chunk[4:].partition("(")[0] if chunk.startswith("def ") else None
-        if name == SHARD_MAPPED and helper_features(chunk, name) is not None:
-            found.add(name)
+        if (name == SHARD_MAPPED and helper_features(chunk, name) is not None) or (
+                name == GLOBAL_CALL and chunk == global_call_helper(INDENT, frozenset()).strip()):
+            found.add(name)  # (the shorter forms this version writes)
             continue
         if name not in SHARED_HELPERS or _text_hash(chunk) not in (
                 _OLDER_TEXTS.get(name, frozenset()) | {_text_hash(SHARED_HELPERS[name].source)}):
