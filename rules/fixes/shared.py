@@ -298,7 +298,7 @@ def module_text(names: frozenset[str] | set[str]) -> str:
                    GLOBAL_CALL: global_call_helper(INDENT, features)}
         helpers = [dataclasses.replace(h, source=shorter[h.name]) if h.name in shorter else h for h in helpers]
     specs = {spec for helper in helpers for spec in helper.imports}
-    lines = [FIRST_LINE, "", "Plain JAX, written by pmap-migrate (it adds the helpers fixes need).", '"""', ""]
+    lines = [FIRST_LINE + '"""', ""]  # (plain JAX: `fix` writes it, and adds the helpers fixes need)
     for group in ([s for s in specs if s.module.split(".")[0] in _STDLIB],
                   [s for s in specs if s.module.split(".")[0] not in _STDLIB]):
         plain = [_import_line(s) for s in sorted((s for s in group if s.name is None), key=lambda s: s.module)]
