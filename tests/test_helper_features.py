@@ -17,6 +17,7 @@ from pmap_migrate.fixer import fix_bytes
 from pmap_migrate.rules import all_rules
 from pmap_migrate.rules.fixes.pmap_render import ALL_FEATURES, FEATURE_SETS, helper_features, shard_mapped_helper
 from pmap_migrate.rules.fixes.shared import called_features, feature_names, helpers_in
+from pmap_migrate.rules.knowledge import tables
 from tests.support.projects import package_stdout, run_cli
 
 
@@ -28,6 +29,7 @@ def test_each_variant_compiles_fits_in_79_columns_and_is_recognised(features, in
     assert max(len(line) for line in text.splitlines()) <= 79
     assert helper_features(text, "_shard_mapped") == features
     assert helper_features(text.replace("made.clear()", "made.clear()  # mine"), "_shard_mapped") is None
+    assert any(marker in text for marker in tables.REWRITTEN_PMAP)  # `check` admits the fixed file (PM201)
     # each option's parameter is there exactly when its feature is
     signature = text[:text.index(":  #") if features == ALL_FEATURES else text.index("):")]
     for option, feature in (("in_axes", "axes"), ("static_broadcasted_argnums", "static"),
