@@ -13,7 +13,7 @@ from pmap_migrate.rules.knowledge import gates, tables
 _GLOBAL_CALL = global_call_helper("    ")
 _MESH_HELPERS = to_global_helper("    ")
 _HOST_LOCAL = host_local_helper("    ")
-_SHARD_MAPPED = shard_mapped_helper("_shard_mapped", "    ")
+_SHARD_MAPPED = shard_mapped_helper("_shard_mapped", "    ", frozenset({"processes"}))  # what its calls pass
 
 
 class HostLocalInput(Rule):
@@ -244,10 +244,8 @@ class HostLocalInput(Rule):
                 "\n"
                 "class Trainer:\n"
                 "    def __init__(self):\n"
-                "        step_mapped = _global_call(jax.jit(_shard_mapped(f, \"i\", processes=True)),"
+                "        self.step = _global_call(jax.jit(_shard_mapped(f, \"i\", processes=True)),"
                 " local=True)\n"
-                "\n"
-                "        self.step = step_mapped\n"
                 "\n"
                 "n = jax.process_count()\n"
                 )),

@@ -179,20 +179,23 @@ def global_call_helper(indent: str, features: frozenset[str] = ALL_FEATURES) -> 
     exactly those calls, `_global_call(jitted, local=...)` (the form a shared module holds; a
     module's own copy takes every call)."""
     i1, i2, i3, i4 = indent, indent * 2, indent * 3, indent * 4
+    call = [  # the wrapper's head: traced inputs refused on several processes
+        f"{i1}@functools.wraps(jitted)",
+        f"{i1}def call(*args, **kwargs):",
+        f"{i2}traced = jax.tree.leaves((args, kwargs))",
+        f"{i2}if any(isinstance(x, jax.core.Tracer) for x in traced):",
+        f"{i3}if jax.process_count() > 1:",
+        f"{i4}raise NotImplementedError(",
+        f'{i4}{i1}"multi-process pmap in traced code: use runtime_shim.pmap")',
+        f"{i3}return jitted(*args, **kwargs)  # one process: rows are all",
+    ]
     if not features & {"axes", "static"}:  # every `_shard_mapped` of the package maps on axis 0
         return "\n".join([
             f"def {GLOBAL_CALL}(jitted, local=False):",
             f'{i1}"""{tables.GLOBAL_CALL_DOC}"""',
             f"{i1}axis_name = jitted.__wrapped__.pmap_options[0]  # ({SHARD_MAPPED}'s)",
             "",
-            f"{i1}@functools.wraps(jitted)",
-            f"{i1}def call(*args, **kwargs):",
-            f"{i2}traced = jax.tree.leaves((args, kwargs))",
-            f"{i2}if any(isinstance(x, jax.core.Tracer) for x in traced):",
-            f"{i3}if jax.process_count() > 1:",
-            f"{i4}raise NotImplementedError(",
-            f'{i4}{i1}"multi-process pmap in traced code: use runtime_shim.pmap")',
-            f"{i3}return jitted(*args, **kwargs)  # one process: rows are all",
+            *call,
             f"{i2}rows = jax.local_device_count()",
             f"{i2}if jax.process_count() == 1:  # the mapped size, as legacy pmap's mesh",
             f"{i3}rows = traced[0].shape[0]",
@@ -210,14 +213,7 @@ def global_call_helper(indent: str, features: frozenset[str] = ALL_FEATURES) -> 
         f"{i1}else:  # given (static arguments: None in in_axes)",
         f"{i2}in_axes, static = 0 if in_axes is None else in_axes, ()",
         "",
-        f"{i1}@functools.wraps(jitted)",
-        f"{i1}def call(*args, **kwargs):",
-        f"{i2}traced = jax.tree.leaves((args, kwargs))",
-        f"{i2}if any(isinstance(x, jax.core.Tracer) for x in traced):",
-        f"{i3}if jax.process_count() > 1:",
-        f"{i4}raise NotImplementedError(",
-        f'{i4}{i1}"multi-process pmap in traced code: use runtime_shim.pmap")',
-        f"{i3}return jitted(*args, **kwargs)  # one process: rows are all",
+        *call,
         f"{i2}args = list(args)",
         f"{i2}axes = in_axes if isinstance(in_axes, tuple) else (in_axes,) * len(args)",
         f"{i2}axes = [None if k in static else a for k, a in enumerate(axes)]",
