@@ -290,7 +290,8 @@ def review_file(data: bytes, shown: str, rules: Sequence[type[Rule]], settings: 
             # "apply" to every question gives exactly what `fix` writes.
             taken = {id(f) for f, _ in accepted}
             combined = rendered([f for f in chosen if id(f) in taken])  # in `fix`'s order
-            if isinstance(parse(combined, shown), FileError) or unit.to_file(combined) is None:
+            combined_module = parse(combined, shown)
+            if isinstance(combined_module, FileError) or unit.to_file(combined) is None:
                 codes = ", ".join(sorted({f.diagnostic.code for f, _ in accepted}))
                 outcome.error = FileError(shown, "PM002", f"internal error: the {codes} fixes together produced "
                                           "code that does not parse; file left unchanged")
@@ -298,7 +299,7 @@ def review_file(data: bytes, shown: str, rules: Sequence[type[Rule]], settings: 
             answers.carry(current, combined)
             current = combined
             used.update(shared_names(imported_helpers(
-                analysis.module, [f for f in chosen if id(f) in taken], location), parse(combined, shown)))
+                analysis.module, [f for f in chosen if id(f) in taken], location), combined_module))
             outcome.applied.extend(d for _, d in accepted)
             analysis = None
         if quit_:

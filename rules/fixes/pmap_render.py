@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from functools import lru_cache
 
 from pmap_migrate.rules.fixes.pmap_options import AxisEntry, Unsupported
 from pmap_migrate.rules.knowledge import tables
@@ -215,6 +216,7 @@ HELPER_FEATURES = {"in_axes": "axes", "out_axes": "axes", "static_broadcasted_ar
 ALL_FEATURES = frozenset(HELPER_FEATURES.values())
 
 
+@lru_cache(maxsize=256)  # (recognising a helper's text renders every variant: `helper_features`)
 def shard_mapped_helper(name: str, indent: str, features: frozenset[str] = ALL_FEATURES) -> str:
     """The compact form's helper: `jax.pmap(f, axis_name, in_axes=..., out_axes=...,
     static_broadcasted_argnums=...)` written as `jax.shard_map` over the first n local devices,

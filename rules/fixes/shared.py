@@ -36,6 +36,12 @@ class SharedHelper:
 
 
 SHARD_MAPPED = "_shard_mapped"  # the compact form of the faithful pmap rewrite (pmap_render)
+REPLICATE = "_replicate"  # jax.device_put_replicated / flax replicate (placement_fixes.stack_fix)
+PUT_SHARDED = "_put_sharded"  # jax.device_put_sharded (placement_fixes.stack_fix)
+_SHARDING_IMPORTS = (ImportSpec("jax"), ImportSpec("jax.numpy", None, "jnp"), ImportSpec("numpy", None, "np"),
+                     ImportSpec("jax.sharding", "Mesh"),
+                     ImportSpec("jax.sharding", "NamedSharding"), ImportSpec("jax.sharding", "PartitionSpec", "P"))
+
 # A shared module's set of helpers also names the options its `_shard_mapped` takes (the features
 # of pmap_render.shard_mapped_helper): "_shard_mapped:axes" and so on, only those its importers pass.
 FEATURE_MARK = SHARD_MAPPED + ":"
@@ -49,11 +55,6 @@ def feature_names(features) -> frozenset[str]:
 def features_of(names) -> frozenset[str]:
     """The features of `_shard_mapped` that a set of helpers (``feature_names``) asks for."""
     return frozenset(name[len(FEATURE_MARK):] for name in names if name.startswith(FEATURE_MARK))
-REPLICATE = "_replicate"  # jax.device_put_replicated / flax replicate (placement_fixes.stack_fix)
-PUT_SHARDED = "_put_sharded"  # jax.device_put_sharded (placement_fixes.stack_fix)
-_SHARDING_IMPORTS = (ImportSpec("jax"), ImportSpec("jax.numpy", None, "jnp"), ImportSpec("numpy", None, "np"),
-                     ImportSpec("jax.sharding", "Mesh"),
-                     ImportSpec("jax.sharding", "NamedSharding"), ImportSpec("jax.sharding", "PartitionSpec", "P"))
 
 
 def replicate_helper(name: str, indent: str) -> str:
@@ -434,16 +435,15 @@ class _Calls(cst.CSTVisitor):
         self.seen: set[int] = set()  # the helper's name where it is called, defined or imported
 
     def _passed(self, args, positional: int) -> None:
+        """``positional``: how many arguments may come by position (f, axis_name) before options."""
         for arg in args:
             keyword = arg.keyword.value if arg.keyword is not None else None
-            if arg.star or (keyword is None and positional <= 0) or (keyword is not None
-                                                                     and keyword not in HELPER_FEATURES
-                                                                     and keyword != "axis_name"):
-                self.features.update(ALL_FEATURES)
-            elif keyword is None:
+            if keyword is None and not arg.star and positional > 0:
                 positional -= 1
-            elif keyword != "axis_name":
+            elif keyword in HELPER_FEATURES:
                 self.features.add(HELPER_FEATURES[keyword])
+            elif keyword != "axis_name":  # *args, **kwargs, an option by position, one it does not know
+                self.features.update(ALL_FEATURES)
 
     def visit_Call(self, node: cst.Call) -> None:
         func = node.func
