@@ -168,8 +168,8 @@ class Rule(cst.BatchableCSTVisitor):
         """For a read of a pmap output with no fix of its own (``node``: `out[0]`, a
         `tree_map(lambda x: x[0], out)`) in a multi-process module: where the module's global-mesh
         rewrite (PM501's fix) reads this process's row from the device that holds it there, that
-        fix takes the finding with it, with nothing to edit of its own. A read the rewrite wraps in
-        `_host_local(...)` keeps its finding (the host-local view is still a stack)."""
+        fix takes the finding with it, with nothing to edit of its own. A read the rewrite leaves
+        (of a name bound elsewhere too) keeps its finding."""
         if not any(rule.CODE == "PM501" and report.fix is not None and not report.fix.shimmed
                    for rule, report in self.context.reports):
             return None  # no global rewrite offered here (nor PM501 enabled)

@@ -75,21 +75,20 @@ class HostLocalInput(Rule):
     `jax.jit(jax.shard_map(...))` over the first rows of each process's devices (process by
     process), called with this process's rows made global arrays
     (`jax.make_array_from_process_local_data`; global arrays, outputs fed back, pass through); the
-    helpers are written once per package. Outputs stay global arrays; where
-    the program reads one it gets what legacy returned there: `out[k]` becomes
+    helpers are written once per package. Outputs stay global arrays where the program only reads
+    rows of them or passes them straight to a rewritten pmap: `out[k]` becomes
     `out.addressable_shards[k].data.squeeze(0)` (this process's row k; also inside
-    `tree_map(lambda v: v[0], out)` and flax `unreplicate(out)`), an output passed straight to a
-    rewritten pmap stays global, any other read becomes `_host_local(out)` (this process's rows, no
-    copy; host data and this process's arrays pass as they are). On one process the same code is the
+    `tree_map(lambda v: v[0], out)` and flax `unreplicate(out)`). On one process the same code is the
     single-process pmap: the first n devices.
 
     The data flow is visible when the pmapped function is bound to a name that is only ever called
     (not stored on `self`, passed as a value, nor a public module-level name of a library module;
     a script or a module that calls `jax.distributed.initialize()` at module level is a program),
-    and no output is updated in place (`out += 1`) or read in code that may be traced. Where it is
-    not, the pmap gets the boundary form, `_global_call(..., local=True)`: it takes and returns
-    this process's rows (the global result made host-local), so callers and reads stay as they
-    are, and it raises when called with traced values. Calls seen to be traced (in a lambda or function handed to a `jax.*`
+    and no output is updated in place (`out += 1`), read whole (`print(out.shape)`) or read in code
+    that may be traced. Where it is not, the pmap gets the boundary form,
+    `_global_call(..., local=True)`: it takes and returns this process's rows (the global result
+    made host-local, no copy), so callers and reads stay as they are (row reads still read the
+    device's own row), and it raises when called with traced values. Calls seen to be traced (in a lambda or function handed to a `jax.*`
     callable or decorated by one; a call that only may be, in a method, a function with a decorator
     of its own, a callback, gets the boundary form), options that are not literals or are `devices=`, `backend=`, `axis_size=`, pytree `in_axes`
     prefixes, and an `in_axes=None` argument from callers not seen (it must be a Python or NumPy
@@ -293,11 +292,11 @@ class HostLocalInput(Rule):
                 "\n"
                 "\n"
                 "jax.distributed.initialize()\n"
-                "step = _global_call(jax.jit(_shard_mapped(f, \"i\", processes=True)))\n"
+                "step = _global_call(jax.jit(_shard_mapped(f, \"i\", processes=True)), local=True)\n"
                 "out = np.zeros((4,))\n"
                 "for x in batches:\n"
                 "    out = step(x)\n"
-                "print(_host_local(out).shape)\n"
+                "print(out.shape)\n"
                 )),
         ),
     ]

@@ -178,6 +178,35 @@ def run(batch):
     assert "rewrite `double` as" in summary and "; and `half` the same way, taking and returning" in summary, summary
 
 
+def test_an_output_read_whole_gets_the_boundary_form_and_its_row_reads_still_change():
+    """`metrics["loss"]`, `return state`: reads of a whole output would each need the host-local view;
+    the pmap returns host-local rows instead (no such read changes), and its row read still becomes
+    the device's own row (no gather). A pmap whose outputs are only fed back stays global."""
+    source = b'''import jax
+import numpy as np
+
+jax.distributed.initialize()
+step = jax.pmap(lambda s, x: (s + x, {"loss": (s * x).sum()}), axis_name="i")
+norm = jax.pmap(lambda x: x / 2, axis_name="i")
+
+
+def run(batch):
+    state, metrics = step(norm(batch), batch)
+    print(metrics["loss"][0], state[0])
+    return state
+'''
+    outcome = _fix(source, "whole.py")
+    text = outcome.fixed.decode()
+    assert "import runtime_shim" not in text and "_host_local(" not in text.split("\ndef run")[-1], text
+    assert re.search(r"step = _global_call\(\s*jax\.jit\(_shard_mapped\([^\n]*\"i\", processes=True\)\),"
+                     r"\s*local=True,?\s*\)", text), text
+    assert re.search(r"norm = _global_call\(jax\.jit\(_shard_mapped\(lambda x: x / 2, \"i\", processes=True\)\)\)",
+                     text), text
+    assert 'print(metrics["loss"][0], state.addressable_shards[0].data.squeeze(0))\n    return state\n' in text, text
+    summary = next(d.fix.summary for d in outcome.applied if d.code == "PM101")
+    assert "rewrite `norm` as" in summary and "; and `step` the same way, taking and returning" in summary, summary
+
+
 def test_a_main_handed_to_absl_app_run_is_not_traced_code():
     """`app.run(main)` hands `main` over as a value; it runs it, it does not trace it."""
     source = b'''import jax

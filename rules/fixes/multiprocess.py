@@ -25,11 +25,14 @@ pass through, host data is assembled from every process's part) and calls the ji
 ``local=True`` (the boundary form below) it returns `_host_local` of the result and refuses traced
 inputs. The three helpers are written once per package (`_pmap_compat.py`), or once in the module.
 
-The outputs stay global; every place the program reads one is rewritten to what legacy returned
-there: `out[k]` on an array output -> `out.addressable_shards[k].data.squeeze(0)` (this process's
-row k, from the device that holds it), the same inside `tree_map(lambda v: v[0], out)` and for
-flax `unreplicate(out)`; an output passed straight to a rewritten pmap (at an in_axes-0 position)
-is left global; any other read becomes `_host_local(out)` (the host-local view, no copy).
+The outputs of a pmap whose every output is either read by row or passed straight to a rewritten
+pmap stay global: `out[k]` on an array output -> `out.addressable_shards[k].data.squeeze(0)` (this
+process's row k, from the device that holds it), the same inside `tree_map(lambda v: v[0], out)`
+and for flax `unreplicate(out)`; an output passed straight to a rewritten pmap (at an in_axes-0
+position) is left global. An output read whole anywhere else (`metrics["loss"]`, `return state`)
+makes its pmap take the boundary form below (host-local rows out, as legacy returned them, no copy),
+so that no such read changes; its row reads are still rewritten (a host-local array's shard k is
+row k).
 On one process the same code computes what the single-process legacy pmap did: the mesh is the
 first n devices and the conversions do nothing to arrays already there.
 
@@ -86,8 +89,6 @@ class GlobalRewrite(GlobalRender):
         self.sites: list[PlannedSite] = []
         self._fix: FixSpec | None = None
         self._planned = False
-        self._host_local: str | None = None
-        self._host_local_used = False
         self._accesses: dict[str, list[cst.Name]] | None = None
         self.tracing = ProgramTracing(self.model)
         self.row_reads: frozenset[int] = frozenset()  # the planned fix's (Reads.row_reads)
@@ -108,7 +109,7 @@ class GlobalRewrite(GlobalRender):
     def reads_row(self, node: cst.CSTNode) -> FixSpec | None:
         """The module's fix where it rewrites the read ``node`` of a pmap output into this
         process's row read from its device (`out[0]`, a `tree_map(lambda v: v[0], out)`); None
-        where it does not (a read through `_host_local`, which is still a stack, included)."""
+        where it does not."""
         self._plan()
         return self._fix if self._fix is not None and self.sites and id(node) in self.row_reads else None
 
@@ -132,9 +133,9 @@ class GlobalRewrite(GlobalRender):
                 return
             except SiteFailure as failure:
                 entry = failure.site
-                if entry.boundary is None and self._boundary_admits(entry):
-                    # Its outputs' reads cannot be rewritten: it returns host-local rows instead,
-                    # which every read takes as it took legacy's.
+                if entry.boundary is None and self.boundary_admits(entry):
+                    # Its outputs are read whole, or their reads cannot be followed: it returns
+                    # host-local rows instead, which every read takes as it took legacy's.
                     entry.boundary = failure.why
                     try:
                         self._define(entry)
@@ -216,7 +217,7 @@ class GlobalRewrite(GlobalRender):
             assert plan is not None
         entry.in_axes = plan.in_axes
         self._check_in_axes(entry)
-        if entry.boundary is not None and not self._boundary_admits(entry):
+        if entry.boundary is not None and not self.boundary_admits(entry):
             raise Unsupported(f"{entry.boundary}, and an in_axes=None argument from a caller not seen may be a "
                               "committed jax.Array (jit refuses those with global arrays)")
         return entry
@@ -236,7 +237,7 @@ class GlobalRewrite(GlobalRender):
         taken.update(earlier)  # names taken once stay taken (the helpers', made on the first rendering only)
 
     @staticmethod
-    def _boundary_admits(entry: PlannedSite) -> bool:
+    def boundary_admits(entry: PlannedSite) -> bool:
         """Whether the site may take the boundary form: every caller is seen (their in_axes=None
         arguments were checked: Python or NumPy values), or there is no in_axes=None argument (which
         jit takes as it is, and refuses as a jax.Array committed to this process)."""
@@ -344,7 +345,6 @@ class GlobalRewrite(GlobalRender):
 
     # ------------------------------------------------------------------ the fix
     def _combined_fix(self) -> FixSpec:
-        self._host_local_used = False
         edits: list[Edit] = []
         imports: list[ImportSpec] = []
         removes: list[ImportSpec] = []
@@ -356,7 +356,7 @@ class GlobalRewrite(GlobalRender):
             site_edits = list(entry.fix.edits)  # (a boundary's wrapper returns host-local rows: `local=True`)
             try:
                 if entry.boundary is None:
-                    site_edits += reads.for_calls(entry)
+                    reads.for_calls(entry)
                 for assignment in outputs.assignments():
                     if outputs.owner(assignment) is entry:
                         site_edits += reads.for_assignment(assignment)
@@ -366,7 +366,6 @@ class GlobalRewrite(GlobalRender):
             imports.append(ImportSpec("jax"))  # the call site's own `jax.jit`
             removes += entry.fix.remove_imports
         removes += reads.removes
-        edits = reads.merge_inline(edits)
         self.row_reads = frozenset(reads.row_reads)
         try:
             edits = compose_edits(self.model, spaced(self.model, edits, self.rewriter.plain_generated))
@@ -378,8 +377,8 @@ class GlobalRewrite(GlobalRender):
         inside = ", ".join(dict.fromkeys(f"`{e.wrapper_name}`" for e in self.sites if e.boundary is None))
         boundary = ", ".join(dict.fromkeys(f"`{e.wrapper_name}`" for e in self.sites if e.boundary is not None))
         mesh = "as `jax.jit(jax.shard_map(...))` over a global mesh of every process's devices (legacy pmap's order)"
-        at_boundary = ("taking and returning this process's rows as legacy pmap did (their callers or reads are not "
-                       "all seen here; called in traced code on several processes, they raise)")
+        at_boundary = ("taking and returning this process's rows as legacy pmap did, so that no caller or read "
+                       "changes (called in traced code on several processes, they raise)")
         if not inside:
             summary = f"rewrite {boundary} {mesh}, {at_boundary} (same values as legacy pmap)"
         else:
@@ -426,8 +425,7 @@ class GlobalRewrite(GlobalRender):
         """Every name a call of a rewritten pmap binds, with the layout of what it receives."""
         outputs = Outputs()
         for entry in self.sites:
-            if entry.boundary is not None:
-                continue  # host-local outputs: read as legacy's were
+            # (a boundary's outputs are host-local rows, read as legacy's were: only its row reads change)
             for call in entry.calls:
                 for target in self.bound_targets(entry, call) or ():
                     if isinstance(target, cst.Name):
@@ -440,6 +438,10 @@ class GlobalRewrite(GlobalRender):
 
     def _bind(self, outputs: Outputs, entry: PlannedSite, target: cst.Name, layout: Layout) -> None:
         assignment = self.model.assignment_for_target(target)
+        if entry.boundary is not None:
+            if assignment is not None and not isinstance(assignment.scope, ClassScope):
+                outputs.add(assignment, entry, layout)
+            return
         if assignment is None:
             raise SiteFailure(entry, f"`{target.value}` is bound where its reads cannot be followed")
         if isinstance(assignment.scope, ClassScope):

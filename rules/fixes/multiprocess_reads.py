@@ -25,6 +25,10 @@ from pmap_migrate.rules.knowledge import tables
 # or a tuple of those for a function returning a tuple with per-output out_axes.
 Layout = int | None | tuple
 
+# Why a pmap whose output the program reads whole (not a row, not fed back to a rewritten pmap) takes
+# the boundary form: it returns host-local rows, as legacy did, and no such read changes.
+WHOLE = "its outputs are read whole"
+
 
 @dataclass
 class PlannedSite:
@@ -83,45 +87,20 @@ class Reads:
         self.by_site = by_site
         self.outputs = outputs
         self.seen: set[int] = set()
-        self.wrapped_calls: dict[cst.Call, PlannedSite] = {}
         self.removes: list[ImportSpec] = []  # imports a rewritten read may leave unused (flax's unreplicate)
         # The nodes of reads rewritten to this process's row from its device (`out[0]`, a
         # `tree_map(lambda v: v[0], out)`, `unreplicate(out)`): no longer a gather after the fix.
         self.row_reads: set[int] = set()
 
     # ------------------------------------------------------------------ calls
-    def for_calls(self, entry: PlannedSite) -> list[Edit]:
-        """A call whose output is not bound to names nor passed straight to a rewritten pmap: its
-        result is converted to the host-local arrays legacy returned, right there."""
-        edits: list[Edit] = []
+    def for_calls(self, entry: PlannedSite) -> None:
+        """A call whose output is neither bound to names nor passed straight to a rewritten pmap
+        (nor dropped) is read whole: its pmap takes the boundary form (raises SiteFailure)."""
         for call in entry.calls:
-            parent = self.model.parent(call)
-            if self.plan.bound_targets(entry, call) is not None:
+            if self.plan.bound_targets(entry, call) is not None or isinstance(self.model.parent(call), cst.Expr):
                 continue
-            if isinstance(parent, cst.Expr):
-                continue  # the value is dropped
-            if self._passed_through(call, entry.layout):
-                continue
-            self.wrapped_calls[call] = entry
-            edits.append(Edit(call, _host_local_call(self.plan.host_local_name(), call)))
-        return edits
-
-    def merge_inline(self, edits: list[Edit]) -> list[Edit]:
-        """`jax.pmap(f)(x)` wrapped whole: the wrap names the hoisted wrapper itself (one edit, not
-        two nested ones)."""
-        inline = {entry.inline_call: entry for entry in self.plan.sites if entry.inline_call is not None}
-        merged: list[Edit] = []
-        replaced_sites = set()
-        for edit in edits:
-            call = edit.target
-            if isinstance(call, cst.Call) and call in self.wrapped_calls and call in inline:
-                entry = self.wrapped_calls[call]
-                inner = call.with_changes(func=cst.Name(entry.wrapper_name))
-                merged.append(Edit(call, _host_local_call(self.plan.host_local_name(), inner)))
-                replaced_sites.add(id(entry.site.node))
-                continue
-            merged.append(edit)
-        return [e for e in merged if not (id(e.target) in replaced_sites and e.replacement is not None)]
+            if not self._passed_through(call, entry.layout):
+                raise SiteFailure(entry, WHOLE)
 
     def _passed_through(self, value: cst.BaseExpression, layout: Layout) -> bool:
         """``value`` is an argument of a call of a rewritten pmap that maps it on axis 0, and every
@@ -149,6 +128,8 @@ class Reads:
             parent = self.model.parent(node)
             in_place = (isinstance(parent, cst.AugAssign) and parent.target is node) or isinstance(parent, cst.Del)
             if in_place and assignment in self.model.reaching_assignments(node):
+                if self.outputs.owner(assignment).boundary is not None:
+                    return []  # host-local rows, updated: read as they are
                 raise Unsupported(f"`{name}` is updated in place")
         for read in self.plan.reads_of(name):
             if id(read) in self.seen:
@@ -168,6 +149,10 @@ class Reads:
         # outputs laid out differently: neither a pass-through nor a row read, the host-local view is exact
         layout = next(iter(layouts.values())) if len(layouts) == 1 else "mixed"
         placement = self.plan.placement
+        owners = [self.outputs.owner(a) for a in reaching if a in self.outputs]
+        if all(entry.boundary is not None for entry in owners):
+            # host-local rows, as legacy returned them: only a row read changes (no gather)
+            return self._boundary_read(read, layout, placement)
         if self.plan.tracing.may_be_traced(read):
             raise Unsupported(f"`{read.value}` is read in code that may be traced")
         if self._passed_through(read, layout):
@@ -182,8 +167,20 @@ class Reads:
                 if isinstance(parent, cst.Arg):
                     self.row_reads.add(id(model.parent(parent)))
                 return row
-        # Any other read: the host-local view (it leaves host data and this process's arrays as they are).
-        return [Edit(read, cst.Call(cst.Name(self.plan.host_local_name()), [cst.Arg(cst.Name(read.value))]))]
+        # Any other read: the output is read whole; its pmap returns host-local rows instead.
+        raise SiteFailure(next(entry for entry in owners if entry.boundary is None), WHOLE)
+
+    def _boundary_read(self, read: cst.Name, layout: Layout, placement) -> list[Edit] | None:
+        parent = self.model.parent(read)
+        if layout != 0 or self.plan.tracing.may_be_traced(read) or isinstance(parent, (cst.AugAssign, cst.Del)) \
+                or is_assignment_target(self.model, read):
+            return None
+        row = self._row_read(read, parent, placement)
+        if row is not None:
+            self.row_reads.add(id(parent))
+            if isinstance(parent, cst.Arg):
+                self.row_reads.add(id(self.model.parent(parent)))
+        return row
 
     def _row_read(self, read: cst.Name, parent: cst.CSTNode | None, placement) -> list[Edit] | None:
         """`out[k]`, `tree_map(lambda v: v[k], out)`, `unreplicate(out)` on a stack with one row per
@@ -228,10 +225,6 @@ class Reads:
                     lpar=subscript.lpar, rpar=subscript.rpar)))
             return edits or None
         return None
-
-
-def _host_local_call(helper: str, call: cst.Call) -> cst.Call:
-    return cst.Call(cst.Name(helper), [cst.Arg(call.with_changes(lpar=(), rpar=()))], lpar=call.lpar, rpar=call.rpar)
 
 
 def owner_of(node: cst.CSTNode, sites: list[PlannedSite]) -> PlannedSite:

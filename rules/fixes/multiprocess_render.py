@@ -129,19 +129,11 @@ class GlobalRender:
                                  room=room(self.rewriter.model, call))
         return None if built is None else f"{plan.name} = {code_of(built)}\n"
 
-    def host_local_name(self) -> str:
-        """The host-local view helper (the package's shared `_host_local`), when a read uses it."""
-        if self._host_local is None:
-            self._host_local = self.rewriter.shared_helper(HOST_LOCAL, host_local_helper).name
-        self._host_local_used = True
-        return self._host_local
-
     def helpers_used(self) -> tuple[Helper, ...]:
-        """The shared helpers the module's rewrite calls (`_global_call`, and the two it calls:
-        `_host_local` is imported too where reads call it)."""
+        """The shared helpers the module's rewrite calls (`_global_call`, and the two it calls)."""
         renders = {GLOBAL_CALL: global_call_helper, TO_GLOBAL: to_global_helper, HOST_LOCAL: host_local_helper}
         helpers = tuple(dataclasses.replace(self.rewriter.shared_helper(key, renders[key]),
-                                            support=key == TO_GLOBAL or (key == HOST_LOCAL and not self._host_local_used))
+                                            support=key != GLOBAL_CALL)
                         for key in (GLOBAL_CALL, TO_GLOBAL, HOST_LOCAL))
         # every site's jitted part is the compact form's helper (`_render` refuses any other)
         return helpers + ((self.rewriter.compact_helper()[1],) if self.sites else ())
