@@ -149,17 +149,18 @@ class Reads:
         # outputs laid out differently: neither a pass-through nor a row read, the host-local view is exact
         layout = next(iter(layouts.values())) if len(layouts) == 1 else "mixed"
         placement = self.plan.placement
-        owners = [self.outputs.owner(a) for a in reaching if a in self.outputs]
-        if all(entry.boundary is not None for entry in owners):
+        owners = [self.outputs.owner(a) for a in reaching if a in self.outputs and self.outputs.owner(a).boundary is None]
+        if not owners:
             # host-local rows, as legacy returned them: only a row read changes (no gather)
             return self._boundary_read(read, layout, placement)
+        # (a read global outputs cannot take: the first pmap whose output it may be returns host-local rows)
         if self.plan.tracing.may_be_traced(read):
-            raise Unsupported(f"`{read.value}` is read in code that may be traced")
+            raise SiteFailure(owners[0], f"`{read.value}` is read in code that may be traced")
         if self._passed_through(read, layout):
             return None
         parent = model.parent(read)
         if isinstance(parent, (cst.AugAssign, cst.Del)) or is_assignment_target(model, read):
-            raise Unsupported(f"`{read.value}` is updated in place")
+            raise SiteFailure(owners[0], f"`{read.value}` is updated in place")
         if layout == 0:
             row = self._row_read(read, parent, placement)
             if row is not None:
@@ -168,7 +169,7 @@ class Reads:
                     self.row_reads.add(id(model.parent(parent)))
                 return row
         # Any other read: the output is read whole; its pmap returns host-local rows instead.
-        raise SiteFailure(next(entry for entry in owners if entry.boundary is None), WHOLE)
+        raise SiteFailure(owners[0], WHOLE)
 
     def _boundary_read(self, read: cst.Name, layout: Layout, placement) -> list[Edit] | None:
         parent = self.model.parent(read)
