@@ -16,8 +16,9 @@ The rule, for a module at ``path``:
   imported by its plain name, which works when the script runs (its directory is first on
   ``sys.path``) and under pytest's default import mode (it puts the test's directory there). Two
   directories of tests may meet in one pytest session, where the first ``_pmap_compat`` imported
-  serves both: the sibling module of a directory that holds tests therefore holds every shared
-  helper, so that either serves both (a directory of scripts only: the helpers its modules use);
+  serves both: the sibling modules of the project's directories that hold tests therefore hold
+  the same helpers, what any of them needs (fix grows them all when one grows), so that any one
+  serves them all (a directory of scripts only: the helpers its modules use);
 - a module of a namespace package inside a regular package, which imports that package's top by
   name (``from pkg.x import y``): the top package's module, imported by its name;
 - a module (not a script) that none of the above places, whose sibling modules import a
@@ -41,8 +42,8 @@ from pathlib import Path
 import libcst as cst
 
 from pmap_migrate.importorder import ImportOrder, line_key, member_key, section
-from pmap_migrate.projectstyle import import_order
-from pmap_migrate.rules.fixes.shared import EVERY_HELPER, MODULE_NAME, helpers_in, is_current, module_text
+from pmap_migrate.projectstyle import import_order, project_root
+from pmap_migrate.rules.fixes.shared import MODULE_NAME, helpers_in, is_current, module_text
 
 FILE_NAME = f"{MODULE_NAME}.py"
 _TEST_NAME = ("test_", "_test.py", "conftest.py")
@@ -55,7 +56,7 @@ class SharedLocation:
     file: str  # the path of the shared module, as the fixed module's path was given (relative or not)
     module: str  # ``from <module> import ...`` (without the leading dots of a relative import)
     relative: int = 0  # the leading dots
-    every_helper: bool = False  # a sibling of tests: holds every shared helper (see the module's docstring)
+    every_helper: bool = False  # a sibling of tests: holds what all of its project hold (module's docstring)
 
 
 def _is_identifier(name: str) -> bool:
@@ -329,6 +330,28 @@ def _holds_tests(directory: Path) -> bool:
         return True
 
 
+def _beside_tests_in(root: Path) -> dict[str, frozenset[str]]:
+    """The shared modules this tool wrote beside tests in directories without ``__init__.py``
+    under ``root`` (not below hidden directories or virtual environments), with what each holds."""
+    found: dict[str, frozenset[str]] = {}
+    for directory, subdirectories, files in os.walk(root):
+        subdirectories[:] = [d for d in subdirectories if not d.startswith(".") and d not in _NOT_SEARCHED
+                             and not os.path.exists(os.path.join(directory, d, "pyvenv.cfg"))]
+        if FILE_NAME not in files or "__init__.py" in files or not _holds_tests(Path(directory)):
+            continue
+        path = os.path.join(directory, FILE_NAME)
+        try:
+            held = helpers_in(Path(path).read_text(encoding="utf-8"))
+        except (OSError, UnicodeDecodeError):
+            continue
+        if held:
+            found[os.path.normpath(os.path.realpath(path))] = held
+    return found
+
+
+_NOT_SEARCHED = frozenset({"__pycache__", "node_modules", "site-packages", "build", "dist"})
+
+
 def _is_test_name(name: str) -> bool:
     return name.startswith(_TEST_NAME[0]) or name.endswith(_TEST_NAME[1]) or name == _TEST_NAME[2]
 
@@ -376,11 +399,20 @@ def shared_modules(needs: list[tuple[SharedLocation, frozenset[str]]]) -> list[S
     """The shared modules the fixed modules need (each location with the helpers they import from
     it), merged by file, with what each already holds; only those that change."""
     wanted: dict[str, set[str]] = {}
+    beside_tests: dict[Path | None, set[str]] = {}  # project -> its modules beside tests, in this run
     for location, names in needs:
         key = os.path.normpath(os.path.realpath(location.file))
-        entry = wanted.setdefault(key, set())
-        entry.update(EVERY_HELPER if location.every_helper else names)
+        wanted.setdefault(key, set()).update(names)
+        if location.every_helper:
+            beside_tests.setdefault(project_root(key), set()).add(key)
     shown = {os.path.normpath(os.path.realpath(location.file)): location.file for location, _ in needs}
+    for root, keys in beside_tests.items():
+        # every module beside tests of the project holds the same: what any of them needs or holds
+        held = {} if root is None else _beside_tests_in(root)
+        union = set().union(*(wanted[key] for key in keys), *held.values())
+        for key in keys | set(held):
+            wanted.setdefault(key, set()).update(union)
+            shown.setdefault(key, os.path.relpath(key))
     out = []
     for key, names in sorted(wanted.items()):
         path = Path(key)

@@ -99,7 +99,7 @@ def test_the_shared_module_is_created_once_per_package_and_imported(project):
     # the package's top (not pkg/sub), and beside the test of a directory without __init__.py
     assert created == ["pkg/_pmap_compat.py", "tests/_pmap_compat.py"]
     assert helpers_in(files["pkg/_pmap_compat.py"]) == {"_shard_mapped", "_replicate"}  # what the package uses
-    assert helpers_in(files["tests/_pmap_compat.py"]) == EVERY_HELPER  # beside scripts: every helper, all options
+    assert helpers_in(files["tests/_pmap_compat.py"]) == {"_shard_mapped"}  # beside tests: what the project's tests use
     assert "from pkg._pmap_compat import _replicate, _shard_mapped\n" in files["pkg/ops.py"]  # absolute
     assert "from .._pmap_compat import _shard_mapped\n" in files["pkg/sub/steps.py"]  # relative, as steps does
     assert "from _pmap_compat import _shard_mapped\n" in files["tests/test_pkg.py"]
@@ -124,11 +124,15 @@ def test_the_shared_modules_imports_follow_the_projects_isort_settings(tmp_path)
     text = (root / "tests" / "_pmap_compat.py").read_text()
     block = text[text.index("import functools"):text.index("\n\n\ndef ")]
     assert block.split("\n") == [
-        "import functools", "", "import numpy as np", "", "import jax", "import jax.numpy as jnp",
-        "from jax.experimental import multihost_utils", "from jax.sharding import Mesh",
-        "from jax.sharding import NamedSharding",
+        "import functools", "", "import jax", "import jax.numpy as jnp", "from jax.sharding import Mesh",
         "from jax.sharding import PartitionSpec as P"]
-    assert helpers_in(text) == EVERY_HELPER  # still the tool's own module: used, extended
+    assert helpers_in(text) == {"_shard_mapped"}  # still the tool's own module: used, extended
+    text = (root / "pkg" / "_pmap_compat.py").read_text()  # numpy: third party, before jax
+    block = text[text.index("import functools"):text.index("\n\n\ndef ")]
+    assert block.split("\n") == [
+        "import functools", "", "import numpy as np", "", "import jax", "import jax.numpy as jnp",
+        "from jax.sharding import Mesh", "from jax.sharding import NamedSharding",
+        "from jax.sharding import PartitionSpec as P"]
     files = tree(root)
     again = run_cli(root, "fix", "--no-cache", "pkg", "tests")
     assert again.exit_code == 0 and tree(root) == files
@@ -181,7 +185,7 @@ def test_diff_shows_the_new_module_and_writes_nothing(project):
     result = run_cli(project, "fix", "--no-cache", "--diff", ".")
     assert result.exit_code == 1
     assert "--- /dev/null\n+++ b/pkg/_pmap_compat.py\n" in result.output
-    assert "+def _shard_mapped(\n" in result.output
+    assert "+def _shard_mapped(f, axis_name=None" in result.output
     assert "+from pkg._pmap_compat import _replicate, _shard_mapped" in result.output
     assert tree(project) == FILES
 
@@ -599,3 +603,75 @@ def test_every_helper_line_fits_in_80_columns_in_a_module_of_that_indent(indent)
     texts["_shard_mapped"] = shard_mapped_helper("_shard_mapped", indent)
     long = {(name, line) for name, text in texts.items() for line in text.splitlines() if len(line) > 80}
     assert not long, long
+
+
+# ------------------------------------------------------------- directories of tests, one session
+FIRST_TEST = '''import jax
+import numpy as np
+
+
+def test_double():
+    out = jax.pmap(lambda x: x * 2, axis_name="i")(np.arange(4.0).reshape(2, 2))
+    print("double", np.asarray(out).tolist())
+'''
+
+SECOND_TEST = '''import jax
+import numpy as np
+
+
+def test_scaled():
+    w = jax.device_put_replicated(np.float32(3.0), jax.local_devices()[:2])
+    out = jax.pmap(lambda x, w: x * w, in_axes=(1, 0))(np.arange(4.0).reshape(2, 2), w)
+    print("scaled", np.asarray(out).tolist())
+'''
+
+# What pytest's default import mode does with two directories of tests in one session: each test's
+# directory first on sys.path, its module imported; `_pmap_compat` is imported once, from the first.
+SESSION = '''import importlib
+import sys
+
+for directory, name, test in (("tests", "test_first", "test_double"), ("tests/more", "test_second", "test_scaled")):
+    sys.path.insert(0, directory)
+    getattr(importlib.import_module(name), test)()
+'''
+
+
+def _test_dirs(root: Path) -> Path:
+    (root / "tests" / "more").mkdir(parents=True)
+    (root / "pyproject.toml").write_text("[tool.pmap-migrate]\n")
+    (root / "tests" / "test_first.py").write_text(FIRST_TEST)
+    (root / "tests" / "more" / "test_second.py").write_text(SECOND_TEST)
+    (root / "session.py").write_text(SESSION)
+    return root
+
+
+def test_the_modules_beside_tests_hold_the_same_helpers_grown_together(tmp_path):
+    """Fixed one directory at a time, the modules beside the project's tests end up identical,
+    each with what any of them needs (not every helper): a second run that needs more grows the
+    first directory's module too; either imported first serves both."""
+    from tests.support import jaxenv
+
+    legacy = _test_dirs(tmp_path / "legacy")
+    fixed = tmp_path / "fixed"
+    shutil.copytree(legacy, fixed)
+    assert run_cli(fixed, "fix", "--no-cache", "--unsafe-fixes", "tests/test_first.py").exit_code == 0
+    first = (fixed / "tests" / "_pmap_compat.py").read_text()
+    assert helpers_in(first) == {"_shard_mapped"}
+    assert run_cli(fixed, "fix", "--no-cache", "--unsafe-fixes", "tests/more").exit_code == 0
+    files = tree(fixed)
+    assert files["tests/_pmap_compat.py"] == files["tests/more/_pmap_compat.py"] != first
+    held = helpers_in(files["tests/_pmap_compat.py"])
+    assert {"_shard_mapped", "_replicate", "_shard_mapped:axes"} <= held and held < EVERY_HELPER, held
+    assert "jax.pmap" not in files["tests/test_first.py"] + files["tests/more/test_second.py"]
+    again = run_cli(fixed, "fix", "--no-cache", "--unsafe-fixes", ".")
+    assert again.exit_code == 0 and tree(fixed) == files
+    outputs = {}
+    for env, root in ((jaxenv.LEGACY, legacy), (jaxenv.NEWEST, fixed)):
+        try:
+            python = jaxenv.python_for(env)
+        except jaxenv.EnvUnavailable as why:
+            pytest.skip(str(why))
+        proc = jaxenv.run_program(python, root / "session.py", cwd=root, repo_on_path=False)
+        assert proc.returncode == 0, proc.stderr[-3000:]
+        outputs[env.name] = proc.stdout
+    assert outputs[jaxenv.LEGACY.name] == outputs[jaxenv.NEWEST.name] != "", outputs

@@ -260,7 +260,7 @@ SHARED_HELPERS: dict[str, SharedHelper] = {
 }
 
 
-# Every helper, `_shard_mapped` with every option (a directory of tests or scripts holds them all).
+# Every helper, `_shard_mapped` with every option (what earlier versions wrote beside tests).
 EVERY_HELPER = frozenset(SHARED_HELPERS) | feature_names(ALL_FEATURES)
 
 
