@@ -207,6 +207,37 @@ def run(batch):
     assert "rewrite `norm` as" in summary and "; and `step` the same way, taking and returning" in summary, summary
 
 
+def test_a_name_two_pmaps_bind_updated_in_place_keeps_both_rewritten():
+    """`logs`, bound by the training step (already at its boundary: its metrics are read whole) and
+    by the evaluation step, then updated in place: the evaluation step returns host-local rows too;
+    neither goes to the shim (scenic's knowledge_visual_language trainer)."""
+    source = b'''import jax
+
+jax.distributed.initialize()
+train = jax.pmap(lambda s, b: (s + b, {"loss": b.sum()}, {"a": b}), axis_name="batch")
+evaluate = jax.pmap(lambda s, b: ({"loss": b.sum()}, {"e": b}), axis_name="batch")
+
+
+def run(state, batches, log):
+    for batch in batches:
+        with jax.profiler.StepTraceAnnotation("train"):
+            state, metrics, logs = train(state, batch)
+        logs["lr"] = 0.1
+        log(metrics, logs)
+        if batch is not None:
+            for _ in range(2):
+                e_metrics, logs = evaluate(state, batch)
+            log(e_metrics, logs)
+    return state
+'''
+    outcome = _fix(source, "two.py")
+    text = outcome.fixed.decode()
+    assert "runtime_shim" not in text.split("\ndef run")[-1] and "import runtime_shim" not in text, text
+    assert text.count("local=True") == 2, text
+    summary = next(d.fix.summary for d in outcome.applied if d.code == "PM101")
+    assert "`train`, `evaluate`" in summary and "taking and returning this process's rows" in summary, summary
+
+
 def test_a_main_handed_to_absl_app_run_is_not_traced_code():
     """`app.run(main)` hands `main` over as a value; it runs it, it does not trace it."""
     source = b'''import jax
