@@ -19,7 +19,8 @@ file (``*_test.py``, ``test_*.py``) whose text contains ``--grep`` (default ``pm
    constrains the other two, so the three differ only in jax (and what jax itself needs).
 2. TREE is copied to ``<cache>/NAME/fixed-tree`` (a fixed path: the ``fixed`` venv's editable
    install points at it) and ``EXE fix --unsafe-fixes --no-cache --show-fixes`` runs over the
-   copy (``--fix-path``: only those paths of it). The shim (``--shim``, default this repository's
+   copy (``--fix-path``: only those paths of it; ``--fix-arg``: one more option of `fix`, such as
+   ``--fix-arg=--no-shim``). The shim (``--shim``, default this repository's
    ``runtime_shim``) is (re)installed into ``fixed`` unless ``--no-shim``.
 3. pytest runs the selected tests in each venv, from the tree it belongs to, with 8 CPU devices
    (``XLA_FLAGS=--xla_force_host_platform_device_count=8``, ``--devices``; ``JAX_PLATFORMS=cpu``):
@@ -182,9 +183,9 @@ def python_files(root: Path) -> dict[str, bytes]:
             if not SKIP_DIRS & set(p.relative_to(root).parts) and p.is_file()}
 
 
-def run_fix(exe: str, copy: Path, paths: list[str], log: Path) -> FixSummary:
+def run_fix(exe: str, copy: Path, paths: list[str], log: Path, extra: list[str] = ()) -> FixSummary:
     before = python_files(copy)
-    command = [exe, "fix", "--unsafe-fixes", "--no-cache", "--show-fixes", *paths]
+    command = [exe, "fix", "--unsafe-fixes", "--no-cache", "--show-fixes", *extra, *paths]
     start = time.perf_counter()
     done = subprocess.run(command, cwd=copy, capture_output=True, text=True, errors="replace")
     seconds = time.perf_counter() - start
@@ -419,6 +420,8 @@ def main(argv: list[str] | None = None, around_fix: tuple[Callable[[Path], None]
     parser.add_argument("-k", default=None, help="pytest -k expression")
     parser.add_argument("--grep", default="pmap", help="select the test files containing this text")
     parser.add_argument("--fix-path", action="append", default=[], help="paths of the copy to fix (default: all)")
+    parser.add_argument("--fix-arg", action="append", default=[], metavar="ARG",
+                        help="one more option of `fix` (repeatable; e.g. --fix-arg=--no-shim)")
     parser.add_argument("--pmap-migrate", dest="exe", default=DEFAULT_EXE, help="the pmap-migrate executable")
     parser.add_argument("--shim", type=Path, default=REPO / "runtime_shim", help="the runtime_shim source to install")
     parser.add_argument("--no-shim", action="store_true", help="do not install the shim into the fixed venv")
@@ -469,7 +472,7 @@ def run(args, tests: list[str], around_fix=None) -> int:
     copy_tree(args.tree, copy)
     if around_fix:
         around_fix[0](copy)
-    fix = run_fix(args.exe, copy, args.fix_path or ["."], scratch / "fix.log")
+    fix = run_fix(args.exe, copy, args.fix_path or ["."], scratch / "fix.log", args.fix_arg)
     if around_fix:
         around_fix[1](copy)
     fixed_editable = None if args.no_install else str(copy)

@@ -138,6 +138,11 @@ _IDIOMATIC_HELP = ("Offer the idiomatic rewrite of a whole data-parallel loop (o
                    "in the config.")
 
 
+_SHIM_HELP = ("Fall back to `runtime_shim` (legacy semantics at run time; needs pmap-migrate-shim installed) "
+             "where no plain rewrite exists, the default; --no-shim leaves those sites unchanged, each finding "
+             "saying why; overrides `shim` in the config.")
+
+
 _FORMAT_HELP = ("How findings are printed: text, concise (without source lines), json, github (annotations), "
                 "sarif, junit (XML test report) or gitlab (Code Quality).")
 _DOCS_URL_HELP = ("Where a rule's documentation page is, for SARIF's helpUri: a URL template in which {code} "
@@ -155,6 +160,7 @@ _DOCS_URL_HELP = ("Where a rule's documentation page is, for SARIF's helpUri: a 
 @click.option("--write-baseline", "write_baseline_file", type=click.Path(dir_okay=False), default=None,
               metavar="FILE", help="Record the current findings as the baseline in FILE and exit 0.")
 @click.option("--idiomatic/--no-idiomatic", default=None, help=_IDIOMATIC_HELP)
+@click.option("--shim/--no-shim", default=None, help=_SHIM_HELP)
 @click.option("--fix", "apply_fixes", is_flag=True, help="Apply the fixes: `pmap-migrate fix` (ruff's spelling).")
 @click.option("--unsafe-fixes", is_flag=True, help="With --fix or --diff: also apply the unsafe fixes.")
 @click.option("--diff", is_flag=True, help="`pmap-migrate fix --diff`: print what --fix would change, write nothing.")
@@ -163,7 +169,7 @@ _DOCS_URL_HELP = ("Where a rule's documentation page is, for SARIF's helpUri: a 
 @handle_errors
 def check(paths, select, ignore, extend_exclude, force_exclude, config_file, no_cache, jobs, stdin_filename,
           output_file, quiet, output_format, statistics, exit_zero, baseline_file, write_baseline_file, idiomatic,
-          apply_fixes, unsafe_fixes, diff, show_fixes, rule_docs_url):
+          shim, apply_fixes, unsafe_fixes, diff, show_fixes, rule_docs_url):
     """Report legacy pmap patterns in PATHS (default: the current directory; `-` reads stdin).
 
     With --fix or --diff it is `pmap-migrate fix` (with --unsafe-fixes, --show-fixes); --unsafe-fixes
@@ -179,7 +185,7 @@ def check(paths, select, ignore, extend_exclude, force_exclude, config_file, no_
             _fail(f"{given[0]} cannot be combined with --fix or --diff")
     session = Session.create(paths, select=select, ignore=ignore, extend_exclude=extend_exclude,
                              force_exclude=force_exclude, config_file=config_file, idiomatic=idiomatic,
-                             rule_docs_url=rule_docs_url)
+                             shim=shim, rule_docs_url=rule_docs_url)
     with _stdout_to(output_file):
         if apply_fixes or diff:
             if idiomatic and not unsafe_fixes and not quiet:
@@ -237,13 +243,14 @@ def _check(session, paths, *, no_cache, jobs, stdin_filename, quiet, output_form
 @click.option("--output-format", type=click.Choice(OUTPUT_FORMATS), default="text", show_default=True,
               help="Format of the findings left after fixing (" + _FORMAT_HELP.split(": ", 1)[1].rstrip(".") + ").")
 @click.option("--idiomatic/--no-idiomatic", default=None, help=_IDIOMATIC_HELP + " Needs --unsafe-fixes.")
+@click.option("--shim/--no-shim", default=None, help=_SHIM_HELP)
 @click.option("--review-skipped", is_flag=True, help="Disregard the fixes skipped in an earlier review "
               "(.pmap-migrate-skips.json): with --interactive, ask about them again; without it, apply them.")
 @click.option("--rule-docs-url", default=None, metavar="TEMPLATE", help=_DOCS_URL_HELP)
 @handle_errors
 def fix(paths, select, ignore, extend_exclude, force_exclude, config_file, no_cache, jobs, stdin_filename,
-        output_file, quiet, unsafe_fixes, diff, show_fixes, output_format, interactive, idiomatic, review_skipped,
-        rule_docs_url):
+        output_file, quiet, unsafe_fixes, diff, show_fixes, output_format, interactive, idiomatic, shim,
+        review_skipped, rule_docs_url):
     """Rewrite legacy pmap patterns in PATHS in place (safe fixes; --unsafe-fixes for the rest).
 
     `-` reads the source from stdin and writes the fixed source to stdout (the findings left go to
@@ -256,7 +263,7 @@ def fix(paths, select, ignore, extend_exclude, force_exclude, config_file, no_ca
 
     session = Session.create(paths, select=select, ignore=ignore, extend_exclude=extend_exclude,
                              force_exclude=force_exclude, config_file=config_file, idiomatic=idiomatic,
-                             rule_docs_url=rule_docs_url)
+                             shim=shim, rule_docs_url=rule_docs_url)
     if interactive and session.reads_stdin:
         _fail("--interactive cannot read stdin; name the files to review")
     if idiomatic and not unsafe_fixes and not quiet:
@@ -603,9 +610,10 @@ def _console(stderr: bool = False):
               show_default=True, help="markdown (a ledger for people) or json.")
 @click.option("--format", "format_alias", type=click.Choice(REPORT_FORMATS), default=None, hidden=True)
 @click.option("--output", "output_alias", type=click.Path(dir_okay=False), default=None, hidden=True)
+@click.option("--shim/--no-shim", default=None, help=_SHIM_HELP)
 @handle_errors
 def report(paths, select, ignore, extend_exclude, force_exclude, config_file, no_cache, jobs, stdin_filename,
-           output_file, quiet, report_format, format_alias, output_alias):
+           output_file, quiet, report_format, format_alias, output_alias, shim):
     """A ledger of every legacy site in PATHS and what will become of it (fixable, shimmed, manual, ...)."""
     from pmap_migrate import report as ledger
     from pmap_migrate.session import Session
@@ -613,7 +621,7 @@ def report(paths, select, ignore, extend_exclude, force_exclude, config_file, no
     report_format = format_alias or report_format
     output_file = output_file or output_alias
     session = Session.create(paths, select=select, ignore=ignore, extend_exclude=extend_exclude,
-                             force_exclude=force_exclude, config_file=config_file)
+                             force_exclude=force_exclude, config_file=config_file, shim=shim)
     outcome = session.check(use_cache=not no_cache, jobs=jobs, stdin_filename=stdin_filename, progress=not quiet)
     from pmap_migrate.skips import SkipStore
 

@@ -28,7 +28,7 @@ DEFAULT_EXCLUDE = (
 
 KNOWN_KEYS = {
     "select", "ignore", "extend-select", "extend-ignore", "per-file-ignores", "exclude",
-    "extend-exclude", "respect-gitignore", "cache-dir", "idiomatic", "rule-docs-url",
+    "extend-exclude", "respect-gitignore", "cache-dir", "idiomatic", "shim", "rule-docs-url",
 }
 # The keys whose values are rule codes or prefixes (checked against the rules).
 CODE_KEYS = ("select", "ignore", "extend-select", "extend-ignore")
@@ -54,12 +54,13 @@ class Settings:
     respect_gitignore: bool = True
     cache_dir: Path | None = None
     idiomatic: bool = False
+    shim: bool = True  # fall back to runtime_shim where no plain rewrite exists (false: leave such sites)
     rule_docs_url: str | None = None  # a URL template with `{code}`; None: derived from the installation
     extra: dict = field(default_factory=dict, compare=False)
 
     def fingerprint(self, version: str, codes: tuple[str, ...]) -> str:
         """Everything a cached result depends on besides the file's bytes."""
-        text = repr((version, codes, self.idiomatic))
+        text = repr((version, codes, self.idiomatic, self.shim))
         from pmap_migrate.cache import blake2b
 
         return blake2b(text.encode(), digest_size=12).hexdigest()
@@ -244,6 +245,7 @@ def load_settings(config_file: Path | None, cwd: Path) -> Settings:
         respect_gitignore=boolean("respect-gitignore", True),
         cache_dir=(root / cache_dir) if cache_dir is not None else None,
         idiomatic=boolean("idiomatic", False),
+        shim=boolean("shim", True),
         rule_docs_url=docs_url,
     )
 
@@ -256,9 +258,9 @@ def check_flag_codes(option: str, codes) -> None:
 
 
 def with_overrides(settings: Settings, *, select=None, ignore=None, extend_exclude=None, idiomatic=None,
-                   rule_docs_url=None) -> Settings:
-    """Command-line flags replace (select, ignore, idiomatic, rule_docs_url) or extend (exclude) the
-    configured values."""
+                   shim=None, rule_docs_url=None) -> Settings:
+    """Command-line flags replace (select, ignore, idiomatic, shim, rule_docs_url) or extend (exclude)
+    the configured values."""
     changes = {}
     if rule_docs_url is not None:
         if DOCS_URL_PLACEHOLDER not in rule_docs_url:
@@ -267,6 +269,8 @@ def with_overrides(settings: Settings, *, select=None, ignore=None, extend_exclu
         changes["rule_docs_url"] = rule_docs_url
     if idiomatic is not None:
         changes["idiomatic"] = bool(idiomatic)
+    if shim is not None:
+        changes["shim"] = bool(shim)
     if select:
         changes["select"] = tuple(select)
     if ignore:

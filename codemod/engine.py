@@ -161,6 +161,9 @@ def analyse(module: cst.Module, path: str, rules: Sequence[type[Rule]],
             why = refused.get((rule.CODE, module.code_for_node(report.node)))
             if why is not None:
                 report = replace(report, fix=None, message=f"{report.message}; not fixed: {why}")
+        if not options.shim and report.fix is not None and report.fix.shimmed:
+            report = replace(report, fix=None, message=f"{report.message}; not fixed (the shim fallback is off): "
+                             f"{report.fix.why or report.fix.summary}")
         where = positions[report.node]
         line, end_line = where.start.line, where.end.line
         if sliced is not None:

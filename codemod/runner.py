@@ -135,7 +135,7 @@ def _is_notebook(path: str) -> bool:
 
 
 def rule_options(settings: Settings) -> RuleOptions:
-    return RuleOptions(idiomatic=settings.idiomatic)
+    return RuleOptions(idiomatic=settings.idiomatic, shim=settings.shim)
 
 
 def _install_libcst_patches() -> None:

@@ -71,13 +71,13 @@ class Session:
 
     @classmethod
     def create(cls, paths, *, select=(), ignore=(), extend_exclude=(), force_exclude=False, config_file=None,
-               idiomatic: bool | None = None, rule_docs_url: str | None = None) -> Session:
+               idiomatic: bool | None = None, shim: bool | None = None, rule_docs_url: str | None = None) -> Session:
         cwd = Path.cwd()
         settings = load_settings(Path(config_file) if config_file else None, cwd)
         check_flag_codes("--select", select)
         check_flag_codes("--ignore", ignore)
         settings = with_overrides(settings, select=list(select), ignore=list(ignore),
-                                  extend_exclude=list(extend_exclude), idiomatic=idiomatic,
+                                  extend_exclude=list(extend_exclude), idiomatic=idiomatic, shim=shim,
                                   rule_docs_url=rule_docs_url)
         codes = select_codes(list(settings.select), list(settings.ignore))
         paths = list(paths) or ["."]

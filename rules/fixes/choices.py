@@ -22,6 +22,9 @@ class RuleOptions:
 
     # PM101: offer the idiomatic rewrite (unsafe) where a whole data-parallel loop is visible
     idiomatic: bool = False
+    # Every rule: offer the fallback to `runtime_shim` where no plain rewrite exists (false: such a
+    # site has no fix, and its finding says why; `shim = false` in the config, `--no-shim`)
+    shim: bool = True
     # PM101, set by `fix` for a module whose public pmap aliases other modules import: per alias,
     # why it is kept for them ("": every importer in the project is rewritten in this run, and
     # the alias goes). An alias not named here is kept for importers, on `runtime_shim.pmap`.
