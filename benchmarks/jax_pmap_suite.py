@@ -20,6 +20,8 @@ Then ``real_suites.py DIR --name jax-pmap_test --no-install --no-shim --fixed-sh
 --pip absl-py`` runs (the further options given here are passed on): the tests run against the
 installed jax of each venv; ``fixed`` has no shim installed, ``fixed+shim`` is the same fixed file
 with the shim importable, and ``shim`` is the unchanged file with ``runtime_shim.install()``.
+``--no-shim-run`` / ``--no-fixed-shim-run`` leave those two out; ``--fix-arg=--no-shim`` fixes the
+file without the shim fallback (nothing in it imports the shim).
 """
 
 from __future__ import annotations
@@ -109,13 +111,15 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--out", type=Path, default=real_suites.CACHE / "jax-pmap_test" / "src")
     parser.add_argument("--no-shim-run", action="store_true",
                         help="leave out the run of the unchanged file with runtime_shim.install()")
+    parser.add_argument("--no-fixed-shim-run", action="store_true",
+                        help="leave out the run of the fixed file with the shim importable (after fix --no-shim)")
     args, rest = parser.parse_known_args(argv)
     original = (args.jax_tree / SUITE).read_text()
     target = args.out / SUITE
     target.parent.mkdir(parents=True, exist_ok=True)
     target.write_text(prepare(original))
     print(f"prepared {target} from {args.jax_tree / SUITE}")
-    shim_runs = ["--fixed-shim-run"] + ([] if args.no_shim_run else ["--shim-run"])
+    shim_runs = ([] if args.no_fixed_shim_run else ["--fixed-shim-run"]) + ([] if args.no_shim_run else ["--shim-run"])
 
     def before_fix(copy: Path) -> None:  # the fixer sees the imports as written
         (copy / SUITE).write_text(SELF_PMAP.sub("jax.pmap", original))
