@@ -56,7 +56,7 @@ class SharedLocation:
     file: str  # the path of the shared module, as the fixed module's path was given (relative or not)
     module: str  # ``from <module> import ...`` (without the leading dots of a relative import)
     relative: int = 0  # the leading dots
-    every_helper: bool = False  # a sibling of tests: holds what all of its project hold (module's docstring)
+    beside_tests: bool = False  # holds what every module beside the project's tests holds (module's docstring)
 
 
 def _is_identifier(name: str) -> bool:
@@ -185,7 +185,7 @@ def _by_layout(given: Path, directory: Path, module: cst.Module) -> SharedLocati
             or not usable(directory / FILE_NAME)):
         return None
     return SharedLocation(os.path.normpath(given.parent / FILE_NAME), MODULE_NAME,
-                          every_helper=_holds_tests(directory))
+                          beside_tests=_holds_tests(directory))
 
 
 def _beside_by_plain_name(given: Path, directory: Path, module: cst.Module) -> SharedLocation | None:
@@ -197,7 +197,7 @@ def _beside_by_plain_name(given: Path, directory: Path, module: cst.Module) -> S
     if any(len(parts) == 1 and parts[0] != given.stem and _exists_below(directory, parts[0])
            for parts in _absolute_imports(module)) and usable(directory / FILE_NAME):
         return SharedLocation(os.path.normpath(given.parent / FILE_NAME), MODULE_NAME,
-                              every_helper=_holds_tests(directory))
+                              beside_tests=_holds_tests(directory))
     return None
 
 
@@ -399,14 +399,14 @@ def shared_modules(needs: list[tuple[SharedLocation, frozenset[str]]]) -> list[S
     """The shared modules the fixed modules need (each location with the helpers they import from
     it), merged by file, with what each already holds; only those that change."""
     wanted: dict[str, set[str]] = {}
-    beside_tests: dict[Path | None, set[str]] = {}  # project -> its modules beside tests, in this run
+    by_project: dict[Path | None, set[str]] = {}  # project -> its modules beside tests, in this run
     for location, names in needs:
         key = os.path.normpath(os.path.realpath(location.file))
         wanted.setdefault(key, set()).update(names)
-        if location.every_helper:
-            beside_tests.setdefault(project_root(key), set()).add(key)
+        if location.beside_tests:
+            by_project.setdefault(project_root(key), set()).add(key)
     shown = {os.path.normpath(os.path.realpath(location.file)): location.file for location, _ in needs}
-    for root, keys in beside_tests.items():
+    for root, keys in by_project.items():
         # every module beside tests of the project holds the same: what any of them needs or holds
         held = {} if root is None else _beside_tests_in(root)
         union = set().union(*(wanted[key] for key in keys), *held.values())

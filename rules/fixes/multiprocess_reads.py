@@ -148,40 +148,31 @@ class Reads:
         layouts = {repr(self.outputs.layout(a)): self.outputs.layout(a) for a in reaching if a in self.outputs}
         # outputs laid out differently: neither a pass-through nor a row read, the host-local view is exact
         layout = next(iter(layouts.values())) if len(layouts) == 1 else "mixed"
-        placement = self.plan.placement
-        owners = [self.outputs.owner(a) for a in reaching if a in self.outputs and self.outputs.owner(a).boundary is None]
-        if not owners:
-            # host-local rows, as legacy returned them: only a row read changes (no gather)
-            return self._boundary_read(read, layout, placement)
-        # (a read global outputs cannot take: the first pmap whose output it may be returns host-local rows)
-        if self.plan.tracing.may_be_traced(read):
-            raise SiteFailure(owners[0], f"`{read.value}` is read in code that may be traced")
-        if self._passed_through(read, layout):
-            return None
+        # The global outputs it may read (none: host-local rows, as legacy returned them, read as they
+        # are but for a row read, which no longer gathers). A read global outputs cannot take sends the
+        # first of their pmaps to the boundary form (it returns host-local rows).
+        owners = [owner for a in reaching if a in self.outputs if (owner := self.outputs.owner(a)).boundary is None]
         parent = model.parent(read)
-        if isinstance(parent, (cst.AugAssign, cst.Del)) or is_assignment_target(model, read):
-            raise SiteFailure(owners[0], f"`{read.value}` is updated in place")
-        if layout == 0:
-            row = self._row_read(read, parent, placement)
-            if row is not None:
-                self.row_reads.add(id(parent))
-                if isinstance(parent, cst.Arg):
-                    self.row_reads.add(id(model.parent(parent)))
-                return row
-        # Any other read: the output is read whole; its pmap returns host-local rows instead.
-        raise SiteFailure(owners[0], WHOLE)
-
-    def _boundary_read(self, read: cst.Name, layout: Layout, placement) -> list[Edit] | None:
-        parent = self.model.parent(read)
-        if layout != 0 or self.plan.tracing.may_be_traced(read) or isinstance(parent, (cst.AugAssign, cst.Del)) \
-                or is_assignment_target(self.model, read):
+        traced = self.plan.tracing.may_be_traced(read)
+        in_place = isinstance(parent, (cst.AugAssign, cst.Del)) or is_assignment_target(model, read)
+        if owners:
+            if traced:
+                raise SiteFailure(owners[0], f"`{read.value}` is read in code that may be traced")
+            if self._passed_through(read, layout):
+                return None
+            if in_place:
+                raise SiteFailure(owners[0], f"`{read.value}` is updated in place")
+        elif traced or in_place:
             return None
-        row = self._row_read(read, parent, placement)
+        row = self._row_read(read, parent, self.plan.placement) if layout == 0 else None
         if row is not None:
             self.row_reads.add(id(parent))
             if isinstance(parent, cst.Arg):
-                self.row_reads.add(id(self.model.parent(parent)))
-        return row
+                self.row_reads.add(id(model.parent(parent)))
+            return row
+        if owners:  # any other read: the output is read whole
+            raise SiteFailure(owners[0], WHOLE)
+        return None
 
     def _row_read(self, read: cst.Name, parent: cst.CSTNode | None, placement) -> list[Edit] | None:
         """`out[k]`, `tree_map(lambda v: v[k], out)`, `unreplicate(out)` on a stack with one row per
