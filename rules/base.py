@@ -160,6 +160,18 @@ class Rule(cst.BatchableCSTVisitor):
         return FixSpec(weakest(found), f"keep {what}: the pmap goes to `runtime_shim.pmap` with its own fix (legacy "
                        f"semantics at run time): {why}", shimmed=True, why=why)
 
+    def with_nesting_pmaps(self, nodes: list[cst.CSTNode]) -> FixSpec | None:
+        """For a nesting of pmaps (PM102), asked once every pmap's fix is known: where PM101's fixes
+        rewrite every pmap at ``nodes`` in the compact form for nests (`_shard_mapped(...,
+        nested=True)`: one mesh with every pmap's axis, as legacy ran them), the finding goes with
+        them, with nothing to edit of its own."""
+        fixes = self.pmap_fixes()
+        found = [fixes.get(id(node)) for node in nodes]
+        if not found or not all(fix is not None and not fix.shimmed for fix in found):
+            return None
+        return FixSpec(weakest(found), "keep the nesting: both pmaps take `_shard_mapped(..., nested=True)`, whose "
+                       "mesh has both axes (legacy ran the inner pmap on devices of its own)")
+
     def pmap_fixes(self) -> dict[int, FixSpec | None]:
         """PM101's fix of each pmap reported so far, by the id of its node."""
         return {id(report.node): report.fix for rule, report in self.context.reports if rule.CODE == "PM101"}

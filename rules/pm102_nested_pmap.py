@@ -46,9 +46,14 @@ class NestedPmap(Rule):
     ```
 
     ## Fix safety
-    No rewrite of its own: merging the two pmaps needs both axis sizes and both option sets.
-    `runtime_shim.pmap` keeps the legacy nesting semantics and is the drop-in for such code: where
-    PM101's fix routes the inner pmap to it, the finding goes with that fix.
+    No rewrite of its own: it goes with PM101's. Where every pmap of the nest is rewritten in the
+    compact form (literal options, no `devices`, distinct axis names), each becomes
+    `jax.jit(_shard_mapped(f, axis, nested=True))`: the outermost one's mesh gets an axis for each
+    pmap run in its body (learnt as it traces), and each inner one takes its device's slice and
+    gathers its outputs over its own axis, so every collective runs over the devices legacy used,
+    with the same values. Otherwise `runtime_shim.pmap` keeps the legacy nesting semantics and is
+    the drop-in for such code: where PM101's fix routes the inner pmap to it, the finding goes with
+    that fix.
 
     ## References
     - https://docs.jax.dev/en/latest/migrate_pmap.html
@@ -238,7 +243,8 @@ class NestedPmap(Rule):
         for inner, outer, message in self._pending:
             # the nesting goes where either pmap goes to the shim (which nests as legacy did)
             fix = self.with_shimmed_pmaps([self._site_of(inner)], "the nesting") \
-                or self.with_shimmed_pmaps([outer.node], "the nesting")
+                or self.with_shimmed_pmaps([outer.node], "the nesting") \
+                or self.with_nesting_pmaps([self._site_of(inner), outer.node])
             self.report(inner, message, fix=fix)
 
     def _site_of(self, inner: cst.CSTNode) -> cst.CSTNode:

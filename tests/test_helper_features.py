@@ -33,14 +33,14 @@ def test_each_variant_compiles_fits_in_79_columns_and_is_recognised(features, in
     # each option's parameter is there exactly when its feature is
     signature = text[:text.index(":  #") if features == ALL_FEATURES else text.index("):")]
     for option, feature in (("in_axes", "axes"), ("static_broadcasted_argnums", "static"),
-                            ("devices", "devices"), ("processes", "processes")):
+                            ("devices", "devices"), ("processes", "processes"), ("nested", "nests")):
         assert (option in signature) == (feature in features), (option, signature)
 
 
 def test_the_core_helper_is_a_third_of_the_whole_one():
     core, whole = (len(shard_mapped_helper("_shard_mapped", "    ", f).splitlines())
                    for f in (frozenset(), ALL_FEATURES))
-    assert core <= 30 and whole == 75, (core, whole)
+    assert core <= 30 and whole == 106, (core, whole)
 
 
 def _features(code: str) -> frozenset[str]:
@@ -55,6 +55,8 @@ def test_the_options_a_module_passes_are_read_from_its_calls():
     assert _features("@jax.jit\n@functools.partial(_shard_mapped, axis_name='i', backend='cpu')\n"
                      "def f(x):\n    return x\n") == {"devices"}
     assert _features("@jax.jit\n@_shard_mapped\ndef f(x):\n    return x\n") == set()
+    assert _features("p = jax.jit(_shard_mapped(jax.jit(_shard_mapped(f, 'j', nested=True)), 'i', nested=True))\n") \
+        == {"nests"}
     # the helper passed on, given an option it does not know or by position: it may need any
     assert _features("maps = [_shard_mapped]\n") == ALL_FEATURES
     assert _features("p = _shard_mapped(f, 'i', 0)\n") == ALL_FEATURES

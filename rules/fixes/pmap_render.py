@@ -212,8 +212,11 @@ def tuple_text(values: tuple[int, ...]) -> str:
 # in_axes and out_axes 0, one process, the first n local devices), by the keywords that call sites
 # pass it: a package's helper holds only the ones its call sites pass (``shard_mapped_helper``).
 HELPER_FEATURES = {"in_axes": "axes", "out_axes": "axes", "static_broadcasted_argnums": "static",
-                   "devices": "devices", "backend": "devices", "processes": "processes"}
+                   "devices": "devices", "backend": "devices", "processes": "processes", "nested": "nests"}
 ALL_FEATURES = frozenset(HELPER_FEATURES.values())
+# The helper with these options has its parameters one group a line (the whole helper of earlier
+# versions, which had no "nests").
+_SPREAD = frozenset({"axes", "static", "devices", "processes"})
 
 
 @lru_cache(maxsize=256)  # (recognising a helper's text renders every variant: `helper_features`)
@@ -236,25 +239,30 @@ def shard_mapped_helper(name: str, indent: str, features: frozenset[str] = ALL_F
     "axes" (in_axes, out_axes), "static" (static_broadcasted_argnums), "devices" (devices,
     backend), "processes"; without one, the helper is that much shorter, and the same for the
     calls that do not pass it. Lines fit in 79 columns at any indentation of up to four spaces."""
-    axes, static, devices, processes = (feature in features for feature in ("axes", "static", "devices", "processes"))
-    i1, i2, i3, i4 = indent, indent * 2, indent * 3, indent * 4
+    axes, static, devices, processes, nests = (feature in features for feature in (
+        "axes", "static", "devices", "processes", "nests"))
+    i1, i2, i3, i4, i5 = indent, indent * 2, indent * 3, indent * 4, indent * 5
     params = ["f", "axis_name=None", *(["in_axes=0", "out_axes=0"] if axes else []),
               *(["static_broadcasted_argnums=()"] if static else []),
-              *(["devices=None", "backend=None"] if devices else []), *(["processes=False"] if processes else [])]
-    if features == ALL_FEATURES:
+              *(["devices=None", "backend=None"] if devices else []), *(["processes=False"] if processes else []),
+              *(["nested=False"] if nests else [])]
+    if features >= _SPREAD:
         head = [f"def {name}(",
                 f"{i2}f, axis_name=None, in_axes=0, out_axes=0,",
                 f"{i2}static_broadcasted_argnums=(), devices=None, backend=None,",
                 f"{i2}processes=False):  # True: global arrays over all processes"]
+        if nests:
+            head[-1:] = [f"{i2}processes=False,  # True: global arrays over all processes",
+                         f"{i2}nested=False):  # True: a pmap in a pmap, or one with pmaps in it"]
     else:
         head = [f"def {name}({', '.join(params)}):"]
         if len(head[0]) > 79:
             head = [f"def {name}(", *_wrapped(params, i2, "):")]
     options = [p.partition("=")[0] for p in params[1:]]
     lines = [*head, f'{i1}"""{tables.SHARD_MAPPED_DOC}"""']
-    if features == ALL_FEATURES:
+    if features >= _SPREAD:
         lines += [f"{i1}options = axis_name, in_axes, out_axes, static_broadcasted_argnums",
-                  f"{i1}key = id(f), repr((*options, devices, backend, processes))"]
+                  f"{i1}key = id(f), repr((*options, devices, backend, processes{', nested' if nests else ''}))"]
     elif len(options) == 1:
         lines += [f"{i1}key = id(f), repr(axis_name)"]
     else:
@@ -268,6 +276,15 @@ def shard_mapped_helper(name: str, indent: str, features: frozenset[str] = ALL_F
         f"{i2}return made[key][1]",
         f'{i1}axis = "i" if axis_name is None else axis_name',
     ]
+    if nests:
+        lines[-1:] = [
+            f"{i1}if axis_name is None:  # unnamed: an axis of its own (nested: not i)",
+            f'{i2}axis = f"i{{id(f)}}" if nested else "i"',
+            f"{i1}else:",
+            f"{i2}axis = axis_name",
+            f"{i1}replan = vars({name}).setdefault(  # a pmap in f: another mesh axis",
+            f'{i2}"replan", type("Replan", (BaseException,), {{}}))',
+        ]
     if static:
         lines += [f"{i1}static = static_broadcasted_argnums",
                   f"{i1}static = (static,) if isinstance(static, int) else tuple(static)"]
@@ -338,29 +355,70 @@ def shard_mapped_helper(name: str, indent: str, features: frozenset[str] = ALL_F
             f"{i3}{i1}groups.setdefault(d.process_index, []).append(d)",
             f"{i3}chosen = [d for local in groups.values() for d in local[:rows]]",
         ]
-    lines += ["", f"{i2}def per_device({dynamic}, kwargs):  # pmap's body saw each device's slice"]
+    take, put = ("take", "put") if nests else ("jnp.squeeze", "jnp.expand_dims")
+    if nests:
+        lines += ["", f"{i2}def per_device({dynamic}, kwargs, take=jnp.squeeze, put=jnp.expand_dims):",
+                  f"{i3}# pmap's body saw each device's slice (nested: the inner pmap's)"]
+    else:
+        lines += ["", f"{i2}def per_device({dynamic}, kwargs):  # pmap's body saw each device's slice"]
     if axes:
-        lines += [f"{i3}{dynamic}, kwargs = each(in_specs, ({dynamic}, kwargs), jnp.squeeze)"]
+        lines += [f"{i3}{dynamic}, kwargs = each(in_specs, ({dynamic}, kwargs), {take})"]
     else:
         lines += [f"{i3}{dynamic}, kwargs = jax.tree.map(",
-                  f"{i4}lambda x: jnp.squeeze(x, 0), ({dynamic}, kwargs))"]
+                  f"{i4}lambda x: {take}(x, 0), ({dynamic}, kwargs))"]
     if static:
         lines += [f"{i3}rest = iter(dynamic)  # the static arguments as they are",
                   f"{i3}args_ = [next(rest) if k in dyn else a for k, a in enumerate(args)]"]
     call = f"f(*{'args_' if static else 'args'}, **kwargs)"
     if axes:
-        lines += [f"{i3}return each(out_specs, {call}, jnp.expand_dims)"]
+        lines += [f"{i3}return each(out_specs, {call}, {put})"]
     else:
         lines += [f"{i3}out = {call}",
-                  f"{i3}return jax.tree.map(lambda y: jnp.expand_dims(y, 0), out)"]
+                  f"{i3}return jax.tree.map(lambda y: {put}(y, 0), out)"]
     specs = "in_specs=in_specs," if axes else "in_specs=P(axis),"
-    lines += [
-        "",
-        f"{i2}return jax.shard_map(",
-        f"{i3}per_device, mesh=Mesh(chosen, (axis,)), {specs}",
-        f"{i3}out_specs={'out_specs' if axes else 'P(axis)'}, check_vma=False)({dynamic}, kwargs)",
-        "",
-    ]
+    if not nests:
+        lines += [
+            "",
+            f"{i2}return jax.shard_map(",
+            f"{i3}per_device, mesh=Mesh(chosen, (axis,)), {specs}",
+            f"{i3}out_specs={'out_specs' if axes else 'P(axis)'}, check_vma=False)({dynamic}, kwargs)",
+            "",
+        ]
+    else:
+        # Legacy ran a pmap in a pmap's body on devices of its own: the outer pmap's mesh gets
+        # the inner one's axis too (learnt when the inner raises `replan` as the outer traces),
+        # and the inner takes its device's slice, and gathers its outputs, over that axis.
+        lines += [
+            "",
+            f"{i2}context = jax.sharding.get_abstract_mesh()",
+            f"{i2}if nested and context.manual_axes:  # in another pmap's body",
+            f"{i3}if axis not in context.shape:",
+            f"{i4}raise replan(axis, n)",
+            f"{i3}if context.shape[axis] != n:",
+            f'{i4}raise ValueError(f"nested pmaps over {{axis!r}} of two sizes")',
+            f"{i3}k = jax.lax.axis_index(axis)",
+            f"{i3}return per_device(",
+            f"{i4}{dynamic}, kwargs,",
+            f"{i4}lambda x, a: jax.lax.dynamic_index_in_dim(x, k, a, False),",
+            f"{i4}lambda y, a: jax.lax.all_gather(y, axis, axis=a))",
+            f"{i2}sizes = {{axis: n}}  # and the axes of the pmaps nested in f",
+            f"{i2}while True:",
+            f"{i3}total = functools.reduce(int.__mul__, sizes.values())",
+            f"{i3}grid = jax.local_devices()[:total] if len(sizes) > 1 else chosen",
+            f"{i3}if len(grid) < total:",
+            f'{i4}raise ValueError(f"nested pmaps need {{total}} devices")',
+            f"{i3}for size in list(sizes.values())[:0:-1]:  # rows of rows",
+            f"{i4}grid = [grid[j:j + size] for j in range(0, len(grid), size)]",
+            f"{i3}mesh = Mesh(grid, tuple(sizes))",
+            f"{i3}try:",
+            f"{i4}return jax.shard_map(",
+            f"{i5}per_device, mesh=mesh, {specs}",
+            f"{i5}out_specs={'out_specs' if axes else 'P(axis)'}, check_vma=False,",
+            f"{i4})({dynamic}, kwargs)",
+            f"{i3}except replan as inner:  # a pmap in f: its axis too",
+            f"{i4}sizes[inner.args[0]] = inner.args[1]",
+            "",
+        ]
     if processes:
         read = f"axis, {'in_axes' if axes else '0'}, {'static' if static else '()'}"
         lines += [f"{i1}mapped.pmap_options = {read}  # (read by _global_call)"]

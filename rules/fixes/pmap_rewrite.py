@@ -142,25 +142,127 @@ class Rewriter(EvaluationPlaces):
             raise Unsupported("the pmap alias is also bound to something else")
         chain = self._direct_nest(site)
         if chain is not None:
-            return self._nest_fix_once(chain)
+            try:
+                return self._nest_fix_once(chain)
+            except Unsupported:
+                if not self._nests_compact(site):
+                    raise
         only_legacy(self.model, site)
         enclosing = self._enclosing_direct_nest(site)
         if enclosing is not None:
             # Rewritten with its nest, or not at all: alone it would run a shard_map inside the
             # outer pmap kept on the shim, on a mesh that is not the outer's.
-            self._nest_fix_once(enclosing)
+            try:
+                self._nest_fix_once(enclosing)
+                return FixSpec(Applicability.SAFE, "rewritten together with the enclosing pmap")
+            except Unsupported:
+                if not self._nests_compact(site):
+                    raise
+        self._check_options(site, nests=True)
+        nested = self._nest_group(site) is not None
+        if nested and self._enclosing_member(site) is not None:
             return FixSpec(Applicability.SAFE, "rewritten together with the enclosing pmap")
-        self._check_options(site)
-        compact = self._compact_fix(site)
+        compact = self._compact_fix(site, nested=nested)
         if compact is not None:
             return compact
+        if nested:  # (``_nests_compact`` saw every pmap of the nest take the compact form)
+            raise Unsupported("a pmapped function runs inside another pmapped function (see PM102)")
         return self.definition_fix(site)
+
+    # ------------------------------------------------------------ nests, in the compact form
+    def _nest_group(self, site: TransformSite) -> list[TransformSite] | None:
+        """The pmaps of the module that nest with ``site`` (``model.nested_sites``: it runs in
+        their bodies or they in its, transitively), ``site`` included; None where it nests with
+        none. A nest one of whose pmaps is not a pmap site of this module (an imported pmapped
+        function, a callable the analysis cannot name) is one group with a None member."""
+        groups = self.__dict__.get("_nest_groups")
+        if groups is None:
+            groups = {}
+            for inner, (_, outer) in self.model.nested_sites().items():
+                found = self.model.site(inner)
+                if found is None and isinstance(inner, cst.Call):
+                    found = self.model.transformed_call(inner)
+                if found is None and isinstance(inner, (cst.Name, cst.Attribute)):
+                    found = self.model.callable_site(inner)
+                if found is not None and (found.transform != PMAP or self.model.site(found.node) is not found):
+                    found = None  # not a pmap site of this module
+                members = groups.get(id(outer.node), [outer])
+                if found is not None and id(found.node) in groups and groups[id(found.node)] is not members:
+                    other = groups[id(found.node)]
+                    members.extend(m for m in other if all(m is not k for k in members))
+                elif all(m is not found for m in members):
+                    members.append(found)
+                for member in members:
+                    if member is not None:
+                        groups[id(member.node)] = members
+            self.__dict__["_nest_groups"] = groups
+        return groups.get(id(site.node))
+
+    def _enclosing_member(self, site: TransformSite) -> TransformSite | None:
+        """The pmap call of ``site``'s nest whose arguments hold ``site`` (`pmap(pmap(f))`,
+        `pmap(jax.jit(pmap(f)))`): its fix rewrites ``site`` too (one edit)."""
+        for member in self._nest_group(site) or ():
+            if member is not None and member is not site and isinstance(member.node, cst.Call) \
+                    and self.model.is_within(site.node, member.node):
+                return member
+        return None
+
+    def _with_inner_members(self, site: TransformSite, fun: cst.BaseExpression) -> cst.BaseExpression | None:
+        """``fun``, the function ``site`` pmaps, with the pmaps of its nest in it rewritten in the
+        compact form (``_enclosing_member``); None where one of them does not take it."""
+        inside = [m for m in self._nest_group(site) or () if m is not None and m is not site
+                  and self.model.is_within(m.node, fun)]
+        for member in inside:
+            if any(other is not member and self.model.is_within(member.node, other.node) for other in inside):
+                continue  # rewritten with the one around it
+            fix = self._compact_fix(member, nested=True)
+            if fix is None:
+                return None
+            fun = fun.deep_replace(member.node, fix.edits[0].replacement)
+        return fun
+
+    def _nests_compact(self, site: TransformSite) -> bool:
+        """Whether every pmap of ``site``'s nest (``_nest_group``) takes the compact form with
+        `nested=True` (pmap_render.shard_mapped_helper: the outermost one's mesh grows an axis for
+        each pmap in its body, each inner one takes its device's slice and gathers its outputs over
+        its own axis, as legacy ran them on devices of their own): each a pmap of this module with
+        literal options and no `devices` (legacy refused nested pmaps given devices), axis names
+        literal strings none of them twice (or none: an axis of its own). All or none: a shard_map
+        in a pmap kept on the shim, or the shim's pmap in a shard_map, would not nest."""
+        group = self._nest_group(site)
+        if group is None:
+            return False
+        made = self.__dict__.setdefault("_nests_compact_made", {})
+        key = id(group)
+        if key not in made:
+            made[key] = None not in group and self._group_compacts(group)
+        return made[key]
+
+    def _group_compacts(self, group: list[TransformSite]) -> bool:
+        names: list[str] = []
+        for member in group:
+            axis = member.option("axis_name")
+            devices = member.option("devices")
+            if member.callee.ambiguous or member.dynamic_options or (devices is not None and not is_none(devices)):
+                return False
+            if axis is not None and not is_none(axis):
+                if not isinstance(axis, cst.SimpleString):
+                    return False
+                names.append(axis.evaluated_value)
+            try:
+                only_legacy(self.model, member)
+                self._check_options(member, nests=False, nested=False)
+                if self._compact_fix(member, nested=True) is None:
+                    return False
+            except Unsupported:
+                return False
+        return len(set(names)) == len(names)
 
     # ------------------------------------------------------------ the compact form
     _COMPACT_OPTIONS = frozenset({"fun", "axis_name", "in_axes", "out_axes", "static_broadcasted_argnums",
                                   "donate_argnums", "devices", "backend"})
 
-    def _compact_fix(self, site: TransformSite) -> FixSpec | None:
+    def _compact_fix(self, site: TransformSite, nested: bool = False) -> FixSpec | None:
         """`jax.pmap(f, axis_name, in_axes=..., static_broadcasted_argnums=..., donate_argnums=...)`
         -> `jax.jit(_shard_mapped(f, axis_name, in_axes=..., static_broadcasted_argnums=...),
         static_argnums=..., donate_argnums=...)` in place, the package's one helper doing what every
@@ -205,6 +307,8 @@ class Rewriter(EvaluationPlaces):
             value = site.option(option)
             if value is not None and not is_none(value):
                 mapping.append(keyword_arg(option, value))
+        if nested:  # a pmap in a pmap, or one with pmaps in it (``_nests_compact``)
+            mapping.append(keyword_arg("nested", cst.Name("True")))
         if site.is_decorator:
             options = [*([keyword_arg("axis_name", axis)] if axis is not None else []), *mapping]
             mapped = cst.Call(partial, [cst.Arg(cst.Name(name)), *options]) if options else cst.Name(name)
@@ -218,7 +322,12 @@ class Rewriter(EvaluationPlaces):
             call = site.node
             if fun is None:
                 return None
-            built = compact_in_lines(site, name, opts, argnums, self.model) or cst.Call(jit, [
+            inner = self._with_inner_members(site, fun) if nested else fun
+            if inner is None:
+                return None
+            lines = compact_in_lines(site, name, opts, argnums, self.model) if inner is fun else None
+            fun = inner
+            built = lines or cst.Call(jit, [
                 cst.Arg(cst.Call(cst.Name(name), [
                     cst.Arg(fun), *([cst.Arg(axis)] if axis is not None else []), *mapping])), *donated],
                 lpar=call.lpar, rpar=call.rpar)
@@ -289,8 +398,10 @@ class Rewriter(EvaluationPlaces):
         only_legacy(self.model, site)
         self._check_options(site)
 
-    def _check_options(self, site: TransformSite) -> None:
-        if id(site.node) in self.model.nested_nodes():
+    def _check_options(self, site: TransformSite, *, nests: bool = False, nested: bool = True) -> None:
+        """``nests``: a nested pmap passes where its whole nest takes the compact form;
+        ``nested=False``: nesting is not checked."""
+        if nested and id(site.node) in self.model.nested_nodes() and not (nests and self._nests_compact(site)):
             raise Unsupported("a pmapped function runs inside another pmapped function (see PM102)")
         if site.dynamic_options:
             raise Unsupported("options passed with * or **")
@@ -333,6 +444,8 @@ class Rewriter(EvaluationPlaces):
         if params is None:
             raise Unsupported("nested pmap of a function whose signature is unknown")
         axes = [code_of(level.option("axis_name")) for level in chain]
+        if len({level.option("axis_name").evaluated_value for level in chain}) < len(chain):
+            raise Unsupported("a nest of pmaps that names one axis twice (the inner one shadows the outer one)")
         depth = len(chain)
         leading = tuple(range(depth))
         i1, i2 = (self.model.indent,) * 2
