@@ -416,6 +416,8 @@ def shard_mapped_helper(name: str, indent: str, features: frozenset[str] = ALL_F
             f"{i5}out_specs={'out_specs' if axes else 'P(axis)'}, check_vma=False,",
             f"{i4})({dynamic}, kwargs)",
             f"{i3}except replan as inner:  # a pmap in f: its axis too",
+            f"{i4}if inner.args[0] in sizes:  # (in a shard_map of f's own)",
+            f'{i5}raise ValueError("a nested pmap inside another shard_map")',
             f"{i4}sizes[inner.args[0]] = inner.args[1]",
             "",
         ]

@@ -260,7 +260,8 @@ SHARED_HELPERS: dict[str, SharedHelper] = {
 }
 
 
-# Every helper, `_shard_mapped` with every option (what earlier versions wrote beside tests).
+# Every helper, `_shard_mapped` with every option (earlier versions wrote them all, but for
+# "nests", beside tests).
 EVERY_HELPER = frozenset(SHARED_HELPERS) | feature_names(ALL_FEATURES)
 
 
