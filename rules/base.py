@@ -163,14 +163,14 @@ class Rule(cst.BatchableCSTVisitor):
     def with_nesting_pmaps(self, nodes: list[cst.CSTNode]) -> FixSpec | None:
         """For a nesting of pmaps (PM102), asked once every pmap's fix is known: where PM101's fixes
         rewrite every pmap at ``nodes`` in the compact form for nests (`_shard_mapped(...,
-        nested=True)`: one mesh with every pmap's axis, as legacy ran them), the finding goes with
+        nested=True)`: an inner pmap runs as a vmap with its axis name), the finding goes with
         them, with nothing to edit of its own."""
         fixes = self.pmap_fixes()
         found = [fixes.get(id(node)) for node in nodes]
         if not found or not all(fix is not None and not fix.shimmed for fix in found):
             return None
-        return FixSpec(weakest(found), "keep the nesting: both pmaps take `_shard_mapped(..., nested=True)`, whose "
-                       "mesh has both axes (legacy ran the inner pmap on devices of its own)")
+        return FixSpec(weakest(found), "keep the nesting: both pmaps take `_shard_mapped(..., nested=True)`, the inner "
+                       "one a vmap with its axis name on the outer one's devices")
 
     def pmap_fixes(self) -> dict[int, FixSpec | None]:
         """PM101's fix of each pmap reported so far, by the id of its node."""

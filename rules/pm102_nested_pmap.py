@@ -48,12 +48,12 @@ class NestedPmap(Rule):
     ## Fix safety
     No rewrite of its own: it goes with PM101's. Where every pmap of the nest is rewritten in the
     compact form (literal options, no `devices`, distinct axis names), each becomes
-    `jax.jit(_shard_mapped(f, axis, nested=True))`: the outermost one's mesh gets an axis for each
-    pmap run in its body (learnt as it traces), and each inner one takes its device's slice and
-    gathers its outputs over its own axis, so every collective runs over the devices legacy used,
-    with the same values. Otherwise `runtime_shim.pmap` keeps the legacy nesting semantics and is
-    the drop-in for such code: where PM101's fix routes the inner pmap to it, the finding goes with
-    that fix.
+    `jax.jit(_shard_mapped(f, axis, nested=True))`: a pmap called in another's body runs as a
+    vmap with its axis name on the outer pmap's devices (legacy gave it devices of its own), so
+    collectives over either axis or both keep their meaning and autodiff is legacy's; a float sum
+    over the inner axis may round differently in its last place. Otherwise `runtime_shim.pmap`
+    keeps the legacy nesting semantics and is the drop-in for such code: where PM101's fix routes
+    the inner pmap to it, the finding goes with that fix.
 
     ## References
     - https://docs.jax.dev/en/latest/migrate_pmap.html

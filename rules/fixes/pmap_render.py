@@ -241,7 +241,7 @@ def shard_mapped_helper(name: str, indent: str, features: frozenset[str] = ALL_F
     calls that do not pass it. Lines fit in 79 columns at any indentation of up to four spaces."""
     axes, static, devices, processes, nests = (feature in features for feature in (
         "axes", "static", "devices", "processes", "nests"))
-    i1, i2, i3, i4, i5 = indent, indent * 2, indent * 3, indent * 4, indent * 5
+    i1, i2, i3, i4 = indent, indent * 2, indent * 3, indent * 4
     params = ["f", "axis_name=None", *(["in_axes=0", "out_axes=0"] if axes else []),
               *(["static_broadcasted_argnums=()"] if static else []),
               *(["devices=None", "backend=None"] if devices else []), *(["processes=False"] if processes else []),
@@ -278,12 +278,10 @@ def shard_mapped_helper(name: str, indent: str, features: frozenset[str] = ALL_F
     ]
     if nests:
         lines[-1:] = [
-            f"{i1}if axis_name is None:  # unnamed: an axis of its own (nested: not i)",
-            f'{i2}axis = f"i{{id(f)}}" if nested else "i"',
+            f"{i1}if axis_name is None:  # unnamed: an axis of its own (nested: its code's)",
+            f"{i2}axis = f\"i{{id(getattr(f, '__code__', f))}}\" if nested else \"i\"",
             f"{i1}else:",
             f"{i2}axis = axis_name",
-            f"{i1}replan = vars({name}).setdefault(  # a pmap in f: another mesh axis",
-            f'{i2}"replan", type("Replan", (BaseException,), {{}}))',
         ]
     if static:
         lines += [f"{i1}static = static_broadcasted_argnums",
@@ -358,7 +356,7 @@ def shard_mapped_helper(name: str, indent: str, features: frozenset[str] = ALL_F
     take, put = ("take", "put") if nests else ("jnp.squeeze", "jnp.expand_dims")
     if nests:
         lines += ["", f"{i2}def per_device({dynamic}, kwargs, take=jnp.squeeze, put=jnp.expand_dims):",
-                  f"{i3}# pmap's body saw each device's slice (nested: the inner pmap's)"]
+                  f"{i3}# pmap's body saw each device's slice"]
     else:
         lines += ["", f"{i2}def per_device({dynamic}, kwargs):  # pmap's body saw each device's slice"]
     if axes:
@@ -385,40 +383,29 @@ def shard_mapped_helper(name: str, indent: str, features: frozenset[str] = ALL_F
             "",
         ]
     else:
-        # Legacy ran a pmap in a pmap's body on devices of its own: the outer pmap's mesh gets
-        # the inner one's axis too (learnt when the inner raises `replan` as the outer traces),
-        # and the inner takes its device's slice, and gathers its outputs, over that axis.
+        # A pmap run in another's body (legacy: on devices of its own) runs as a vmap with its
+        # axis name on the outer pmap's devices: the same values (float sums over its axis in
+        # vmap's order) and legacy's autodiff (a closure or an unmapped input: its cotangents
+        # summed over the axis), where a slice per device of a bigger mesh would not be.
+        where = []
+        if axes:
+            where = ["", f"{i3}def where(s):  # vmap's axis of a leaf of spec s",
+                     f"{i4}return s.index(axis) if s else None"]
         lines += [
             "",
-            f"{i2}context = jax.sharding.get_abstract_mesh()",
-            f"{i2}if nested and context.manual_axes:  # in another pmap's body",
-            f"{i3}if axis not in context.shape:",
-            f"{i4}raise replan(axis, n)",
-            f"{i3}if context.shape[axis] != n:",
-            f'{i4}raise ValueError(f"nested pmaps over {{axis!r}} of two sizes")',
-            f"{i3}k = jax.lax.axis_index(axis)",
-            f"{i3}return per_device(",
-            f"{i4}{dynamic}, kwargs,",
-            f"{i4}lambda x, a: jax.lax.dynamic_index_in_dim(x, k, a, False),",
-            f"{i4}lambda y, a: jax.lax.all_gather(y, axis, axis=a))",
-            f"{i2}sizes = {{axis: n}}  # and the axes of the pmaps nested in f",
-            f"{i2}while True:",
-            f"{i3}total = functools.reduce(int.__mul__, sizes.values())",
-            f"{i3}grid = jax.local_devices()[:total] if len(sizes) > 1 else chosen",
-            f"{i3}if len(grid) < total:",
-            f'{i4}raise ValueError(f"nested pmaps need {{total}} devices")',
-            f"{i3}for size in list(sizes.values())[:0:-1]:  # rows of rows",
-            f"{i4}grid = [grid[j:j + size] for j in range(0, len(grid), size)]",
-            f"{i3}mesh = Mesh(grid, tuple(sizes))",
-            f"{i3}try:",
-            f"{i4}return jax.shard_map(",
-            f"{i5}per_device, mesh=mesh, {specs}",
-            f"{i5}out_specs={'out_specs' if axes else 'P(axis)'}, check_vma=False,",
-            f"{i4})({dynamic}, kwargs)",
-            f"{i3}except replan as inner:  # a pmap in f: its axis too",
-            f"{i4}if inner.args[0] in sizes:  # (in a shard_map of f's own)",
-            f'{i5}raise ValueError("a nested pmap inside another shard_map")',
-            f"{i4}sizes[inner.args[0]] = inner.args[1]",
+            f"{i2}if nested and jax.sharding.get_abstract_mesh().manual_axes:",
+            f"{i3}def same(x, a):  # in another pmap's body: a vmap",
+            f"{i4}return x",
+            *where,
+            "",
+            f"{i3}return jax.vmap(",
+            f"{i4}functools.partial(per_device, take=same, put=same),",
+            *([f"{i4}*[jax.tree.map(where, s) for s in (in_specs, out_specs)],"] if axes else []),
+            f"{i4}axis_name=axis)({dynamic}, kwargs)",
+            "",
+            f"{i2}return jax.shard_map(",
+            f"{i3}per_device, mesh=Mesh(chosen, (axis,)), {specs}",
+            f"{i3}out_specs={'out_specs' if axes else 'P(axis)'}, check_vma=False)({dynamic}, kwargs)",
             "",
         ]
     if processes:

@@ -48,10 +48,6 @@ TARGET_SUFFIX = ".target.py"
 # jax records this event each time it traces a Python function to a jaxpr (jit and legacy pmap
 # alike); the name is the same in jax 0.7.2, 0.10.2 and 0.12 (jax/_src/dispatch.py).
 JAXPR_TRACE_EVENT = "/jax/core/compile/jaxpr_trace_duration"
-# Programs that build a nest of pmaps anew in main(): the outermost one's trace stops where it
-# calls an inner one whose axis its mesh lacks, and starts again with it (`_shard_mapped(...,
-# nested=True)`), which jax 0.7.2 counts as one more trace per nest built: how many more, by name.
-NEST_LEARNING = {"nested_compact": 1}
 IMPORT_RUN_NAME = "__pmap_migrate_import__"
 
 
