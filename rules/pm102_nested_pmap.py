@@ -250,11 +250,7 @@ class NestedPmap(Rule):
     def _site_of(self, inner: cst.CSTNode) -> cst.CSTNode:
         """The inner pmap's own node: ``inner`` itself, or the site of the pmapped callable it calls
         or hands on."""
-        if inner in self.model.sites:
-            return inner
-        site = self.model.transformed_call(inner) if isinstance(inner, cst.Call) else None
-        if site is None and isinstance(inner, (cst.Name, cst.Attribute)):
-            site = self.model.callable_site(inner)
+        site = self.model.inner_site(inner)
         return site.node if site is not None else inner
 
     def _applied_directly(self, inner: cst.CSTNode, outer: TransformSite) -> bool:

@@ -134,6 +134,16 @@ class Nesting:
             yield current
             stack.extend(self.index.child_functions.get(current, ()))
 
+    def inner_site(self, inner: cst.CSTNode) -> TransformSite | None:
+        """The site of the inner pmap of a nesting (a key of ``nested_sites``): ``inner``'s own, or
+        that of the pmapped callable it calls or hands on; None where the analysis cannot name it."""
+        site = self.sites.get(inner)
+        if site is None and isinstance(inner, cst.Call):
+            site = self.transformed_call(inner)
+        if site is None and isinstance(inner, (cst.Name, cst.Attribute)):
+            site = self.callable_site(inner)
+        return site
+
     def nested_nodes(self) -> set[int]:
         """The ids of the nodes of every nesting (``nested_sites``): the inner node, the outer pmap,
         and the site that built an inner pmapped callable (a call of it, or a reference to it)."""
@@ -142,12 +152,7 @@ class Nesting:
             for inner, (outer, _) in self.nested_sites().items():
                 nodes.add(id(inner))
                 nodes.add(id(outer))
-                if isinstance(inner, cst.Call):
-                    site = self.transformed_call(inner)
-                elif isinstance(inner, (cst.Name, cst.Attribute)):
-                    site = self.callable_site(inner)
-                else:
-                    site = None
+                site = self.inner_site(inner)
                 if site is not None:
                     nodes.add(id(site.node))
             self._nested_nodes = nodes

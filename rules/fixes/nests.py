@@ -18,7 +18,7 @@ from pmap_migrate.rules.fixes.spec import Edit, FixSpec, ImportSpec
 
 class Nests:
     """The nest rewrites of ``Rewriter`` (which gives ``model``, ``reader``, ``_compact_fix``,
-    ``_check_options``, ``assignment_statement``, ``parse_generated`` and ``_finish``)."""
+    ``_check_option_values``, ``assignment_statement``, ``parse_generated`` and ``_finish``)."""
 
     # ------------------------------------------------------------ nests, in the compact form
     def _nest_group(self, site: TransformSite) -> list[TransformSite] | None:
@@ -30,11 +30,7 @@ class Nests:
         if groups is None:
             groups = {}
             for inner, (_, outer) in self.model.nested_sites().items():
-                found = self.model.site(inner)
-                if found is None and isinstance(inner, cst.Call):
-                    found = self.model.transformed_call(inner)
-                if found is None and isinstance(inner, (cst.Name, cst.Attribute)):
-                    found = self.model.callable_site(inner)
+                found = self.model.inner_site(inner)
                 if found is not None and (found.transform != PMAP or self.model.site(found.node) is not found):
                     found = None  # not a pmap site of this module
                 members = groups.get(id(outer.node), [outer])
@@ -74,9 +70,8 @@ class Nests:
 
     def _nests_compact(self, site: TransformSite) -> bool:
         """Whether every pmap of ``site``'s nest (``_nest_group``) takes the compact form with
-        `nested=True` (pmap_render.shard_mapped_helper: the outermost one's mesh grows an axis for
-        each pmap in its body, each inner one takes its device's slice and gathers its outputs over
-        its own axis, as legacy ran them on devices of their own): each a pmap of this module with
+        `nested=True` (pmap_render.shard_mapped_helper: a pmap called in another's body runs as a
+        vmap with its axis name on the outer one's devices): each a pmap of this module with
         literal options and no `devices` (legacy refused nested pmaps given devices), axis names
         literal strings none of them twice (or none: an axis of its own). All or none: a shard_map
         in a pmap kept on the shim, or the shim's pmap in a shard_map, would not nest."""
@@ -94,7 +89,7 @@ class Nests:
         for member in group:
             axis = member.option("axis_name")
             devices = member.option("devices")
-            if member.callee.ambiguous or member.dynamic_options or (devices is not None and not is_none(devices)):
+            if member.callee.ambiguous or (devices is not None and not is_none(devices)):
                 return False
             if axis is not None and not is_none(axis):
                 if not isinstance(axis, cst.SimpleString):
@@ -102,7 +97,7 @@ class Nests:
                 names.append(axis.evaluated_value)
             try:
                 only_legacy(self.model, member)
-                self._check_options(member, nests=False, nested=False)
+                self._check_option_values(member)
                 if self._compact_fix(member, nested=True) is None:
                     return False
             except Unsupported:

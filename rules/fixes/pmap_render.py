@@ -374,15 +374,7 @@ def shard_mapped_helper(name: str, indent: str, features: frozenset[str] = ALL_F
         lines += [f"{i3}out = {call}",
                   f"{i3}return jax.tree.map(lambda y: {put}(y, 0), out)"]
     specs = "in_specs=in_specs," if axes else "in_specs=P(axis),"
-    if not nests:
-        lines += [
-            "",
-            f"{i2}return jax.shard_map(",
-            f"{i3}per_device, mesh=Mesh(chosen, (axis,)), {specs}",
-            f"{i3}out_specs={'out_specs' if axes else 'P(axis)'}, check_vma=False)({dynamic}, kwargs)",
-            "",
-        ]
-    else:
+    if nests:
         # A pmap run in another's body (legacy: on devices of its own) runs as a vmap with its
         # axis name on the outer pmap's devices: the same values (float sums over its axis in
         # vmap's order) and legacy's autodiff (a closure or an unmapped input: its cotangents
@@ -402,12 +394,14 @@ def shard_mapped_helper(name: str, indent: str, features: frozenset[str] = ALL_F
             f"{i4}functools.partial(per_device, take=same, put=same),",
             *([f"{i4}*[jax.tree.map(where, s) for s in (in_specs, out_specs)],"] if axes else []),
             f"{i4}axis_name=axis)({dynamic}, kwargs)",
-            "",
-            f"{i2}return jax.shard_map(",
-            f"{i3}per_device, mesh=Mesh(chosen, (axis,)), {specs}",
-            f"{i3}out_specs={'out_specs' if axes else 'P(axis)'}, check_vma=False)({dynamic}, kwargs)",
-            "",
         ]
+    lines += [
+        "",
+        f"{i2}return jax.shard_map(",
+        f"{i3}per_device, mesh=Mesh(chosen, (axis,)), {specs}",
+        f"{i3}out_specs={'out_specs' if axes else 'P(axis)'}, check_vma=False)({dynamic}, kwargs)",
+        "",
+    ]
     if processes:
         read = f"axis, {'in_axes' if axes else '0'}, {'static' if static else '()'}"
         lines += [f"{i1}mapped.pmap_options = {read}  # (read by _global_call)"]

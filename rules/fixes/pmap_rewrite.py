@@ -307,11 +307,13 @@ class Rewriter(Nests, EvaluationPlaces):
         only_legacy(self.model, site)
         self._check_options(site)
 
-    def _check_options(self, site: TransformSite, *, nests: bool = False, nested: bool = True) -> None:
-        """``nests``: a nested pmap passes where its whole nest takes the compact form;
-        ``nested=False``: nesting is not checked."""
-        if nested and id(site.node) in self.model.nested_nodes() and not (nests and self._nests_compact(site)):
+    def _check_options(self, site: TransformSite, *, nests: bool = False) -> None:
+        """``nests``: a nested pmap passes where its whole nest takes the compact form."""
+        if id(site.node) in self.model.nested_nodes() and not (nests and self._nests_compact(site)):
             raise Unsupported("a pmapped function runs inside another pmapped function (see PM102)")
+        self._check_option_values(site)
+
+    def _check_option_values(self, site: TransformSite) -> None:
         if site.dynamic_options:
             raise Unsupported("options passed with * or **")
         for arg in site.args:
