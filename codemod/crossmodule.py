@@ -257,7 +257,7 @@ Contribution = tuple[tuple[str, ...], tuple[tuple[str, str], ...]] | None
 _TEXTS = {
     # where a pmap fact can start: the name `pmap` (``jax.pmap``, an import of it), or a helper
     # that `fix` writes (its outputs are pmap's stacks)
-    "fact root": rb"\bpmap\b|\b_shard_mapped\b|\b_global_call\b",
+    "fact root": rb"\bpmap\b|\b_shard_mapped\b|\b_global_call\b|\b_global_pmap\b",
     # a line that starts a statement at module level (or is text at column 0 in a string)
     "column zero": rb"(?m)^[^ \t\r\n\f#]",
     # statements whose bodies the facts never read; a `def` line itself binds no fact (its

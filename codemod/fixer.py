@@ -35,7 +35,7 @@ from pmap_migrate.rules.analysis.project import ModuleView
 from pmap_migrate.rules.base import Rule
 from pmap_migrate.rules.fixes.choices import RuleOptions
 from pmap_migrate.rules.fixes.edits import EditApplier, shim_comments, spaced_definitions
-from pmap_migrate.rules.fixes.shared import SHARD_MAPPED, called_features, feature_names, fitted_helper
+from pmap_migrate.rules.fixes.shared import GLOBAL_PMAP, SHARD_MAPPED, called_features, feature_names, fitted_helper
 from pmap_migrate.rules.fixes.spec import Edit, Helper, ImportSpec
 from pmap_migrate.shared_module import SharedLocation, location_for
 from pmap_migrate.stack import on_deep_stack
@@ -429,8 +429,18 @@ def imported_helpers(module: cst.Module, chosen: Sequence[Finding], shared: Shar
     if shared is None:
         return {}
     defined = {name for statement in module.body for name in _top_level_names(statement)}
-    return {helper.name: helper for finding in chosen for helper in finding.fix.helpers
-            if helper.shared and helper.name not in defined}
+    return {name: helper for name, helper in fix_helpers(chosen).items() if helper.shared and name not in defined}
+
+
+def fix_helpers(chosen: Sequence[Finding]) -> dict[str, Helper]:
+    """The helpers the fixes of ``chosen`` need, by name; one that a fix calls and another only
+    needs beside a helper it calls (``Helper.support``) is the one called (imported)."""
+    helpers: dict[str, Helper] = {}
+    for finding in chosen:
+        for helper in finding.fix.helpers:
+            if helper.name not in helpers or helpers[helper.name].support:
+                helpers[helper.name] = helper
+    return helpers
 
 
 def shared_names(imported: Mapping[str, Helper], fixed: cst.Module) -> set[str]:
@@ -438,8 +448,8 @@ def shared_names(imported: Mapping[str, Helper], fixed: cst.Module) -> set[str]:
     their name in the module), and the options its calls pass `_shard_mapped`."""
     names = {helper.shared for helper in imported.values()}
     for local, helper in imported.items():
-        if helper.shared == SHARD_MAPPED:
-            names |= feature_names(called_features(fixed, local))
+        if helper.shared in (SHARD_MAPPED, GLOBAL_PMAP):
+            names |= feature_names(called_features(fixed, local, helper.shared))
     return names
 
 
@@ -453,7 +463,7 @@ def apply(module: cst.Module, chosen: Sequence[Finding],
     ``order``, new imports go where isort would put them: ``pmap_migrate.importorder``; the
     comments of shimmed sites are wrapped at ``width``, the file's line length."""
     edits = [edit for finding in chosen for edit in finding.fix.all_edits(finding.node)]
-    helpers = {helper.name: helper for finding in chosen for helper in finding.fix.helpers}
+    helpers = fix_helpers(chosen)
     imported = imported_helpers(module, chosen, shared)
     helper_imports = [spec for helper in helpers.values() if helper.name not in imported for spec in helper.imports]
     helper_imports += [_shared_import(shared, helper.shared, name) for name, helper in imported.items()

@@ -5,12 +5,13 @@ import libcst as cst
 from pmap_migrate.rules.analysis.sites import PMAP, TransformSite
 from pmap_migrate.rules.base import Fixable, Invalid, Rule, Valid
 from pmap_migrate.rules.fixes.pmap_render import shard_mapped_helper
-from pmap_migrate.rules.fixes.shared import global_call_helper, host_local_helper, to_global_helper
+from pmap_migrate.rules.fixes.shared import global_call_helper, global_pmap_helper, host_local_helper, to_global_helper
 from pmap_migrate.rules.knowledge import gates, tables
 
 # The shared helpers of the global-mesh rewrite as the fix writes them in a module of no package (the
 # expected outputs of the examples below); in a package, they are imported from its `_pmap_compat`.
 _GLOBAL_CALL = global_call_helper("    ")
+_GLOBAL_PMAP = global_pmap_helper("    ")
 _MESH_HELPERS = to_global_helper("    ")
 _HOST_LOCAL = host_local_helper("    ")
 _SHARD_MAPPED = shard_mapped_helper("_shard_mapped", "    ", frozenset({"processes"}))  # what its calls pass
@@ -71,9 +72,9 @@ class HostLocalInput(Rule):
     ## Fix safety
     Where the module's data flow is visible, the fix (also PM101's) rewrites every such pmap at once
     to plain JAX that computes what legacy pmap computed (safe): under the pmapped function's name,
-    `_global_call(jax.jit(_shard_mapped(f, axis, processes=True)))`, the faithful
-    `jax.jit(jax.shard_map(...))` over the first rows of each process's devices (process by
-    process), called with this process's rows made global arrays
+    `_global_pmap(f, axis, ..., local=False)` (pmap's call renamed, its arguments as written), the
+    faithful `jax.jit(jax.shard_map(...))` over the first rows of each process's devices (process
+    by process), called with this process's rows made global arrays
     (`jax.make_array_from_process_local_data`; global arrays, outputs fed back, pass through); the
     helpers are written once per package. Outputs stay global arrays where the program only reads
     rows of them or passes them straight to a rewritten pmap: `out[k]` becomes
@@ -86,7 +87,7 @@ class HostLocalInput(Rule):
     a script or a module that calls `jax.distributed.initialize()` at module level is a program),
     and no output is updated in place (`out += 1`), read whole (`print(out.shape)`) or read in code
     that may be traced. Where it is not, the pmap gets the boundary form,
-    `_global_call(..., local=True)`: it takes and returns this process's rows (the global result
+    `_global_pmap(f, axis, ...)` (local, its default): it takes and returns this process's rows (the global result
     made host-local, no copy), so callers and reads stay as they are (row reads still read the
     device's own row), and it raises when called with traced values. Calls seen to be traced (in a lambda or function handed to a `jax.*`
     callable or decorated by one; a call that only may be, in a method, a function with a decorator
@@ -168,6 +169,11 @@ class HostLocalInput(Rule):
                 "\n"
                 "\n"
                 )
+                + _GLOBAL_PMAP
+                + (
+                "\n"
+                "\n"
+                )
                 + _GLOBAL_CALL
                 + (
                 "\n"
@@ -194,7 +200,7 @@ class HostLocalInput(Rule):
                 "    return jax.lax.psum(x * x, \"batch\")\n"
                 "\n"
                 "\n"
-                "step = _global_call(jax.jit(_shard_mapped(_step, \"batch\", processes=True)))\n"
+                "step = _global_pmap(_step, \"batch\", local=False)\n"
                 "\n"
                 "\n"
                 "total = step(xs)\n"
@@ -222,6 +228,11 @@ class HostLocalInput(Rule):
                 "\n"
                 "\n"
                 )
+                + _GLOBAL_PMAP
+                + (
+                "\n"
+                "\n"
+                )
                 + _GLOBAL_CALL
                 + (
                 "\n"
@@ -243,8 +254,7 @@ class HostLocalInput(Rule):
                 "\n"
                 "class Trainer:\n"
                 "    def __init__(self):\n"
-                "        self.step = _global_call(jax.jit(_shard_mapped(f, \"i\", processes=True)),"
-                " local=True)\n"
+                "        self.step = _global_pmap(f, \"i\")\n"
                 "\n"
                 "n = jax.process_count()\n"
                 )),
@@ -272,6 +282,11 @@ class HostLocalInput(Rule):
                 "\n"
                 "\n"
                 )
+                + _GLOBAL_PMAP
+                + (
+                "\n"
+                "\n"
+                )
                 + _GLOBAL_CALL
                 + (
                 "\n"
@@ -292,7 +307,7 @@ class HostLocalInput(Rule):
                 "\n"
                 "\n"
                 "jax.distributed.initialize()\n"
-                "step = _global_call(jax.jit(_shard_mapped(f, \"i\", processes=True)), local=True)\n"
+                "step = _global_pmap(f, \"i\")\n"
                 "out = np.zeros((4,))\n"
                 "for x in batches:\n"
                 "    out = step(x)\n"
@@ -337,5 +352,5 @@ def _external_message(site: TransformSite) -> str | None:
     if site.rows and not site.processes:
         return (f"`{name}` (`{site.origin}`) is a pmap rewritten for one process, called in a multi-process "
                 "program: it raises on several processes; put that pmap on `runtime_shim.pmap`, or write it for "
-                "every process (`_global_call(jax.jit(_shard_mapped(f, axis, processes=True)), local=True)`)")
+                "every process (`_global_pmap(f, axis)`, which takes and returns this process's rows)")
     return None

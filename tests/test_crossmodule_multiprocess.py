@@ -62,13 +62,13 @@ def test_a_single_process_rewrite_is_still_reported(tmp_path: Path):
 
 def test_a_rewrite_for_every_process_is_not_reported(tmp_path: Path):
     """The pmap's module is a multi-process one itself: its fix writes the global-mesh form for
-    callers it does not see (`_global_call(..., local=True)`), which takes this process's rows."""
+    callers it does not see (`_global_pmap(...)`, local), which takes this process's rows."""
     steps = STEPS + "\nRANK = jax.process_index()\n"
     root = _project(tmp_path, {"pkg/steps.py": steps, "pkg/main.py": MAIN})
     assert _findings(root) == ["pkg/steps.py:8:12: PM101", "pkg/steps.py:8:12: PM501"]
     assert run_cli(root, "fix", "--no-cache", "pkg/steps.py").exit_code == 0
     fixed = (root / "pkg" / "steps.py").read_text()
-    assert "_global_call(" in fixed and "processes=True" in fixed, fixed
+    assert "p_double = _global_pmap(double, 'i')\n" in fixed, fixed
     assert _findings(root) == []
 
 
@@ -81,11 +81,18 @@ def test_a_single_process_caller_is_not_told(tmp_path: Path):
 def test_the_facts_tell_a_rewrite_for_every_process_from_one_for_one():
     one = module_facts("import jax\nfrom ._pmap_compat import _shard_mapped\n\n"
                        "p = jax.jit(_shard_mapped(f, 'i'))\n", "pkg.steps", False)
-    every = module_facts("import jax\nfrom ._pmap_compat import _global_call, _shard_mapped\n\n"
+    every = module_facts("import jax\nfrom ._pmap_compat import _global_pmap\n\np = _global_pmap(f, 'i')\n",
+                         "pkg.steps", False)
+    # (as an earlier version wrote it)
+    older = module_facts("import jax\nfrom ._pmap_compat import _global_call, _shard_mapped\n\n"
                          "p = _global_call(jax.jit(_shard_mapped(f, 'i', processes=True)), local=True)\n",
                          "pkg.steps", False)
+    other = module_facts("import jax\nfrom ._pmap_compat import _global_pmap\n\n"
+                         "p = _global_pmap(f, 'i', out_axes=None)\n", "pkg.steps", False)
     assert one.pmapped["p"].rewritten and not one.pmapped["p"].processes
     assert every.pmapped["p"].rewritten and every.pmapped["p"].processes
+    assert older.pmapped["p"].rewritten and older.pmapped["p"].processes
+    assert "p" not in other.pmapped or not other.pmapped["p"].rewritten
 
 
 def test_a_pmap_whose_own_module_is_multi_process_is_left_to_that_modules_finding(tmp_path: Path):
@@ -126,7 +133,7 @@ def test_fix_writes_the_pmap_for_every_process_where_a_program_of_the_project_ca
         root = _project(tmp_path / files[0].replace("/", "_"), {"pkg/steps.py": STEPS, "pkg/main.py": MAIN})
         assert run_cli(root, "fix", "--no-cache", *files).exit_code == 0
         fixed = (root / "pkg" / "steps.py").read_text()
-        assert "p_double = _global_call(jax.jit(_shard_mapped(double, 'i', processes=True)), local=True)" in fixed, fixed
+        assert "p_double = _global_pmap(double, 'i')\n" in fixed, fixed
         assert (root / "pkg" / "main.py").read_text() == MAIN
         assert _findings(root) == []
 
@@ -136,7 +143,7 @@ def test_fix_finds_a_program_calling_a_function_that_returns_the_pmaps_output(tm
     main_ = MAIN.replace("steps.p_double(", "steps.run(")
     root = _project(tmp_path, {"pkg/steps.py": steps, "pkg/main.py": main_})
     assert run_cli(root, "fix", "--no-cache", ".").exit_code == 0
-    assert "processes=True" in (root / "pkg" / "steps.py").read_text()
+    assert "p_double = _global_pmap(double, 'i')\n" in (root / "pkg" / "steps.py").read_text()
 
 
 def test_fix_of_a_pmap_only_single_process_modules_call_is_for_one_process(tmp_path: Path):
@@ -144,7 +151,7 @@ def test_fix_of_a_pmap_only_single_process_modules_call_is_for_one_process(tmp_p
     root = _project(tmp_path, {"pkg/steps.py": STEPS, "pkg/main.py": main_})
     assert run_cli(root, "fix", "--no-cache", ".").exit_code == 0
     fixed = (root / "pkg" / "steps.py").read_text()
-    assert "p_double = jax.jit(_shard_mapped(double, 'i'))" in fixed and "_global_call" not in fixed, fixed
+    assert "p_double = jax.jit(_shard_mapped(double, 'i'))" in fixed and "_global_" not in fixed, fixed
 
 
 def test_the_callers_are_the_multi_process_modules_naming_the_functions(tmp_path: Path):
@@ -198,7 +205,7 @@ def test_the_fixed_package_runs_on_two_processes_as_the_legacy_one_did(tmp_path:
     result = run_cli(fixed, "fix", "--no-cache", ".")
     assert "Fixed 3 of 3 legacy patterns in 2 files." in result.output, result.output
     steps = (fixed / "mpc" / "steps.py").read_text()
-    assert steps.count("processes=True)), local=True") == 2 and "runtime_shim" not in steps, steps
+    assert steps.count("= _global_pmap(") == 2 and "runtime_shim" not in steps, steps
     reference = _runs(jaxenv.LEGACY, legacy, 2)
     assert reference[0] != reference[1] and all(len(r) == 2 for r in reference), reference
     for env in (jaxenv.NEWEST, jaxenv.LEGACY):

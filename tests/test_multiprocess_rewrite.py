@@ -141,12 +141,11 @@ def test_callers_not_seen_get_the_boundary_form():
     summaries = [d.fix.summary for d in outcome.applied if d.code == "PM101"]
     assert len(summaries) == 1 and "taking and returning this process's rows" in summaries[0], summaries
     assert all(f"`{name}`" in summaries[0] for name in ("step", "self.p_step", "fn_mapped", "scaled")), summaries
-    # Each a call of the helper that takes this process's rows in and returns them (`local=True`:
-    # it also refuses traced inputs), written once; on `self`, in the pmap's place.
+    # Each a call of the helper that takes this process's rows in and returns them (local, its
+    # default: it also refuses traced inputs), written once; on `self`, in the pmap's place.
     for wrapper in ("step", r"self\.p_step", "fn_mapped", "scaled"):
-        assert re.search(rf"(?<![\w.]){wrapper} = _global_call\(\s*jax\.jit\(_shard_mapped\([^\n]*processes=True\)[^=]*"
-                         rf"local=True,?\s*\)", text), (wrapper, text)
-    assert text.count("local=True") == 4 and text.count("def _global_call(") == 1
+        assert re.search(rf"(?<![\w.]){wrapper} = _global_pmap\([^=\n]*\)(  #|\n)", text), (wrapper, text)
+    assert not re.search(r"_global_pmap\([^\n]*local=False", text) and text.count("def _global_pmap(") == 1
     assert "out = scaled(batch)\n    out += np.ones" in text  # the output is read as it is
 
 
@@ -169,10 +168,8 @@ def run(batch):
     outcome = _fix(source, "mixed.py")
     text = outcome.fixed.decode()
     assert "runtime_shim.pmap(" not in text
-    assert re.search(r"half = _global_call\(\s*jax\.jit\(_shard_mapped\(lambda x: x / 2, \"i\", processes=True\)\),"
-                     r"\s*local=True,?\s*\)", text), text
-    assert re.search(r"double = _global_call\(\s*jax\.jit\(_shard_mapped\(lambda x: x \* 2, \"i\", processes=True\)\),?"
-                     r"\s*\)", text), text
+    assert 'half = _global_pmap(lambda x: x / 2, "i")\n' in text, text
+    assert 'double = _global_pmap(lambda x: x * 2, "i", local=False)\n' in text, text
     assert "out = half(double(batch))\n    out += np.ones(4)" in text, text
     summary = next(d.fix.summary for d in outcome.applied if d.code == "PM101")
     assert "rewrite `double` as" in summary and "; and `half` the same way, taking and returning" in summary, summary
@@ -198,10 +195,8 @@ def run(batch):
     outcome = _fix(source, "whole.py")
     text = outcome.fixed.decode()
     assert "import runtime_shim" not in text and "_host_local(" not in text.split("\ndef run")[-1], text
-    assert re.search(r"step = _global_call\(\s*jax\.jit\(_shard_mapped\([^\n]*\"i\", processes=True\)\),"
-                     r"\s*local=True,?\s*\)", text), text
-    assert re.search(r"norm = _global_call\(jax\.jit\(_shard_mapped\(lambda x: x / 2, \"i\", processes=True\)\)\)",
-                     text), text
+    assert re.search(r"step = _global_pmap\([^\n]*\"i\"\)\n", text), text
+    assert 'norm = _global_pmap(lambda x: x / 2, "i", local=False)\n' in text, text
     assert 'print(metrics["loss"][0], state.addressable_shards[0].data.squeeze(0))\n    return state\n' in text, text
     summary = next(d.fix.summary for d in outcome.applied if d.code == "PM101")
     assert "rewrite `norm` as" in summary and "; and `step` the same way, taking and returning" in summary, summary
@@ -233,7 +228,7 @@ def run(state, batches, log):
     outcome = _fix(source, "two.py")
     text = outcome.fixed.decode()
     assert "runtime_shim" not in text.split("\ndef run")[-1] and "import runtime_shim" not in text, text
-    assert text.count("local=True") == 2, text
+    assert text.count("= _global_pmap(") == 2 and not re.search(r"_global_pmap\([^\n]*local=False", text), text
     summary = next(d.fix.summary for d in outcome.applied if d.code == "PM101")
     assert "`train`, `evaluate`" in summary and "taking and returning this process's rows" in summary, summary
 

@@ -571,7 +571,7 @@ def test_a_module_binding_a_name_the_helper_uses_imports_the_helper_from_the_sha
 
 
 def test_a_multi_process_module_binding_mesh_otherwise_is_rewritten_too(tmp_path):
-    """The multi-process form names `jax` only at its sites (`_global_call(jax.jit(...))`): a
+    """The multi-process form names its helper only at its sites (`_global_pmap(...)`): a
     multi-process module that binds `Mesh` from `jax._src.mesh` is rewritten, its helpers imported
     from the package's shared module."""
     root = tmp_path / "mp"
@@ -585,7 +585,7 @@ def test_a_multi_process_module_binding_mesh_otherwise_is_rewritten_too(tmp_path
         "    return multihost_utils.process_allgather(out), Mesh\n")
     assert run_cli(root, "fix", "--no-cache", ".").exit_code == 0
     text = tree(root)["pkg/m.py"]
-    assert "runtime_shim" not in text and re.search(r"_global_call\(\s*jax\.jit\(_shard_mapped\(lambda x: x", text), text
+    assert "runtime_shim" not in text and re.search(r"_global_pmap\(lambda x: x", text), text
     assert "from jax._src.mesh import Mesh\n" in text and "from pkg._pmap_compat import" in text
 
 

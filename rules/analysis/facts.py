@@ -271,7 +271,7 @@ class FactReader(ReturnsReader):
         rewritten = self._rewritten(value)
         if rewritten is not None:
             returns = self._returns_tuple(rewritten.args[0] if rewritten.args else None)
-            processes = self._helper(value.func, "_global_call") or any(
+            processes = self._helper(value.func, "_global_call") or self._helper(value.func, "_global_pmap") or any(
                 k.arg == "processes" and not (isinstance(k.value, ast.Constant) and not k.value.value)
                 for k in rewritten.keywords)
             self._rebound_to(name)
@@ -303,9 +303,12 @@ class FactReader(ReturnsReader):
     def _rewritten(self, value: ast.expr) -> ast.Call | None:
         """``value`` is what `fix` writes for a pmap, whose outputs are its stacks: `jax.jit(
         _shard_mapped(f, ...))` without `out_axes`, or `_global_call(...)` of that (the
-        `_shard_mapped(...)` call, whose first argument is the function)."""
+        `_shard_mapped(...)` call, whose first argument is the function), or `_global_pmap(f, ...)`
+        without `out_axes` (that call)."""
         if not isinstance(value, ast.Call) or not value.args:
             return None
+        if self._helper(value.func, "_global_pmap"):  # pmap's signature: the function first
+            return value if not any(k.arg == "out_axes" for k in value.keywords) else None
         if self._helper(value.func, "_global_call"):
             value = value.args[0]
             if not isinstance(value, ast.Call) or not value.args:

@@ -109,7 +109,8 @@ class ValueFlow:
                 site = self._calls_to.get(value) if value is not None else None
                 if site is not None and site.transform == JIT:
                     self._row_wrappers.setdefault(function.name.value, []).append((function, value))
-        global_calls = bool(self.index.names.get("_global_call"))  # `step = _global_call(jax.jit(...), "i")`
+        # `step = _global_pmap(f, "i")`, `step = _global_call(jax.jit(...), "i")`
+        global_calls = bool(self.index.names.get("_global_pmap") or self.index.names.get("_global_call"))
         if not global_calls and not self._row_wrappers:
             return False  # most modules: no wrapper to look for (every call of the module asks)
         if isinstance(func, cst.Attribute) and isinstance(func.value, cst.Name) and func.value.value == "self":
@@ -137,10 +138,14 @@ class ValueFlow:
         return value is not None and self._rows_jit(self._calls_to.get(value))
 
     def _is_global_call(self, call: cst.Call) -> bool:
-        """``call`` is `_global_call(<a faithful rewrite's jit>, axis, ...)`, the multi-process
-        rewrite's call (the package's shared helper, or the module's copy, by its docstring)."""
+        """``call`` is `_global_pmap(f, axis, ...)` (no out_axes) or `_global_call(<a faithful
+        rewrite's jit>, axis, ...)`, the multi-process rewrite's call (the package's shared helper,
+        or the module's copy, by its docstring)."""
         if not call.args or call.args[0].keyword is not None:
             return False
+        if self._is_helper(call.func, "_global_pmap", tables.SHARED_GLOBAL_PMAP, tables.GLOBAL_PMAP_DOC):
+            # pmap's signature: rows per device unless out_axes says otherwise
+            return not any(arg.keyword is not None and arg.keyword.value == "out_axes" for arg in call.args)
         if not self._is_helper(call.func, "_global_call", tables.SHARED_GLOBAL_CALL, tables.GLOBAL_CALL_DOC):
             return False
         jitted = call.args[0].value

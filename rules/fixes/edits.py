@@ -208,7 +208,7 @@ def unindented(model, node, plain: dict[int, cst.CSTNode]):
 def spaced(model, edits: list[Edit], plain: dict[int, cst.CSTNode]) -> list[Edit]:
     """Blank lines around generated definitions: before the first one, and before the statement that
     follows them (two at module level, one in a function); none around plain statements that
-    replace one (`step = _global_call(...)` for `step = jax.pmap(...)`)."""
+    replace one (`step = _global_pmap(...)` for `step = jax.pmap(...)`)."""
     out = [Edit(e.target, unindented(model, e.replacement, plain),
                 tuple(unindented(model, b, plain) for b in e.before)) for e in edits]
     replaced = {id(e.target): k for k, e in enumerate(out) if e.replacement is not None}

@@ -46,7 +46,7 @@ def hanging_call(site: TransformSite) -> cst.Call | None:
 
 def in_lines(call: cst.Call, helper: cst.Call, values: dict[int, cst.BaseExpression], *,
              helper_extra: Sequence[cst.Arg] = (), jit_extra: Sequence[cst.Arg] = (),
-             outer: cst.Call | None = None, room: int = 79) -> cst.Call | None:
+             outer: cst.Call | None = None, room: int = 79, flat: bool = False) -> cst.Call | None:
     """`jax.jit(<helper>(<call's arguments>), <jit's options>)` in ``call``'s lines: ``helper`` is
     the helper's call without arguments (`_shard_mapped()`), ``values`` the arguments (by index)
     whose value changes (a folded literal), ``helper_extra`` arguments added after the helper's
@@ -54,28 +54,32 @@ def in_lines(call: cst.Call, helper: cst.Call, values: dict[int, cst.BaseExpress
     (`static_argnums`), ``outer`` a call without arguments that takes the jitted function
     (`_global_call()`) and its options after it (`local=True`). The added arguments go on the
     line of the helper's last one, or on a line of their own where that line has a comment or
-    would pass ``room`` columns (after the block's indentation). None where the form does not
-    apply: arguments on the parenthesis's line, a star argument, a jit option before a helper's."""
+    would pass ``room`` columns (after the block's indentation). ``flat``: `<helper>(<call's
+    arguments>, <added>)`, a helper that takes jit's options too (`_global_pmap`). None where the
+    form does not apply: arguments on the parenthesis's line, a star argument, a jit option before
+    a helper's."""
     if not hanging(call) or any(arg.star for arg in call.args):
         return None
     args = [arg.with_changes(value=values[k]) if k in values else arg for k, arg in enumerate(call.args)]
-    roles = [arg.keyword is not None and arg.keyword.value in JIT_OPTIONS for arg in args]
+    roles = [not flat and arg.keyword is not None and arg.keyword.value in JIT_OPTIONS for arg in args]
     if roles != sorted(roles) or not roles or roles[0]:
         return None  # jit's options first, or only jit's: the helper's arguments would move
     mapped = [arg for arg, jit in zip(args, roles) if not jit]
     jitted = [arg for arg, jit in zip(args, roles) if jit]
-    built = _built(call, helper, mapped, jitted, list(helper_extra), list(jit_extra), outer, own_line=False)
+    built = _built(call, helper, mapped, jitted, list(helper_extra), list(jit_extra), outer, own_line=False,
+                   flat=flat)
     if helper_extra or jit_extra:
         old = set(code_of(call).split("\n"))
         new = code_of(built).split("\n")[1:]
         if any(line not in old and ("#" in line or len(line) > room) for line in new):
             built = _built(call, helper, mapped, jitted, list(helper_extra), list(jit_extra), outer,
-                           own_line=True) or built
+                           own_line=True, flat=flat) or built
     return built
 
 
 def _built(call: cst.Call, helper: cst.Call, mapped: list[cst.Arg], jitted: list[cst.Arg], helper_extra: list[cst.Arg],
-           jit_extra: list[cst.Arg], outer: cst.Call | None, *, own_line: bool) -> cst.Call | None:
+           jit_extra: list[cst.Arg], outer: cst.Call | None, *, own_line: bool, flat: bool = False
+           ) -> cst.Call | None:
     last = mapped[-1]
     space = cst.Comma(whitespace_after=cst.SimpleWhitespace(" "))
     follow = last.comma  # after the last of the helper's arguments, where jit's come next
@@ -107,6 +111,8 @@ def _built(call: cst.Call, helper: cst.Call, mapped: list[cst.Arg], jitted: list
         tail[-1].with_changes(comma=cst.MaybeSentinel.DEFAULT if ends else follow,
                               whitespace_after_arg=cst.SimpleWhitespace("") if ends else closing)]
     inner = cst.Arg(helper.with_changes(args=[*mapped[:-1], *tail], whitespace_before_args=call.whitespace_before_args))
+    if flat:
+        return inner.value.with_changes(lpar=call.lpar, rpar=call.rpar)
     # jit's options: those pmap did not spell after the helper's parenthesis, then pmap's as written
     jit_args = [inner, *jit_extra]
     commas = [brk if own_line and not helper_extra and k == 0 else space for k in range(len(jit_args) - 1)]
@@ -129,8 +135,8 @@ def room(model, node: cst.CSTNode, width: int = 79) -> int:
 
 
 def options_in_lines(call: cst.Call, name: str, helper: dict[str, str], jit: dict[str, str], *,
-                     added: Sequence[str] = (), outer: cst.Call | None = None, room: int = 79
-                     ) -> cst.Call | None:
+                     added: Sequence[str] = (), outer: cst.Call | None = None, room: int = 79,
+                     flat: bool = False) -> cst.Call | None:
     """The compact form (`jax.jit(name(f, ...), ...)`) in the lines of ``call``, a pmap written over
     several: ``helper`` and ``jit`` map the options the one-line form gives the helper and jit to
     their values' text; an argument that spells one keeps its line (and its text, where that is
@@ -158,7 +164,7 @@ def options_in_lines(call: cst.Call, name: str, helper: dict[str, str], jit: dic
     jit_extra = [keyword_arg(option, cst.parse_expression(text)) for option, text in unspelled.items()
                  if option in jit]
     return in_lines(call, cst.Call(cst.Name(name)), values, helper_extra=helper_extra, jit_extra=jit_extra,
-                    outer=outer, room=room)
+                    outer=outer, room=room, flat=flat)
 
 
 def compact_in_lines(site: TransformSite, name: str, opts: dict, argnums: list, model) -> cst.Call | None:

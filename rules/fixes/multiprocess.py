@@ -14,16 +14,17 @@ once and every call site agrees on which values are global arrays.
 
     def _step(x, w): ...                           # the pmapped body, unchanged
 
-    step = _global_call(                           # this process's rows in, global arrays out
-        jax.jit(_shard_mapped(_step, "batch", processes=True))
-    )
+    step = _global_pmap(_step, "batch", local=False)   # this process's rows in, global arrays out
 
-`_shard_mapped(..., processes=True)` is the compact form over the first n / process_count devices
-of every process (legacy pmap's devices, process by process); `_global_call` (rules/fixes/shared.py)
-makes this process's rows of each mapped argument global arrays (`_to_global`: outputs fed back
-pass through, host data is assembled from every process's part) and calls the jitted form; with
-``local=True`` (the boundary form below) it returns `_host_local` of the result and refuses traced
-inputs. The three helpers are written once per package (`_pmap_compat.py`), or once in the module.
+`_global_pmap` takes pmap's arguments under pmap's names (a pmap call becomes it by its name: its
+arguments stay on their lines, fixes/in_lines.py): `_shard_mapped(..., processes=True)`, the
+compact form over the first n / process_count devices of every process (legacy pmap's devices,
+process by process), jitted (static positions, donate_argnums) and called through `_global_call`
+(rules/fixes/shared.py), which makes this process's rows of each mapped argument global arrays
+(`_to_global`: outputs fed back pass through, host data is assembled from every process's part);
+with ``local`` (its default: the boundary form below) it returns `_host_local` of the result and
+refuses traced inputs. The helpers are written once per package (`_pmap_compat.py`), or once in
+the module.
 
 The outputs of a pmap whose every output is either read by row or passed straight to a rewritten
 pmap stay global: `out[k]` on an array output -> `out.addressable_shards[k].data.squeeze(0)` (this
@@ -42,7 +43,7 @@ step) is exact too. Where the data flow is not visible -- the pmapped function u
 stored on `self`, a public module-level pmap of a library module (importers would get global
 arrays), a name bound more than once, an output updated in place, a call or read in code that may
 be traced (a method, a decorated function, a callback) -- the site gets the boundary form: the same
-definition through `_global_call(..., local=True)`, which returns this process's rows, as legacy
+definition through `_global_pmap(...)` (local), which returns this process's rows, as legacy
 returned them, and raises on traced inputs, so no caller or read needs rewriting; an output fed
 back goes in without a copy (`_to_global` hands arrays whose rows already sit on this process's
 devices to `host_local_array_to_global_array`). A call seen to be
@@ -54,6 +55,7 @@ says why); the module's other pmaps are still rewritten.
 from __future__ import annotations
 
 import libcst as cst
+import libcst.matchers as m
 from libcst.metadata import ClassScope
 
 from pmap_migrate.rules.analysis.sites import TransformSite
@@ -363,7 +365,6 @@ class GlobalRewrite(GlobalRender):
             except Unsupported as why:
                 raise SiteFailure(entry, str(why)) from None
             edits += site_edits
-            imports.append(ImportSpec("jax"))  # the call site's own `jax.jit`
             removes += entry.fix.remove_imports
         removes += reads.removes
         self.row_reads = frozenset(reads.row_reads)
@@ -372,7 +373,13 @@ class GlobalRewrite(GlobalRender):
         except LostEdit as lost:
             raise SiteFailure(owner_of(lost.edit.target, self.sites), "its rewrite overlaps the rewrite of "
                                "another part of the program") from None
-        self.rewriter.check_names_free(self.rewriter.SITE_NAMES)
+        # the sites name `_global_pmap` only: `jax` where a read names it (`jax.tree.map(...)`), and
+        # `import jax` goes where nothing uses it any more
+        if any(_names_jax(edit) for edit in edits):
+            imports.append(ImportSpec("jax"))
+            self.rewriter.check_names_free(self.rewriter.SITE_NAMES)
+        else:
+            removes.append(ImportSpec("jax"))
         # each name once (functions of different scopes may share one)
         inside = ", ".join(dict.fromkeys(f"`{e.wrapper_name}`" for e in self.sites if e.boundary is None))
         boundary = ", ".join(dict.fromkeys(f"`{e.wrapper_name}`" for e in self.sites if e.boundary is not None))
@@ -493,3 +500,11 @@ def _walk(node: cst.CSTNode):
         current = stack.pop()
         yield current
         stack.extend(reversed(current.children))
+
+
+def _names_jax(edit: Edit) -> bool:
+    """``edit``'s new code names `jax` (a read's `jax.tree.map`)."""
+    nodes = [edit.replacement] if isinstance(edit.replacement, cst.CSTNode) else []
+    nodes += list(edit.replacement.nodes) if isinstance(edit.replacement, cst.FlattenSentinel) else []
+    nodes += list(edit.before)
+    return any(m.findall(node, m.Name("jax")) for node in nodes)

@@ -1,5 +1,6 @@
 """The text of the multi-process rewrite: the module's helpers (the global mesh, the conversions to
-and from global arrays) and each pmap as `_global_call` of its jitted shard_map over the global mesh."""
+and from global arrays) and each pmap as `_global_pmap(f, axis_name, ...)`, pmap's call renamed:
+`_global_call` of its jitted shard_map over the global mesh."""
 
 from __future__ import annotations
 
@@ -14,9 +15,11 @@ from pmap_migrate.rules.fixes.pmap_options import Unsupported
 from pmap_migrate.rules.fixes.pmap_render import Plan, tuple_text
 from pmap_migrate.rules.fixes.shared import (
     GLOBAL_CALL,
+    GLOBAL_PMAP,
     HOST_LOCAL,
     TO_GLOBAL,
     global_call_helper,
+    global_pmap_helper,
     host_local_helper,
     to_global_helper,
 )
@@ -27,9 +30,9 @@ class GlobalRender:
     """The rendering half of ``multiprocess.GlobalRewrite`` (which mixes it in)."""
 
     # ------------------------------------------------------------------ rendering
-    def _global_call(self) -> str:
-        """The multi-process call: the package's shared `_global_call`."""
-        return self.rewriter.shared_helper(GLOBAL_CALL, global_call_helper).name
+    def _global_pmap(self) -> str:
+        """The multi-process pmap: the package's shared `_global_pmap`."""
+        return self.rewriter.shared_helper(GLOBAL_PMAP, lambda indent: global_pmap_helper(indent)).name
 
     def _render(self, entry: PlannedSite, plan: Plan, indent: str) -> str:
         if plan.params is None and plan.static:
@@ -42,21 +45,29 @@ class GlobalRender:
                                        + "(*args, **kwargs)")
         entry.plan = plan
         entry.wrapper_name = plan.name
-        jitted = self._compact(entry, plan)
-        if jitted is None:
+        parts = self._compact_parts(entry, plan)
+        if parts is None:
             raise Unsupported("a mapped function that is not a plain name, in a multi-process program")
         if plan.static and plan.params is None and plan.in_axes != 0:
             raise Unsupported("static_broadcasted_argnums and in_axes for arguments not seen")
         # (`_global_call` reads the axis name, in_axes and static positions from `_shard_mapped`'s
         # function; the static arguments go to jit as they are, the rest of the positional ones on
         # their axes, keyword arguments on axis 0)
-        local = ["local=True"] if entry.boundary is not None else []  # callers or reads not all seen
-        in_lines = self._in_lines(entry, plan, local)
+        local = [] if entry.boundary is not None else ["local=False"]  # global outputs: reads all seen
+        in_lines = self._in_lines(entry, plan, parts, local)
         if in_lines is not None:
             return in_lines
-        options = [jitted, *local]
+        callee, options = parts[1], self._options(parts)
+        call = f"{self._global_pmap()}({', '.join([callee, plan.axis, *options, *local])})"
         hoisted = [] if self._in_place(entry) else plan.hoisted
-        return "\n".join([*hoisted, f"{plan.name} = {self._global_call()}({', '.join(options)})"]) + "\n"
+        return "\n".join([*hoisted, f"{plan.name} = {call}"]) + "\n"
+
+    @staticmethod
+    def _options(parts: tuple[str, str, dict, dict]) -> list[str]:
+        """`_global_pmap`'s options after the function and the axis name, as pmap's: the helper's,
+        then jit's but the static positions (which are pmap's static_broadcasted_argnums)."""
+        _, _, helper, jit = parts
+        return [f"{option}={text}" for option, text in {**helper, **jit}.items() if option != "static_argnums"]
 
     @staticmethod
     def _in_place(entry: PlannedSite) -> bool:
@@ -67,21 +78,10 @@ class GlobalRender:
         return fun is not None and not entry.site.is_decorator \
             and (isinstance(fun, cst.Lambda) or "\n" not in code_of(fun))
 
-    def _compact(self, entry: PlannedSite, plan: Plan) -> str | None:
-        """`jax.jit(_shard_mapped(f, axis, ..., processes=True), ...)`: the compact
-        form's helper over the global mesh (pmap_render.shard_mapped_helper), which applies the
-        plan's axes at run time; None where the mapped function is not a plain name."""
-        parts = self._compact_parts(entry, plan)
-        if parts is None:
-            return None
-        name, callee, helper, jit = parts
-        options = [plan.axis, *(f"{option}={text}" for option, text in helper.items()), "processes=True"]
-        mapped = f"{name}({callee}, {', '.join(options)})"
-        return f"jax.jit({', '.join([mapped, *(f'{option}={text}' for option, text in jit.items())])})"
-
     def _compact_parts(self, entry: PlannedSite, plan: Plan) -> tuple[str, str, dict, dict] | None:
         """(the helper's name, the mapped function's text, the helper's options and jit's, each
-        by name to its value's text) of `_compact`."""
+        by name to its value's text) of the site's compact form; None where the mapped function is
+        not a plain name."""
         callee = plan.body_call[: plan.body_call.find("(")]
         if self._in_place(entry):
             # the expression pmap was given, evaluated where pmap evaluated it (a lambda as written:
@@ -110,33 +110,35 @@ class GlobalRender:
             jit["donate_argnums"] = tuple_text(plan.donate)
         return name, callee, helper, jit
 
-    def _in_lines(self, entry: PlannedSite, plan: Plan, local: list[str]) -> str | None:
-        """`_global_call(jax.jit(_shard_mapped(...), ...))` in the lines of a pmap call written
-        over several (fixes/in_lines.py), where the call is what its statement assigns: the
-        statement's text, or None."""
+    def _in_lines(self, entry: PlannedSite, plan: Plan, parts: tuple[str, str, dict, dict],
+                  local: list[str]) -> str | None:
+        """`_global_pmap(...)` in the lines of a pmap call written over several (fixes/in_lines.py),
+        where the call is what its statement assigns: the statement's text, or None."""
         call = hanging_call(entry.site)
         if call is None:
             return None
         statement, target = self.rewriter.assignment_statement(call)
         if statement is None or target != plan.name:
             return None
-        parts = self._compact_parts(entry, plan)
-        if parts is None:
-            return None
-        name, _, helper, jit = parts
-        outer = cst.parse_expression(f"{self._global_call()}({', '.join(local)})")
-        built = options_in_lines(call, name, helper, jit, added=["processes=True"], outer=outer,
+        _, _, helper, jit = parts
+        options = {**helper, **{option: text for option, text in jit.items() if option != "static_argnums"}}
+        built = options_in_lines(call, self._global_pmap(), options, {}, added=local, flat=True,
                                  room=room(self.rewriter.model, call))
         return None if built is None else f"{plan.name} = {code_of(built)}\n"
 
     def helpers_used(self) -> tuple[Helper, ...]:
-        """The shared helpers the module's rewrite calls (`_global_call`, and the two it calls)."""
+        """The shared helpers the module's rewrite calls (`_global_pmap`, and those it calls:
+        `_global_call`, the two that calls, the compact form's `_shard_mapped`)."""
         renders = {GLOBAL_CALL: global_call_helper, TO_GLOBAL: to_global_helper, HOST_LOCAL: host_local_helper}
-        helpers = tuple(dataclasses.replace(self.rewriter.shared_helper(key, renders[key]),
-                                            support=key != GLOBAL_CALL)
+        helpers = tuple(dataclasses.replace(self.rewriter.shared_helper(key, renders[key]), support=True)
                         for key in (GLOBAL_CALL, TO_GLOBAL, HOST_LOCAL))
-        # every site's jitted part is the compact form's helper (`_render` refuses any other)
-        return helpers + ((self.rewriter.compact_helper()[1],) if self.sites else ())
+        if not self.sites:
+            return helpers
+        # (`_shard_mapped` with the options its calls pass: those of `_global_pmap`'s calls here,
+        # passed on, and processes=True; every one in a module's own copy, which `**options` calls)
+        compact = dataclasses.replace(self.rewriter.compact_helper()[1], support=True)
+        return (self.rewriter.shared_helper(GLOBAL_PMAP, lambda indent: global_pmap_helper(indent)),
+                *helpers, compact)
 
 
 def _axes_text(axes) -> str:

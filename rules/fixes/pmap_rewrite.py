@@ -379,7 +379,7 @@ class Rewriter(Nests, EvaluationPlaces):
         "np": {"numpy"},
     }
     # What the compact and the multi-process call sites name (`jax.jit(_shard_mapped(...))`,
-    # `_global_call(jax.jit(...))`): the helpers' own names are their module's, the shared module's
+    # `_global_pmap(f, ...)`): the helpers' own names are their module's, the shared module's
     # or this one's where they are copied, whose added imports the engine's name check refuses if
     # they would rebind a name.
     SITE_NAMES = {"jax": {"jax"}}
@@ -446,7 +446,7 @@ class Rewriter(Nests, EvaluationPlaces):
         if isinstance(wrapper_def, cst.FunctionDef):
             wrapper_def = wrapper_def.with_changes(decorators=[*above, *wrapper_def.decorators],
                                                    leading_lines=func.leading_lines)
-        elif above:  # an assignment (`step = _global_call(...)`) takes no decorator
+        elif above:  # an assignment (`step = _global_pmap(...)`) takes no decorator
             raise Unsupported("decorators above the pmap")
         body_def = func.with_changes(name=cst.Name(body_name), decorators=below)
         blank = [line for line in func.leading_lines if line.comment is None]

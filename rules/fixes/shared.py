@@ -236,6 +236,29 @@ def global_call_helper(indent: str, features: frozenset[str] = ALL_FEATURES) -> 
     ]) + "\n"
 
 
+GLOBAL_PMAP = "_global_pmap"  # a multi-process pmap site: pmap's signature, `_global_call` of its jit
+
+
+def global_pmap_helper(indent: str) -> str:
+    """`jax.pmap(f, axis_name, ...)` of a multi-process program, under pmap's own names: the
+    compact form over every process's devices (`_shard_mapped(..., processes=True)`), jitted with
+    the static positions as jit's and ``donate_argnums``, and called through ``_global_call``:
+    this process's rows in and, with ``local`` (the default: callers or reads not all seen), out,
+    as legacy pmap took and returned them; ``local=False``: global arrays out (the reads the
+    rewrite saw take this process's rows). A call site is pmap's, renamed: its arguments stay on
+    their lines."""
+    i1, i2 = indent, indent * 2
+    return "\n".join([
+        f"def {GLOBAL_PMAP}(f, axis_name=None, *, local=True, donate_argnums=(), **options):",
+        f'{i1}"""{tables.GLOBAL_PMAP_DOC}"""',
+        f'{i1}static = options.get("static_broadcasted_argnums", ())',
+        f"{i1}mapped = {SHARD_MAPPED}(f, axis_name, processes=True, **options)",
+        f"{i1}jitted = jax.jit(",
+        f"{i2}mapped, static_argnums=static, donate_argnums=donate_argnums)",
+        f"{i1}return {GLOBAL_CALL}(jitted, local=local)",
+    ]) + "\n"
+
+
 _MULTIHOST = ImportSpec("jax.experimental", "multihost_utils")
 
 SHARED_HELPERS: dict[str, SharedHelper] = {
@@ -256,6 +279,8 @@ SHARED_HELPERS: dict[str, SharedHelper] = {
         SharedHelper(GLOBAL_CALL, global_call_helper(INDENT),
                      (ImportSpec("functools"), ImportSpec("jax"), ImportSpec("jax.sharding", "PartitionSpec", "P")),
                      requires=(TO_GLOBAL, HOST_LOCAL)),
+        SharedHelper(GLOBAL_PMAP, global_pmap_helper(INDENT), (ImportSpec("jax"),),
+                     requires=(GLOBAL_CALL, SHARD_MAPPED)),
     )
 }
 
@@ -278,9 +303,13 @@ _THIRD_PARTY_ORDER = ("jax", "numpy")  # isort: by module name
 
 def with_required(names) -> frozenset[str]:
     """``names`` and the helpers they call."""
-    found = set(names)
-    for name in names:
-        found.update(SHARED_HELPERS[name].requires if name in SHARED_HELPERS else ())
+    found, todo = set(names), list(names)
+    while todo:
+        name = todo.pop()
+        for needed in SHARED_HELPERS[name].requires if name in SHARED_HELPERS else ():
+            if needed not in found:
+                found.add(needed)
+                todo.append(needed)
     return frozenset(found)
 
 
@@ -429,9 +458,10 @@ def imported_name(module: cst.Module, name: str) -> str | None:
 class _Calls(cst.CSTVisitor):
     """The options the calls of the helper ``name`` pass it (``called_features``)."""
 
-    def __init__(self, name: str) -> None:
+    def __init__(self, name: str, passed_on: frozenset[str] = frozenset()) -> None:
         super().__init__()
         self.name = name
+        self.passed_on = passed_on  # options the helper keeps for itself (`_global_pmap`'s)
         self.features: set[str] = set()
         self.seen: set[int] = set()  # the helper's name where it is called, defined or imported
 
@@ -443,7 +473,7 @@ class _Calls(cst.CSTVisitor):
                 positional -= 1
             elif keyword in HELPER_FEATURES:
                 self.features.add(HELPER_FEATURES[keyword])
-            elif keyword != "axis_name":  # *args, **kwargs, an option by position, one it does not know
+            elif keyword != "axis_name" and keyword not in self.passed_on:  # *args, **kwargs, an option by position, one it does not know
                 self.features.update(ALL_FEATURES)
 
     def visit_Call(self, node: cst.Call) -> None:
@@ -462,7 +492,8 @@ class _Calls(cst.CSTVisitor):
 
     def visit_FunctionDef(self, node: cst.FunctionDef) -> bool:
         self.seen.add(id(node.name))
-        return node.name.value != self.name  # (the helper refers to itself)
+        # (the helper refers to itself; `_global_pmap` passes its calls' options on, counted there)
+        return node.name.value not in (self.name, GLOBAL_PMAP)
 
     def visit_ImportAlias(self, node: cst.ImportAlias) -> bool:
         return False
@@ -475,10 +506,15 @@ class _Calls(cst.CSTVisitor):
             self.features.update(ALL_FEATURES)  # used as a value: it may be given anything
 
 
-def called_features(node: cst.CSTNode, name: str) -> frozenset[str]:
+def called_features(node: cst.CSTNode, name: str, shared: str = SHARD_MAPPED) -> frozenset[str]:
     """The options of `_shard_mapped` (pmap_render.HELPER_FEATURES) that the calls of the helper
     bound to ``name`` in ``node`` pass it; every one where the helper is used otherwise (passed as
-    a value, given options it does not know or by position)."""
+    a value, given options it does not know or by position). ``shared``: which helper ``name`` is,
+    `_shard_mapped` or `_global_pmap` (which passes its options on, with ``processes=True``)."""
+    if shared == GLOBAL_PMAP:
+        calls = _Calls(name, frozenset({"local", "donate_argnums"}))
+        node.visit(calls)
+        return frozenset(calls.features | {"processes"})
     calls = _Calls(name)
     node.visit(calls)
     return frozenset(calls.features)
@@ -491,6 +527,8 @@ def fitted_helper(module: cst.Module, name: str, variant) -> cst.Module:
         if isinstance(statement, cst.FunctionDef) and statement.name.value == name:
             held = helper_features(module.code_for_node(statement), name)
             needed = called_features(module, name)
+            if any(isinstance(s, cst.FunctionDef) and s.name.value == GLOBAL_PMAP for s in module.body):
+                needed |= called_features(module, GLOBAL_PMAP, GLOBAL_PMAP)
             if held is None or held == needed:
                 return module
             new = variant(needed)[0].with_changes(leading_lines=statement.leading_lines)

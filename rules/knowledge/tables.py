@@ -64,6 +64,10 @@ HOST_LOCAL_DOC = "Global arrays -> this process's rows, as legacy pmap returned 
 # rows per device; with local=True, their host-local view).
 SHARED_GLOBAL_CALL = ("_pmap_compat._global_call",)
 GLOBAL_CALL_DOC = "Legacy pmap's call in a multi-process program: this process's rows in."
+# The multi-process pmap site's helper: `_global_call` of the compact form's jit, under pmap's
+# signature (its outputs likewise: rows per device, their host-local view unless local=False).
+SHARED_GLOBAL_PMAP = ("_pmap_compat._global_pmap",)
+GLOBAL_PMAP_DOC = "pmap(f, axis_name, ...) over the devices of every process."
 # The stacks `fix` writes for `jax.device_put_replicated` / `device_put_sharded` (rules/fixes/shared.py):
 # the helper imported from a package's shared module, by the end of its qualified name, or defined in
 # the module itself, by the first line of its docstring.
