@@ -5,16 +5,15 @@ import libcst as cst
 from pmap_migrate.rules.analysis.sites import PMAP, TransformSite
 from pmap_migrate.rules.base import Fixable, Invalid, Rule, Valid
 from pmap_migrate.rules.fixes.pmap_render import shard_mapped_helper
-from pmap_migrate.rules.fixes.shared import global_call_helper, global_pmap_helper, host_local_helper, to_global_helper
+from pmap_migrate.rules.fixes.shared import global_pmap_helper, host_local_helper, to_global_helper
 from pmap_migrate.rules.knowledge import gates, tables
 
 # The shared helpers of the global-mesh rewrite as the fix writes them in a module of no package (the
 # expected outputs of the examples below); in a package, they are imported from its `_pmap_compat`.
-_GLOBAL_CALL = global_call_helper("    ")
 _GLOBAL_PMAP = global_pmap_helper("    ")
 _MESH_HELPERS = to_global_helper("    ")
 _HOST_LOCAL = host_local_helper("    ")
-_SHARD_MAPPED = shard_mapped_helper("_shard_mapped", "    ", frozenset({"processes"}))  # what its calls pass
+_SHARD_MAPPED = shard_mapped_helper("_shard_mapped", "    ", frozenset({"axes", "processes", "static"}))  # what its calls pass
 
 
 class HostLocalInput(Rule):
@@ -174,11 +173,6 @@ class HostLocalInput(Rule):
                 "\n"
                 "\n"
                 )
-                + _GLOBAL_CALL
-                + (
-                "\n"
-                "\n"
-                )
                 + _MESH_HELPERS
                 + (
                 "\n"
@@ -233,11 +227,6 @@ class HostLocalInput(Rule):
                 "\n"
                 "\n"
                 )
-                + _GLOBAL_CALL
-                + (
-                "\n"
-                "\n"
-                )
                 + _MESH_HELPERS
                 + (
                 "\n"
@@ -283,11 +272,6 @@ class HostLocalInput(Rule):
                 "\n"
                 )
                 + _GLOBAL_PMAP
-                + (
-                "\n"
-                "\n"
-                )
-                + _GLOBAL_CALL
                 + (
                 "\n"
                 "\n"

@@ -1,6 +1,6 @@
 """The text of the multi-process rewrite: the module's helpers (the global mesh, the conversions to
 and from global arrays) and each pmap as `_global_pmap(f, axis_name, ...)`, pmap's call renamed:
-`_global_call` of its jitted shard_map over the global mesh."""
+its jitted shard_map over the global mesh, called with global arrays."""
 
 from __future__ import annotations
 
@@ -14,11 +14,9 @@ from pmap_migrate.rules.fixes.multiprocess_reads import PlannedSite
 from pmap_migrate.rules.fixes.pmap_options import Unsupported
 from pmap_migrate.rules.fixes.pmap_render import Plan, tuple_text
 from pmap_migrate.rules.fixes.shared import (
-    GLOBAL_CALL,
     GLOBAL_PMAP,
     HOST_LOCAL,
     TO_GLOBAL,
-    global_call_helper,
     global_pmap_helper,
     host_local_helper,
     to_global_helper,
@@ -32,7 +30,7 @@ class GlobalRender:
     # ------------------------------------------------------------------ rendering
     def _global_pmap(self) -> str:
         """The multi-process pmap: the package's shared `_global_pmap`."""
-        return self.rewriter.shared_helper(GLOBAL_PMAP, lambda indent: global_pmap_helper(indent)).name
+        return self.rewriter.shared_helper(GLOBAL_PMAP, global_pmap_helper).name
 
     def _render(self, entry: PlannedSite, plan: Plan, indent: str) -> str:
         if plan.params is None and plan.static:
@@ -50,7 +48,7 @@ class GlobalRender:
             raise Unsupported("a mapped function that is not a plain name, in a multi-process program")
         if plan.static and plan.params is None and plan.in_axes != 0:
             raise Unsupported("static_broadcasted_argnums and in_axes for arguments not seen")
-        # (`_global_call` reads the axis name, in_axes and static positions from `_shard_mapped`'s
+        # (`_global_pmap` reads the axis name, in_axes and static positions from `_shard_mapped`'s
         # function; the static arguments go to jit as they are, the rest of the positional ones on
         # their axes, keyword arguments on axis 0)
         local = [] if entry.boundary is not None else ["local=False"]  # global outputs: reads all seen
@@ -127,18 +125,16 @@ class GlobalRender:
         return None if built is None else f"{plan.name} = {code_of(built)}\n"
 
     def helpers_used(self) -> tuple[Helper, ...]:
-        """The shared helpers the module's rewrite calls (`_global_pmap`, and those it calls:
-        `_global_call`, the two that calls, the compact form's `_shard_mapped`)."""
-        renders = {GLOBAL_CALL: global_call_helper, TO_GLOBAL: to_global_helper, HOST_LOCAL: host_local_helper}
+        """The shared helpers the module's rewrite calls: `_global_pmap`, and those it calls (the
+        conversions to and from global arrays, the compact form's `_shard_mapped` with the
+        options its calls pass on and processes=True)."""
+        renders = {TO_GLOBAL: to_global_helper, HOST_LOCAL: host_local_helper}
         helpers = tuple(dataclasses.replace(self.rewriter.shared_helper(key, renders[key]), support=True)
-                        for key in (GLOBAL_CALL, TO_GLOBAL, HOST_LOCAL))
+                        for key in (TO_GLOBAL, HOST_LOCAL))
         if not self.sites:
             return helpers
-        # (`_shard_mapped` with the options its calls pass: those of `_global_pmap`'s calls here,
-        # passed on, and processes=True; every one in a module's own copy, which `**options` calls)
         compact = dataclasses.replace(self.rewriter.compact_helper()[1], support=True)
-        return (self.rewriter.shared_helper(GLOBAL_PMAP, lambda indent: global_pmap_helper(indent)),
-                *helpers, compact)
+        return (self.rewriter.shared_helper(GLOBAL_PMAP, global_pmap_helper), *helpers, compact)
 
 
 def _axes_text(axes) -> str:

@@ -179,17 +179,8 @@ def global_call_helper(indent: str, features: frozenset[str] = ALL_FEATURES) -> 
     pmaps map every argument on axis 0: pmap_render.shard_mapped_helper), the shorter form for
     exactly those calls, `_global_call(jitted, local=...)` (the form a shared module holds; a
     module's own copy takes every call)."""
-    i1, i2, i3, i4 = indent, indent * 2, indent * 3, indent * 4
-    call = [  # the wrapper's head: traced inputs refused on several processes
-        f"{i1}@functools.wraps(jitted)",
-        f"{i1}def call(*args, **kwargs):",
-        f"{i2}traced = jax.tree.leaves((args, kwargs))",
-        f"{i2}if any(isinstance(x, jax.core.Tracer) for x in traced):",
-        f"{i3}if jax.process_count() > 1:",
-        f"{i4}raise NotImplementedError(",
-        f'{i4}{i1}"multi-process pmap in traced code: use runtime_shim.pmap")',
-        f"{i3}return jitted(*args, **kwargs)  # one process: rows are all",
-    ]
+    i1, i2 = indent, indent * 2
+    call = _traced_call(indent)
     if not features & {"axes", "static"}:  # every `_shard_mapped` of the package maps on axis 0
         return "\n".join([
             f"def {GLOBAL_CALL}(jitted, local=False):",
@@ -197,12 +188,7 @@ def global_call_helper(indent: str, features: frozenset[str] = ALL_FEATURES) -> 
             f"{i1}axis_name = jitted.__wrapped__.pmap_options[0]  # ({SHARD_MAPPED}'s)",
             "",
             *call,
-            f"{i2}rows = jax.local_device_count()",
-            f"{i2}if jax.process_count() == 1:  # the mapped size, as legacy pmap's mesh",
-            f"{i3}rows = traced[0].shape[0]",
-            f"{i2}args, kwargs = {TO_GLOBAL}((args, kwargs), axis_name, rows)",
-            f"{i2}out = jitted(*args, **kwargs)",
-            f"{i2}return {HOST_LOCAL}(out) if local else out",
+            *_rows_call(indent),
             "",
             f"{i1}return call",
         ]) + "\n"
@@ -215,6 +201,93 @@ def global_call_helper(indent: str, features: frozenset[str] = ALL_FEATURES) -> 
         f"{i2}in_axes, static = 0 if in_axes is None else in_axes, ()",
         "",
         *call,
+        *_axes_call(indent),
+        "",
+        f"{i1}return call",
+    ]) + "\n"
+
+
+GLOBAL_PMAP = "_global_pmap"  # a multi-process pmap site: pmap's signature (multiprocess_render)
+
+
+def global_pmap_helper(indent: str, features: frozenset[str] = ALL_FEATURES) -> str:
+    """`jax.pmap(f, axis_name, ...)` of a multi-process program, under pmap's own names (a pmap
+    call becomes it by its name: its arguments stay as written): the compact form over every
+    process's devices (`_shard_mapped(..., processes=True)`), jitted with its static positions as
+    jit's and ``donate_argnums``, called as legacy pmap was (``_global_call``'s call: this
+    process's rows in, made global arrays); its outputs returned, with ``local`` (the default:
+    callers or reads not all seen), as this process's rows, as legacy returned them, else global
+    (the reads the rewrite saw take this process's rows). Without the features "axes" and
+    "static" (the package's pmaps map every argument on axis 0), the shorter form for exactly
+    those calls; a module's own copy takes every option (and its `_shard_mapped` the options it
+    passes on)."""
+    i1, i2 = indent, indent * 2
+    if not features & {"axes", "static"}:
+        return "\n".join([
+            f"def {GLOBAL_PMAP}(f, axis_name=None, *, donate_argnums=(), local=True):",
+            f'{i1}"""{tables.GLOBAL_PMAP_DOC}"""',
+            f"{i1}pmapped = {SHARD_MAPPED}(f, axis_name, processes=True)",
+            f"{i1}jitted = jax.jit(pmapped, donate_argnums=donate_argnums)",
+            f"{i1}axis_name = pmapped.pmap_options[0]",
+            "",
+            *_traced_call(indent),
+            *_rows_call(indent),
+            "",
+            f"{i1}return call",
+        ]) + "\n"
+    return "\n".join([
+        f"def {GLOBAL_PMAP}(",
+        f"{i2}f, axis_name=None, *, in_axes=0, out_axes=0,",
+        f"{i2}static_broadcasted_argnums=(), donate_argnums=(), local=True):",
+        f'{i1}"""{tables.GLOBAL_PMAP_DOC}"""',
+        f"{i1}pmapped = {SHARD_MAPPED}(",
+        f"{i2}f, axis_name, in_axes=in_axes, out_axes=out_axes,",
+        f"{i2}static_broadcasted_argnums=static_broadcasted_argnums, processes=True)",
+        f"{i1}axis_name, in_axes, static = pmapped.pmap_options",
+        f"{i1}jitted = jax.jit(",
+        f"{i2}pmapped, static_argnums=static, donate_argnums=donate_argnums)",
+        "",
+        *_traced_call(indent),
+        *_axes_call(indent),
+        "",
+        f"{i1}return call",
+    ]) + "\n"
+
+
+def _traced_call(indent: str) -> list[str]:
+    """The head of the multi-process call (`_global_call`'s, `_global_pmap`'s): traced inputs
+    refused on several processes, passed as they are on one."""
+    i1, i2, i3, i4 = indent, indent * 2, indent * 3, indent * 4
+    return [
+        f"{i1}@functools.wraps(jitted)",
+        f"{i1}def call(*args, **kwargs):",
+        f"{i2}traced = jax.tree.leaves((args, kwargs))",
+        f"{i2}if any(isinstance(x, jax.core.Tracer) for x in traced):",
+        f"{i3}if jax.process_count() > 1:",
+        f"{i4}raise NotImplementedError(",
+        f'{i4}{i1}"multi-process pmap in traced code: use runtime_shim.pmap")',
+        f"{i3}return jitted(*args, **kwargs)  # one process: rows are all",
+    ]
+
+
+def _rows_call(indent: str) -> list[str]:
+    """The rest of the call where every argument is mapped on axis 0."""
+    i2, i3 = indent * 2, indent * 3
+    return [
+        f"{i2}rows = jax.local_device_count()",
+        f"{i2}if jax.process_count() == 1:  # the mapped size, as legacy pmap's mesh",
+        f"{i3}rows = traced[0].shape[0]",
+        f"{i2}args, kwargs = {TO_GLOBAL}((args, kwargs), axis_name, rows)",
+        f"{i2}out = jitted(*args, **kwargs)",
+        f"{i2}return {HOST_LOCAL}(out) if local else out",
+    ]
+
+
+def _axes_call(indent: str) -> list[str]:
+    """The rest of the call for in_axes (an int or None each, positional arguments; keyword ones
+    on axis 0) and static positions (``in_axes``, ``static``, ``axis_name`` bound)."""
+    i2, i3, i4 = indent * 2, indent * 3, indent * 4
+    return [
         f"{i2}args = list(args)",
         f"{i2}axes = in_axes if isinstance(in_axes, tuple) else (in_axes,) * len(args)",
         f"{i2}axes = [None if k in static else a for k, a in enumerate(axes)]",
@@ -231,32 +304,7 @@ def global_call_helper(indent: str, features: frozenset[str] = ALL_FEATURES) -> 
         f"{i4}args[i] = {TO_GLOBAL}(args[i], axis_name, rows, spec)",
         f"{i2}out = jitted(*args, **{TO_GLOBAL}(kwargs, axis_name, rows))",
         f"{i2}return {HOST_LOCAL}(out) if local else out",
-        "",
-        f"{i1}return call",
-    ]) + "\n"
-
-
-GLOBAL_PMAP = "_global_pmap"  # a multi-process pmap site: pmap's signature, `_global_call` of its jit
-
-
-def global_pmap_helper(indent: str) -> str:
-    """`jax.pmap(f, axis_name, ...)` of a multi-process program, under pmap's own names: the
-    compact form over every process's devices (`_shard_mapped(..., processes=True)`), jitted with
-    the static positions as jit's and ``donate_argnums``, and called through ``_global_call``:
-    this process's rows in and, with ``local`` (the default: callers or reads not all seen), out,
-    as legacy pmap took and returned them; ``local=False``: global arrays out (the reads the
-    rewrite saw take this process's rows). A call site is pmap's, renamed: its arguments stay on
-    their lines."""
-    i1, i2 = indent, indent * 2
-    return "\n".join([
-        f"def {GLOBAL_PMAP}(f, axis_name=None, *, local=True, donate_argnums=(), **options):",
-        f'{i1}"""{tables.GLOBAL_PMAP_DOC}"""',
-        f'{i1}static = options.get("static_broadcasted_argnums", ())',
-        f"{i1}mapped = {SHARD_MAPPED}(f, axis_name, processes=True, **options)",
-        f"{i1}jitted = jax.jit(",
-        f"{i2}mapped, static_argnums=static, donate_argnums=donate_argnums)",
-        f"{i1}return {GLOBAL_CALL}(jitted, local=local)",
-    ]) + "\n"
+    ]
 
 
 _MULTIHOST = ImportSpec("jax.experimental", "multihost_utils")
@@ -279,8 +327,9 @@ SHARED_HELPERS: dict[str, SharedHelper] = {
         SharedHelper(GLOBAL_CALL, global_call_helper(INDENT),
                      (ImportSpec("functools"), ImportSpec("jax"), ImportSpec("jax.sharding", "PartitionSpec", "P")),
                      requires=(TO_GLOBAL, HOST_LOCAL)),
-        SharedHelper(GLOBAL_PMAP, global_pmap_helper(INDENT), (ImportSpec("jax"),),
-                     requires=(GLOBAL_CALL, SHARD_MAPPED)),
+        SharedHelper(GLOBAL_PMAP, global_pmap_helper(INDENT),
+                     (ImportSpec("functools"), ImportSpec("jax"), ImportSpec("jax.sharding", "PartitionSpec", "P")),
+                     requires=(TO_GLOBAL, HOST_LOCAL, SHARD_MAPPED)),
     )
 }
 
@@ -320,9 +369,12 @@ def module_text(names: frozenset[str] | set[str]) -> str:
     `_shard_mapped` with the options ``names`` ask for (``feature_names``)."""
     helpers = [SHARED_HELPERS[name] for name in sorted(with_required(names)) if name in SHARED_HELPERS]
     features = features_of(names)
+    if GLOBAL_PMAP in names and features & {"axes", "static"}:
+        features |= {"axes", "static"}  # (the longer `_global_pmap` passes both on)
     if features != ALL_FEATURES:
         shorter = {SHARD_MAPPED: shard_mapped_helper(SHARD_MAPPED, INDENT, features),
-                   GLOBAL_CALL: global_call_helper(INDENT, features)}
+                   GLOBAL_CALL: global_call_helper(INDENT, features),
+                   GLOBAL_PMAP: global_pmap_helper(INDENT, features)}
         helpers = [dataclasses.replace(h, source=shorter[h.name]) if h.name in shorter else h for h in helpers]
     specs = {spec for helper in helpers for spec in helper.imports}
     lines = [FIRST_LINE + '"""', ""]  # (plain JAX: `fix` writes it, and adds the helpers fixes need)
@@ -387,7 +439,8 @@ def helpers_in(text: str) -> frozenset[str] | None:
             continue
         name = chunk[4:].partition("(")[0] if chunk.startswith("def ") else None
         if (name == SHARD_MAPPED and helper_features(chunk, name) is not None) or (
-                name == GLOBAL_CALL and chunk == global_call_helper(INDENT, frozenset()).strip()):
+                name == GLOBAL_CALL and chunk == global_call_helper(INDENT, frozenset()).strip()) or (
+                name == GLOBAL_PMAP and chunk == global_pmap_helper(INDENT, frozenset()).strip()):
             found.add(name)  # (the shorter forms this version writes)
             continue
         if name not in SHARED_HELPERS or _text_hash(chunk) not in (
@@ -492,8 +545,7 @@ class _Calls(cst.CSTVisitor):
 
     def visit_FunctionDef(self, node: cst.FunctionDef) -> bool:
         self.seen.add(id(node.name))
-        # (the helper refers to itself; `_global_pmap` passes its calls' options on, counted there)
-        return node.name.value not in (self.name, GLOBAL_PMAP)
+        return node.name.value != self.name  # (the helper refers to itself)
 
     def visit_ImportAlias(self, node: cst.ImportAlias) -> bool:
         return False
@@ -527,8 +579,6 @@ def fitted_helper(module: cst.Module, name: str, variant) -> cst.Module:
         if isinstance(statement, cst.FunctionDef) and statement.name.value == name:
             held = helper_features(module.code_for_node(statement), name)
             needed = called_features(module, name)
-            if any(isinstance(s, cst.FunctionDef) and s.name.value == GLOBAL_PMAP for s in module.body):
-                needed |= called_features(module, GLOBAL_PMAP, GLOBAL_PMAP)
             if held is None or held == needed:
                 return module
             new = variant(needed)[0].with_changes(leading_lines=statement.leading_lines)
