@@ -8,6 +8,7 @@ engine replaces an edit's target whole.
 
 from __future__ import annotations
 
+import re
 import textwrap
 from collections.abc import Container, Iterable, Mapping
 
@@ -106,11 +107,18 @@ def shim_comments(targets: Iterable[tuple[cst.CSTNode, str]], parents: Mapping[c
         depth[id(statement)] = level
     comments = {}
     for key, reasons in whys.items():
-        text = SHIM_COMMENT + "; ".join(reasons)
         room = max(width - len(unit) * depth[key], len("#   ") + 1)
+        text = SHIM_COMMENT + "; ".join(reasons)
+        if len(text) > room:  # the reasons without their asides, which `--show-fixes` prints
+            text = SHIM_COMMENT + "; ".join(dict.fromkeys(_ASIDE.sub("", reason) for reason in reasons))
         comments[key] = tuple(textwrap.wrap(text, room, subsequent_indent="#   ", break_long_words=False,
                                             break_on_hyphens=False))
     return comments
+
+
+# A reason's aside: a parenthesis (one level of parentheses inside), with the explanation after it
+# (`called in code that may be traced (jit, vmap, a lambda): the global arrays are built ...`).
+_ASIDE = re.compile(r" \((?:[^()]|\([^()]*\))*\)(?:: .*)?")
 
 
 def commented(statement, lines: tuple[str, ...]):
