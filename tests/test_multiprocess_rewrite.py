@@ -140,11 +140,11 @@ def test_callers_not_seen_get_the_boundary_form():
     assert "jax.pmap(" not in text and "runtime_shim.pmap(" not in text and "import runtime_shim" not in text, text
     summaries = [d.fix.summary for d in outcome.applied if d.code == "PM101"]
     assert len(summaries) == 1 and "taking and returning this process's rows" in summaries[0], summaries
-    assert all(f"`{name}`" in summaries[0] for name in ("step", "self.p_step", "fn_mapped", "scaled")), summaries
+    assert all(f"`{name}`" in summaries[0] for name in ("step", "self.p_step", "fn", "scaled")), summaries
     # Each a call of the helper that takes this process's rows in and returns them (local, its
     # default: it also refuses traced inputs), written once; on `self`, in the pmap's place.
-    for wrapper in ("step", r"self\.p_step", "fn_mapped", "scaled"):
-        assert re.search(rf"(?<![\w.]){wrapper} = _global_pmap\([^=\n]*\)(  #|\n)", text), (wrapper, text)
+    for wrapper in ("step = ", r"self\.p_step = ", "return ", "scaled = "):
+        assert re.search(rf"(?<![\w.]){wrapper}_global_pmap\([^=\n]*\)(  #|\n)", text), (wrapper, text)
     assert not re.search(r"_global_pmap\([^\n]*local=False", text) and text.count("def _global_pmap(") == 1
     assert "out = scaled(batch)\n    out += np.ones" in text  # the output is read as it is
 

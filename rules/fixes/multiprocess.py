@@ -231,10 +231,20 @@ class GlobalRewrite(GlobalRender):
         earlier = entry.names
         taken.difference_update(earlier)
         before = set(taken)
-        entry.fix = self.rewriter.definition_fix(entry.site, lambda plan, indent: self._render(entry, plan, indent))
+        def renderer(plan, indent):
+            return self._render(entry, plan, indent)
+
+        # the boundary form changes no read: a pmap built inside an expression (`jax.pmap(f)(x)`,
+        # `return jax.pmap(f)`) becomes `_global_pmap(f, ...)` there, evaluated where pmap was
+        renderer.in_place = entry.boundary is not None
+        entry.fix = self.rewriter.definition_fix(entry.site, renderer)
         assign = self.model.parent(entry.site.node)
-        if isinstance(assign, cst.Assign) and not any(edit.before for edit in entry.fix.edits):
-            entry.wrapper_name = code_of(assign.targets[0].target)  # written in its place: `self.step = ...`
+        if not any(edit.before for edit in entry.fix.edits):
+            if isinstance(assign, cst.Assign):
+                entry.wrapper_name = code_of(assign.targets[0].target)  # written in its place: `self.step = ...`
+            elif entry.site.fun is not None and not entry.site.is_decorator:
+                fun = code_of(entry.site.fun)
+                entry.wrapper_name = fun if len(fun) <= 40 and "\n" not in fun else "pmap"
         entry.names = (taken - before) | earlier
         taken.update(earlier)  # names taken once stay taken (the helpers', made on the first rendering only)
 

@@ -505,9 +505,11 @@ class Rewriter(Nests, EvaluationPlaces):
         if plan.hoisted and anchor is statement and not self._evaluated_first(call, statement):
             return self._static_fun_fix(site, call, fun)  # evaluated before the statement, its order would change
         new = self.parse_generated(renderer(plan, self.model.indent))
-        value = assigned(new, wrapper_name) if anchor is statement and assigns(statement, call) else None
+        in_place = getattr(renderer, "in_place", False) and len(new) == 1  # (the multi-process boundary form)
+        value = assigned(new, wrapper_name) if in_place or (anchor is statement and assigns(statement, call)) else None
         if value is not None:
-            # `self.step = jax.pmap(...)` written as one expression (multi-process): in its place
+            # `self.step = jax.pmap(...)` written as one expression (multi-process), or any pmap of
+            # the multi-process boundary form: in its place
             edits = (Edit(call, value.with_changes(lpar=call.lpar, rpar=call.rpar)),)
             return self._finish(site, plan, edits, f"`{base}`", renderer)
         # Separate the new definitions as the anchor is separated from what precedes it (comments
