@@ -37,6 +37,17 @@ def test_each_variant_compiles_fits_in_79_columns_and_is_recognised(features, in
         assert (option in signature) == (feature in features), (option, signature)
 
 
+@pytest.mark.parametrize("indent", ["  ", "    "])
+@pytest.mark.parametrize("features", [frozenset(), ALL_FEATURES], ids=["short", "long"])
+def test_the_multi_process_helpers_compile_and_fit_in_79_columns(features, indent):
+    from pmap_migrate.rules.fixes.shared import global_pmap_helper, host_local_helper, to_global_helper
+
+    # (`_global_call`, which only modules an earlier version fixed import, keeps its text)
+    for text in (global_pmap_helper(indent, features), to_global_helper(indent), host_local_helper(indent)):
+        compile(text, "<helper>", "exec")
+        assert max(len(line) for line in text.splitlines()) <= 79, text
+
+
 def test_the_core_helper_is_a_third_of_the_whole_one():
     core, whole = (len(shard_mapped_helper("_shard_mapped", "    ", f).splitlines())
                    for f in (frozenset(), ALL_FEATURES))

@@ -248,7 +248,7 @@ def global_pmap_helper(indent: str, features: frozenset[str] = ALL_FEATURES) -> 
         f"{i2}pmapped, static_argnums=static, donate_argnums=donate_argnums)",
         "",
         *_traced_call(indent),
-        *_axes_call(indent),
+        *_axes_call(indent, 79),
         "",
         f"{i1}return call",
     ]) + "\n"
@@ -283,13 +283,17 @@ def _rows_call(indent: str) -> list[str]:
     ]
 
 
-def _axes_call(indent: str) -> list[str]:
+def _axes_call(indent: str, width: int = 80) -> list[str]:
     """The rest of the call for in_axes (an int or None each, positional arguments; keyword ones
-    on axis 0) and static positions (``in_axes``, ``static``, ``axis_name`` bound)."""
+    on axis 0) and static positions (``in_axes``, ``static``, ``axis_name`` bound); ``width``: 79
+    wraps its one longer line (80 as `_global_call` has always had it)."""
     i2, i3, i4 = indent * 2, indent * 3, indent * 4
+    axes = f"{i2}axes = in_axes if isinstance(in_axes, tuple) else (in_axes,) * len(args)"
     return [
         f"{i2}args = list(args)",
-        f"{i2}axes = in_axes if isinstance(in_axes, tuple) else (in_axes,) * len(args)",
+        *([axes] if len(axes) <= width else [
+            f"{i2}axes = in_axes if isinstance(in_axes, tuple) else (",
+            f"{i3}(in_axes,) * len(args))"]),
         f"{i2}axes = [None if k in static else a for k, a in enumerate(axes)]",
         f"{i2}axes += [0] * (len(args) - len(axes))  # the rest: axis 0",
         f"{i2}mapped = [(a, k) for a, k in zip(args, axes) if k is not None]",
