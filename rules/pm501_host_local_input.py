@@ -5,14 +5,13 @@ import libcst as cst
 from pmap_migrate.rules.analysis.sites import PMAP, TransformSite
 from pmap_migrate.rules.base import Fixable, Invalid, Rule, Valid
 from pmap_migrate.rules.fixes.pmap_render import shard_mapped_helper
-from pmap_migrate.rules.fixes.shared import global_pmap_helper, host_local_helper, to_global_helper
-from pmap_migrate.rules.knowledge import gates, tables
+from pmap_migrate.rules.fixes.shared import global_pmap_helper, to_global_helper
+from pmap_migrate.rules.knowledge import gates
 
 # The shared helpers of the global-mesh rewrite as the fix writes them in a module of no package (the
 # expected outputs of the examples below); in a package, they are imported from its `_pmap_compat`.
 _GLOBAL_PMAP = global_pmap_helper("    ")
 _MESH_HELPERS = to_global_helper("    ")
-_HOST_LOCAL = host_local_helper("    ")
 _SHARD_MAPPED = shard_mapped_helper("_shard_mapped", "    ", frozenset({"axes", "processes", "static"}))  # what its calls pass
 
 
@@ -178,11 +177,6 @@ class HostLocalInput(Rule):
                 "\n"
                 "\n"
                 )
-                + _HOST_LOCAL
-                + (
-                "\n"
-                "\n"
-                )
                 + _SHARD_MAPPED
                 + (
                 "\n"
@@ -232,11 +226,6 @@ class HostLocalInput(Rule):
                 "\n"
                 "\n"
                 )
-                + _HOST_LOCAL
-                + (
-                "\n"
-                "\n"
-                )
                 + _SHARD_MAPPED
                 + (
                 "\n"
@@ -277,11 +266,6 @@ class HostLocalInput(Rule):
                 "\n"
                 )
                 + _MESH_HELPERS
-                + (
-                "\n"
-                "\n"
-                )
-                + _HOST_LOCAL
                 + (
                 "\n"
                 "\n"

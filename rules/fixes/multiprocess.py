@@ -22,8 +22,8 @@ compact form over the first n / process_count devices of every process (legacy p
 process by process), jitted (static positions, donate_argnums) and called through `_global_call`
 (rules/fixes/shared.py), which makes this process's rows of each mapped argument global arrays
 (`_to_global`: outputs fed back pass through, host data is assembled from every process's part);
-with ``local`` (its default: the boundary form below) it returns `_host_local` of the result and
-refuses traced inputs. The helpers are written once per package (`_pmap_compat.py`), or once in
+with ``local`` (its default: the boundary form below) it returns this process's rows of the result
+and refuses traced inputs. The helpers are written once per package (`_pmap_compat.py`), or once in
 the module.
 
 The outputs of a pmap whose every output is either read by row or passed straight to a rewritten

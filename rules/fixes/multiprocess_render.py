@@ -15,10 +15,8 @@ from pmap_migrate.rules.fixes.pmap_options import Unsupported
 from pmap_migrate.rules.fixes.pmap_render import Plan, tuple_text
 from pmap_migrate.rules.fixes.shared import (
     GLOBAL_PMAP,
-    HOST_LOCAL,
     TO_GLOBAL,
     global_pmap_helper,
-    host_local_helper,
     to_global_helper,
 )
 from pmap_migrate.rules.fixes.spec import Helper
@@ -126,11 +124,9 @@ class GlobalRender:
 
     def helpers_used(self) -> tuple[Helper, ...]:
         """The shared helpers the module's rewrite calls: `_global_pmap`, and those it calls (the
-        conversions to and from global arrays, the compact form's `_shard_mapped` with the
-        options its calls pass on and processes=True)."""
-        renders = {TO_GLOBAL: to_global_helper, HOST_LOCAL: host_local_helper}
-        helpers = tuple(dataclasses.replace(self.rewriter.shared_helper(key, renders[key]), support=True)
-                        for key in (TO_GLOBAL, HOST_LOCAL))
+        conversion to global arrays, the compact form's `_shard_mapped` with the options its
+        calls pass on and processes=True)."""
+        helpers = (dataclasses.replace(self.rewriter.shared_helper(TO_GLOBAL, to_global_helper), support=True),)
         if not self.sites:
             return helpers
         compact = dataclasses.replace(self.rewriter.compact_helper()[1], support=True)

@@ -231,7 +231,8 @@ def global_pmap_helper(indent: str, features: frozenset[str] = ALL_FEATURES) -> 
             f"{i1}axis_name = pmapped.pmap_options[0]",
             "",
             *_traced_call(indent),
-            *_rows_call(indent),
+            *_rows_call(indent)[:-1],
+            *_local_rows(indent),
             "",
             f"{i1}return call",
         ]) + "\n"
@@ -248,7 +249,8 @@ def global_pmap_helper(indent: str, features: frozenset[str] = ALL_FEATURES) -> 
         f"{i2}pmapped, static_argnums=static, donate_argnums=donate_argnums)",
         "",
         *_traced_call(indent),
-        *_axes_call(indent, 79),
+        *_axes_call(indent, 79)[:-1],
+        *_local_rows(indent),
         "",
         f"{i1}return call",
     ]) + "\n"
@@ -280,6 +282,20 @@ def _rows_call(indent: str) -> list[str]:
         f"{i2}args, kwargs = {TO_GLOBAL}((args, kwargs), axis_name, rows)",
         f"{i2}out = jitted(*args, **kwargs)",
         f"{i2}return {HOST_LOCAL}(out) if local else out",
+    ]
+
+
+def _local_rows(indent: str) -> list[str]:
+    """`_global_pmap`'s return: its outputs (global arrays: the jitted shard_map's), with ``local``
+    on several processes this process's rows of each, as legacy pmap returned them (a view, no
+    copy: `_host_local` for outputs known to be the shard_map's)."""
+    i2, i3, i4 = indent * 2, indent * 3, indent * 4
+    return [
+        f"{i2}if not local or jax.process_count() == 1:",
+        f"{i3}return out",
+        f"{i2}return jax.tree.map(  # this process's rows, as legacy returned them",
+        f"{i3}lambda x: multihost_utils.global_array_to_host_local_array(",
+        f"{i4}x, x.sharding.mesh, x.sharding.spec), out)",
     ]
 
 
@@ -332,8 +348,9 @@ SHARED_HELPERS: dict[str, SharedHelper] = {
                      (ImportSpec("functools"), ImportSpec("jax"), ImportSpec("jax.sharding", "PartitionSpec", "P")),
                      requires=(TO_GLOBAL, HOST_LOCAL)),
         SharedHelper(GLOBAL_PMAP, global_pmap_helper(INDENT),
-                     (ImportSpec("functools"), ImportSpec("jax"), ImportSpec("jax.sharding", "PartitionSpec", "P")),
-                     requires=(TO_GLOBAL, HOST_LOCAL, SHARD_MAPPED)),
+                     (ImportSpec("functools"), ImportSpec("jax"), ImportSpec("jax.sharding", "PartitionSpec", "P"),
+                      _MULTIHOST),
+                     requires=(TO_GLOBAL, SHARD_MAPPED)),
     )
 }
 
