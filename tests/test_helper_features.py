@@ -38,7 +38,8 @@ def test_each_variant_compiles_fits_in_79_columns_and_is_recognised(features, in
 
 
 @pytest.mark.parametrize("indent", ["  ", "    "])
-@pytest.mark.parametrize("features", [frozenset(), ALL_FEATURES], ids=["short", "long"])
+@pytest.mark.parametrize("features", [frozenset(), frozenset({"axes"}), frozenset({"static"}), ALL_FEATURES],
+                         ids=["short", "axes", "static", "long"])
 def test_the_multi_process_helpers_compile_and_fit_in_79_columns(features, indent):
     from pmap_migrate.rules.fixes.shared import global_pmap_helper, host_local_helper, to_global_helper
 
@@ -211,3 +212,23 @@ def test_a_multi_process_package_whose_pmaps_map_on_axis_0_gets_the_shorter_glob
     # a module that a version writing the whole form wrote is still this tool's, and written anew
     older = short.replace(global_call_helper("    ", frozenset()).strip(), global_call_helper("    ").strip())
     assert helpers_in(older) is not None and GLOBAL_CALL in helpers_in(older)
+
+
+@pytest.mark.parametrize("features", [frozenset(), frozenset({"axes"}), frozenset({"static"}),
+                                      frozenset({"axes", "static"})], ids=["none", "axes", "static", "both"])
+def test_the_multi_process_pmap_passes_on_exactly_the_options_its_package_uses(features):
+    """`_global_pmap` takes and passes on to `_shard_mapped` the options its package's calls pass
+    (in_axes/out_axes, static_broadcasted_argnums), and `_shard_mapped` takes no other."""
+    from pmap_migrate.rules.fixes.shared import GLOBAL_PMAP, module_text
+
+    text = module_text({GLOBAL_PMAP} | feature_names(features | {"processes"}))
+    namespace: dict = {}
+    exec(compile(text, "_pmap_compat.py", "exec"), namespace)
+    import inspect
+
+    pmap_params = set(inspect.signature(namespace["_global_pmap"]).parameters)
+    mapped_params = set(inspect.signature(namespace["_shard_mapped"]).parameters)
+    for option, feature in (("in_axes", "axes"), ("static_broadcasted_argnums", "static")):
+        assert (option in pmap_params) == (feature in features) == (option in mapped_params), (option, text)
+    assert "def _global_call(" not in text and "def _host_local(" not in text
+

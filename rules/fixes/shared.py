@@ -236,14 +236,17 @@ def global_pmap_helper(indent: str, features: frozenset[str] = ALL_FEATURES) -> 
             "",
             f"{i1}return call",
         ]) + "\n"
+    own = ["in_axes=0", "out_axes=0"] if "axes" in features else []
+    passed = ["in_axes=in_axes", "out_axes=out_axes"] if "axes" in features else []
+    if "static" in features:
+        own.append("static_broadcasted_argnums=()")
+        passed.append("static_broadcasted_argnums=static_broadcasted_argnums")
     return "\n".join([
         f"def {GLOBAL_PMAP}(",
-        f"{i2}f, axis_name=None, *, in_axes=0, out_axes=0,",
-        f"{i2}static_broadcasted_argnums=(), donate_argnums=(), local=True):",
+        *_wrapped(["f", "axis_name=None", "*", *own, "donate_argnums=()", "local=True"], i2, "):"),
         f'{i1}"""{tables.GLOBAL_PMAP_DOC}"""',
         f"{i1}pmapped = {SHARD_MAPPED}(",
-        f"{i2}f, axis_name, in_axes=in_axes, out_axes=out_axes,",
-        f"{i2}static_broadcasted_argnums=static_broadcasted_argnums, processes=True)",
+        *_wrapped(["f", "axis_name", *passed, "processes=True"], i2, ")"),
         f"{i1}axis_name, in_axes, static = pmapped.pmap_options",
         f"{i1}jitted = jax.jit(",
         f"{i2}pmapped, static_argnums=static, donate_argnums=donate_argnums)",
@@ -254,6 +257,20 @@ def global_pmap_helper(indent: str, features: frozenset[str] = ALL_FEATURES) -> 
         "",
         f"{i1}return call",
     ]) + "\n"
+
+
+def _wrapped(items: list[str], indent: str, end: str) -> list[str]:
+    """``items`` joined by commas in lines of at most 79 columns at ``indent``, ``end`` after
+    the last."""
+    lines, line = [], ""
+    for k, item in enumerate(items):
+        piece = item + (end if k == len(items) - 1 else ",")
+        if line and len(indent) + len(line) + 1 + len(piece) > 79:
+            lines.append(indent + line)
+            line = piece
+        else:
+            line = f"{line} {piece}" if line else piece
+    return [*lines, indent + line]
 
 
 def _traced_call(indent: str) -> list[str]:
@@ -390,8 +407,6 @@ def module_text(names: frozenset[str] | set[str]) -> str:
     `_shard_mapped` with the options ``names`` ask for (``feature_names``)."""
     helpers = [SHARED_HELPERS[name] for name in sorted(with_required(names)) if name in SHARED_HELPERS]
     features = features_of(names)
-    if GLOBAL_PMAP in names and features & {"axes", "static"}:
-        features |= {"axes", "static"}  # (the longer `_global_pmap` passes both on)
     if features != ALL_FEATURES:
         shorter = {SHARD_MAPPED: shard_mapped_helper(SHARD_MAPPED, INDENT, features),
                    GLOBAL_CALL: global_call_helper(INDENT, features),
