@@ -19,8 +19,18 @@ import libcst as cst
 from libcst.helpers import get_full_name_for_node
 
 from pmap_migrate.rules.fixes.pmap_render import ALL_FEATURES, HELPER_FEATURES, helper_features, shard_mapped_helper
+from pmap_migrate.rules.fixes.shared_multiprocess import (  # (the multi-process helpers, re-exported)
+    GLOBAL_CALL,
+    GLOBAL_PMAP,
+    HOST_LOCAL,
+    SHARD_MAPPED,
+    TO_GLOBAL,
+    global_call_helper,
+    global_pmap_helper,
+    host_local_helper,
+    to_global_helper,
+)
 from pmap_migrate.rules.fixes.spec import ImportSpec
-from pmap_migrate.rules.knowledge import tables
 
 MODULE_NAME = "_pmap_compat"
 INDENT = "    "
@@ -35,7 +45,6 @@ class SharedHelper:
     requires: tuple[str, ...] = ()  # the helpers it calls, held beside it
 
 
-SHARD_MAPPED = "_shard_mapped"  # the compact form of the faithful pmap rewrite (pmap_render)
 REPLICATE = "_replicate"  # jax.device_put_replicated / flax replicate (placement_fixes.stack_fix)
 PUT_SHARDED = "_put_sharded"  # jax.device_put_sharded (placement_fixes.stack_fix)
 _SHARDING_IMPORTS = (ImportSpec("jax"), ImportSpec("jax.numpy", None, "jnp"), ImportSpec("numpy", None, "np"),
@@ -99,249 +108,6 @@ def put_sharded_helper(name: str, indent: str) -> str:
         "",
         f"{i1}return jax.tree.map(stack, *shards)",
     ]) + "\n"
-
-TO_GLOBAL = "_to_global"  # this process's rows -> global arrays (multiprocess_render)
-HOST_LOCAL = "_host_local"  # global arrays -> this process's rows (multiprocess_render)
-
-
-def to_global_helper(indent: str) -> str:
-    """This process's rows (host-local stacks, as legacy pmap took them) as global arrays over the
-    first ``rows`` devices of each process (the devices of `_shard_mapped(..., processes=True)`, in
-    the same order): arrays already global pass (outputs fed back), rows already on this
-    process's devices are viewed without a copy, host data is assembled from every process's
-    part; on one process, host data is left for jit to place."""
-    i1, i2, i3 = indent, indent * 2, indent * 3
-    return "\n".join([
-        f"def {TO_GLOBAL}(tree, axis_name, rows, spec=None):",
-        f'{i1}"""This process\'s rows -> global arrays over every process\'s devices."""',
-        f"{i1}groups = {{}}  # legacy pmap's devices: the first rows of each process",
-        f"{i1}for d in sorted(jax.devices(), key=lambda d: d.process_index):",
-        f"{i2}groups.setdefault(d.process_index, []).append(d)",
-        f"{i1}devices = [d for local in groups.values() for d in local[:rows]]",
-        f"{i1}spec = P(axis_name) if spec is None else spec",
-        f"{i1}sharding = NamedSharding(Mesh(np.array(devices), (axis_name,)), spec)",
-        f"{i1}local = NamedSharding(sharding.mesh.local_mesh, spec)  # this process's",
-        "",
-        f"{i1}def place(x):",
-        f"{i2}if isinstance(x, jax.Array) and (",
-        f"{i2}{i2}x.sharding == sharding or not x.is_fully_addressable):",
-        f"{i3}return x  # already global: an output fed back",
-        f"{i2}if jax.process_count() == 1 and not isinstance(x, jax.Array):",
-        f"{i3}return x  # one process: jit puts host data where it goes",
-        f"{i2}if (",
-        f"{i3}isinstance(x, jax.Array)",
-        f"{i3}and x.sharding.is_equivalent_to(local, x.ndim)",
-        f"{i3}and not jax.dtypes.issubdtype(x.dtype, jax.dtypes.prng_key)",
-        f"{i2}):  # no copy",
-        f"{i3}return multihost_utils.host_local_array_to_global_array(",
-        f"{i3}{i1}x, sharding.mesh, spec)",
-        f"{i2}return jax.make_array_from_process_local_data(sharding, x)",
-        "",
-        f"{i1}return jax.tree.map(place, tree)",
-    ]) + "\n"
-
-
-def host_local_helper(indent: str) -> str:
-    """Global arrays -> this process's rows, as legacy pmap returned them (the mesh and spec from
-    each array); host data and arrays of this process only as they are."""
-    i1, i2, i3 = indent, indent * 2, indent * 3
-    return "\n".join([
-        f"def {HOST_LOCAL}(tree):",
-        f'{i1}"""{tables.HOST_LOCAL_DOC}"""',
-        "",
-        f"{i1}def local(x):",
-        f"{i2}if isinstance(x, jax.Array) and not x.is_fully_addressable and (",
-        f"{i2}{i2}isinstance(x.sharding, NamedSharding)):",
-        f"{i3}return multihost_utils.global_array_to_host_local_array(",
-        f"{i3}{i1}x, x.sharding.mesh, x.sharding.spec)",
-        f"{i2}return x  # host data, and arrays of this process only, as they are",
-        "",
-        f"{i1}return jax.tree.map(local, tree)",
-    ]) + "\n"
-
-
-GLOBAL_CALL = "_global_call"  # a multi-process pmap's call: rows in, global arrays to its jit (multiprocess_render)
-
-
-def global_call_helper(indent: str, features: frozenset[str] = ALL_FEATURES) -> str:
-    """A multi-process pmap's call as legacy pmap took it: this process's rows of each mapped
-    argument (positional ones on their in_axes, an int or None each; keyword ones on axis 0, as
-    legacy mapped them) made global arrays (``_to_global``) over the first rows of every process's
-    devices, ``jitted`` (`jax.jit(_shard_mapped(f, axis, processes=True))`, whose axis name,
-    in_axes and static positions the helper reads from the function `_shard_mapped` made, unless
-    given as an earlier version wrote its calls) called on them; its
-    outputs returned global (the reads the rewrite saw take this process's rows), or with
-    ``local`` (callers or reads not all seen) as this process's rows, as legacy returned them.
-    Traced inputs (a call under `jax.jit`) are refused on several processes (the global arrays
-    are built outside traced code) and passed to ``jitted`` as they are on one, where this
-    process's rows are the whole arrays. On one process the mesh is the first n local devices, n
-    the mapped size, as legacy pmap's was. Without the features "axes" and "static" (the package's
-    pmaps map every argument on axis 0: pmap_render.shard_mapped_helper), the shorter form for
-    exactly those calls, `_global_call(jitted, local=...)` (the form a shared module holds; a
-    module's own copy takes every call)."""
-    i1, i2 = indent, indent * 2
-    call = _traced_call(indent)
-    if not features & {"axes", "static"}:  # every `_shard_mapped` of the package maps on axis 0
-        return "\n".join([
-            f"def {GLOBAL_CALL}(jitted, local=False):",
-            f'{i1}"""{tables.GLOBAL_CALL_DOC}"""',
-            f"{i1}axis_name = jitted.__wrapped__.pmap_options[0]  # ({SHARD_MAPPED}'s)",
-            "",
-            *call,
-            *_rows_call(indent),
-            "",
-            f"{i1}return call",
-        ]) + "\n"
-    return "\n".join([
-        f"def {GLOBAL_CALL}(jitted, axis_name=None, in_axes=None, local=False):",
-        f'{i1}"""{tables.GLOBAL_CALL_DOC}"""',
-        f"{i1}if axis_name is None:  # the pmap's own, as {SHARD_MAPPED} keeps them",
-        f"{i2}axis_name, in_axes, static = jitted.__wrapped__.pmap_options",
-        f"{i1}else:  # given (static arguments: None in in_axes)",
-        f"{i2}in_axes, static = 0 if in_axes is None else in_axes, ()",
-        "",
-        *call,
-        *_axes_call(indent),
-        "",
-        f"{i1}return call",
-    ]) + "\n"
-
-
-GLOBAL_PMAP = "_global_pmap"  # a multi-process pmap site: pmap's signature (multiprocess_render)
-
-
-def global_pmap_helper(indent: str, features: frozenset[str] = ALL_FEATURES) -> str:
-    """`jax.pmap(f, axis_name, ...)` of a multi-process program, under pmap's own names (a pmap
-    call becomes it by its name: its arguments stay as written): the compact form over every
-    process's devices (`_shard_mapped(..., processes=True)`), jitted with its static positions as
-    jit's and ``donate_argnums``, called as legacy pmap was (``_global_call``'s call: this
-    process's rows in, made global arrays); its outputs returned, with ``local`` (the default:
-    callers or reads not all seen), as this process's rows, as legacy returned them, else global
-    (the reads the rewrite saw take this process's rows). Without the features "axes" and
-    "static" (the package's pmaps map every argument on axis 0), the shorter form for exactly
-    those calls; a module's own copy takes every option (and its `_shard_mapped` the options it
-    passes on)."""
-    i1, i2 = indent, indent * 2
-    if not features & {"axes", "static"}:
-        return "\n".join([
-            f"def {GLOBAL_PMAP}(f, axis_name=None, *, donate_argnums=(), local=True):",
-            f'{i1}"""{tables.GLOBAL_PMAP_DOC}"""',
-            f"{i1}pmapped = {SHARD_MAPPED}(f, axis_name, processes=True)",
-            f"{i1}jitted = jax.jit(pmapped, donate_argnums=donate_argnums)",
-            f"{i1}axis_name = pmapped.pmap_options[0]",
-            "",
-            *_traced_call(indent),
-            *_rows_call(indent)[:-1],
-            *_local_rows(indent),
-            "",
-            f"{i1}return call",
-        ]) + "\n"
-    own = ["in_axes=0", "out_axes=0"] if "axes" in features else []
-    passed = ["in_axes=in_axes", "out_axes=out_axes"] if "axes" in features else []
-    if "static" in features:
-        own.append("static_broadcasted_argnums=()")
-        passed.append("static_broadcasted_argnums=static_broadcasted_argnums")
-    return "\n".join([
-        f"def {GLOBAL_PMAP}(",
-        *_wrapped(["f", "axis_name=None", "*", *own, "donate_argnums=()", "local=True"], i2, "):"),
-        f'{i1}"""{tables.GLOBAL_PMAP_DOC}"""',
-        f"{i1}pmapped = {SHARD_MAPPED}(",
-        *_wrapped(["f", "axis_name", *passed, "processes=True"], i2, ")"),
-        f"{i1}axis_name, in_axes, static = pmapped.pmap_options",
-        f"{i1}jitted = jax.jit(",
-        f"{i2}pmapped, static_argnums=static, donate_argnums=donate_argnums)",
-        "",
-        *_traced_call(indent),
-        *_axes_call(indent, 79)[:-1],
-        *_local_rows(indent),
-        "",
-        f"{i1}return call",
-    ]) + "\n"
-
-
-def _wrapped(items: list[str], indent: str, end: str) -> list[str]:
-    """``items`` joined by commas in lines of at most 79 columns at ``indent``, ``end`` after
-    the last."""
-    lines, line = [], ""
-    for k, item in enumerate(items):
-        piece = item + (end if k == len(items) - 1 else ",")
-        if line and len(indent) + len(line) + 1 + len(piece) > 79:
-            lines.append(indent + line)
-            line = piece
-        else:
-            line = f"{line} {piece}" if line else piece
-    return [*lines, indent + line]
-
-
-def _traced_call(indent: str) -> list[str]:
-    """The head of the multi-process call (`_global_call`'s, `_global_pmap`'s): traced inputs
-    refused on several processes, passed as they are on one."""
-    i1, i2, i3, i4 = indent, indent * 2, indent * 3, indent * 4
-    return [
-        f"{i1}@functools.wraps(jitted)",
-        f"{i1}def call(*args, **kwargs):",
-        f"{i2}traced = jax.tree.leaves((args, kwargs))",
-        f"{i2}if any(isinstance(x, jax.core.Tracer) for x in traced):",
-        f"{i3}if jax.process_count() > 1:",
-        f"{i4}raise NotImplementedError(",
-        f'{i4}{i1}"multi-process pmap in traced code: use runtime_shim.pmap")',
-        f"{i3}return jitted(*args, **kwargs)  # one process: rows are all",
-    ]
-
-
-def _rows_call(indent: str) -> list[str]:
-    """The rest of the call where every argument is mapped on axis 0."""
-    i2, i3 = indent * 2, indent * 3
-    return [
-        f"{i2}rows = jax.local_device_count()",
-        f"{i2}if jax.process_count() == 1:  # the mapped size, as legacy pmap's mesh",
-        f"{i3}rows = traced[0].shape[0]",
-        f"{i2}args, kwargs = {TO_GLOBAL}((args, kwargs), axis_name, rows)",
-        f"{i2}out = jitted(*args, **kwargs)",
-        f"{i2}return {HOST_LOCAL}(out) if local else out",
-    ]
-
-
-def _local_rows(indent: str) -> list[str]:
-    """`_global_pmap`'s return: its outputs (global arrays: the jitted shard_map's), with ``local``
-    on several processes this process's rows of each, as legacy pmap returned them (a view, no
-    copy: `_host_local` for outputs known to be the shard_map's)."""
-    i2, i3, i4 = indent * 2, indent * 3, indent * 4
-    return [
-        f"{i2}if not local or jax.process_count() == 1:",
-        f"{i3}return out",
-        f"{i2}return jax.tree.map(  # this process's rows, as legacy returned them",
-        f"{i3}lambda x: multihost_utils.global_array_to_host_local_array(",
-        f"{i4}x, x.sharding.mesh, x.sharding.spec), out)",
-    ]
-
-
-def _axes_call(indent: str, width: int = 80) -> list[str]:
-    """The rest of the call for in_axes (an int or None each, positional arguments; keyword ones
-    on axis 0) and static positions (``in_axes``, ``static``, ``axis_name`` bound); ``width``: 79
-    wraps its one longer line (80 as `_global_call` has always had it)."""
-    i2, i3, i4 = indent * 2, indent * 3, indent * 4
-    axes = f"{i2}axes = in_axes if isinstance(in_axes, tuple) else (in_axes,) * len(args)"
-    return [
-        f"{i2}args = list(args)",
-        *([axes] if len(axes) <= width else [
-            f"{i2}axes = in_axes if isinstance(in_axes, tuple) else (",
-            f"{i3}(in_axes,) * len(args))"]),
-        f"{i2}axes = [None if k in static else a for k, a in enumerate(axes)]",
-        f"{i2}axes += [0] * (len(args) - len(axes))  # the rest: axis 0",
-        f"{i2}mapped = [(a, k) for a, k in zip(args, axes) if k is not None]",
-        f"{i2}mapped += [(v, 0) for v in kwargs.values()]",
-        f"{i2}rows = jax.local_device_count()",
-        f"{i2}if jax.process_count() == 1:  # the mapped size, as legacy pmap's mesh",
-        f"{i3}first = [(jax.tree.leaves(a), k) for a, k in mapped]",
-        f"{i3}rows = next(x[0].shape[k] for x, k in first if x)",
-        f"{i2}for i, k in enumerate(axes[: len(args)]):",
-        f"{i3}if k is not None:",
-        f"{i4}spec = P(*[None] * k, axis_name)",
-        f"{i4}args[i] = {TO_GLOBAL}(args[i], axis_name, rows, spec)",
-        f"{i2}out = jitted(*args, **{TO_GLOBAL}(kwargs, axis_name, rows))",
-        f"{i2}return {HOST_LOCAL}(out) if local else out",
-    ]
 
 
 _MULTIHOST = ImportSpec("jax.experimental", "multihost_utils")
