@@ -108,6 +108,23 @@ def frame(plan: Plan, chain: tuple):
         ACTIVE.remove(entered)
 
 
+def _transformed() -> bool:
+    """Whether a transformation traces this call inside the outer pmap's body (``jax.grad``,
+    ``jax.jvp``, ``jax.vmap`` of a function that calls the inner pmap): the device path's slice
+    and all-gather are then differentiated by value, device by device (``check_vma=False``),
+    which sums the inner axis's cotangents on one device instead of giving each its own; the
+    inner axis runs as a vmap there, whose derivatives are legacy's. (Tracing to a jaxpr, under
+    ``jax.jit`` or a control-flow primitive inside the body, is not seen: a derivative taken
+    later, outside that trace, still goes through the device path.)"""
+    try:
+        from jax._src import core
+        from jax._src.interpreters import partial_eval
+    except ImportError:  # pragma: no cover - a jax without these internals
+        return False
+    trace = getattr(getattr(core, "trace_ctx", None), "trace", None)
+    return trace is not None and not isinstance(trace, partial_eval.DynamicJaxprTrace)
+
+
 def call_inner(spec: PmapSpec, args: tuple, kwargs: dict) -> Any:
     """Run ``spec``'s pmap inside the trace of an enclosing one."""
     outer = FRAMES.stack[-1]
@@ -120,7 +137,7 @@ def call_inner(spec: PmapSpec, args: tuple, kwargs: dict) -> Any:
     name = spec.mesh_axis
     chain = outer.chain + (name,)
 
-    if not outer.plan.claim(name, size, outer.chain):
+    if _transformed() or not outer.plan.claim(name, size, outer.chain):
         dyn_args, kwargs = jax.tree_util.tree_unflatten(treedef, leaves)
         vmapped = jax.vmap(lambda *a, **k: spec.fun(*bind(a), **k),
                            in_axes=_axes.dynamic_in_axes(spec.in_axes, spec.statics, len(args)),

@@ -93,6 +93,10 @@ show("grad_of_nested", jax.grad(loss)(x))
 show("jit_of_nested", jax.jit(lambda v: nested(v)["both_sum"])(x))
 show("nested_grad_inside", jax.pmap(jax.pmap(jax.grad(lambda w: (w * lax.psum(w, "j")).sum()),
                                              "j"), "i")(x))
+cosine = jax.pmap(lambda z: jnp.cos(z) * 3.0, "j")
+show("grad_through_inner", jax.pmap(lambda v: jax.grad(lambda w: cosine(w).sum())(v), "i")(x))
+show("jvp_through_inner", jax.pmap(lambda v: jax.jvp(cosine, (v,), (v + 1,))[1], "i")(x))
+show("vmap_of_inner", jax.pmap(lambda v: jax.vmap(cosine)(jnp.stack([v, v * 2])), "i")(x))
 
 # the outer pmap names every device the nested computation uses
 devs = jax.devices()
