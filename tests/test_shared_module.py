@@ -570,6 +570,25 @@ def test_a_module_binding_a_name_the_helper_uses_imports_the_helper_from_the_sha
     assert "would leave `Mesh` imported" in files["lone.py"]
 
 
+def test_a_multi_process_site_names_only_its_helper_and_leaves_no_unused_import_jax(tmp_path):
+    """`jax.pmap(f)(x)` of a multi-process module becomes `_global_pmap(f, "i")(x)` in its place:
+    where nothing else uses `jax`, its `import jax` goes (no new F401; where a read's rewrite
+    names `jax`, as in fixtures/fix/pm501_global_mesh.py, it stays)."""
+    root = tmp_path / "mp"
+    (root / "pkg").mkdir(parents=True)
+    (root / "pyproject.toml").write_text("[tool.pmap-migrate]\n")
+    (root / "pkg" / "__init__.py").write_text("")
+    (root / "pkg" / "m.py").write_text(
+        "import jax\nimport jax.numpy as jnp\nfrom jax.experimental import multihost_utils\n\n\n"
+        "def f(x):\n    out = jax.pmap(lambda v: v * 2)(jnp.asarray(x))\n"
+        "    return multihost_utils.process_allgather(out)\n")
+    assert run_cli(root, "fix", "--no-cache", ".").exit_code == 0
+    text = tree(root)["pkg/m.py"]
+    assert 'out = _global_pmap(lambda v: v * 2, "i")(jnp.asarray(x))\n' in text, text
+    assert not re.search(r"^import jax$", text, re.M) and "import jax.numpy as jnp\n" in text, text
+    compile(text, "m.py", "exec")
+
+
 def test_a_multi_process_module_binding_mesh_otherwise_is_rewritten_too(tmp_path):
     """The multi-process form names its helper only at its sites (`_global_pmap(...)`): a
     multi-process module that binds `Mesh` from `jax._src.mesh` is rewritten, its helpers imported
