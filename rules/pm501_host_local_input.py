@@ -12,7 +12,8 @@ from pmap_migrate.rules.knowledge import gates
 # expected outputs of the examples below); in a package, they are imported from its `_pmap_compat`.
 _GLOBAL_PMAP = global_pmap_helper("    ")
 _MESH_HELPERS = to_global_helper("    ")
-_SHARD_MAPPED = shard_mapped_helper("_shard_mapped", "    ", frozenset({"axes", "processes", "static"}))  # what its calls pass
+# (`_global_pmap`'s own copy passes on every option it takes)
+_SHARD_MAPPED = shard_mapped_helper("_shard_mapped", "    ", frozenset({"axes", "processes", "static"}))
 
 
 class HostLocalInput(Rule):
@@ -84,8 +85,8 @@ class HostLocalInput(Rule):
     (not stored on `self`, passed as a value, nor a public module-level name of a library module;
     a script or a module that calls `jax.distributed.initialize()` at module level is a program),
     and no output is updated in place (`out += 1`), read whole (`print(out.shape)`) or read in code
-    that may be traced. Where it is not, the pmap gets the boundary form,
-    `_global_pmap(f, axis, ...)` (local, its default): it takes and returns this process's rows (the global result
+    that may be traced. Where it is not, the pmap gets the boundary form, `_global_pmap(f, axis,
+    ...)` (local, its default): it takes and returns this process's rows (the global result
     made host-local, no copy), so callers and reads stay as they are (row reads still read the
     device's own row), and it raises when called with traced values. Calls seen to be traced (in a lambda or function handed to a `jax.*`
     callable or decorated by one; a call that only may be, in a method, a function with a decorator

@@ -41,7 +41,7 @@ class GlobalRender:
                                        + "(*args, **kwargs)")
         entry.plan = plan
         entry.wrapper_name = plan.name
-        parts = self._compact_parts(entry, plan)
+        parts = self._pmap_options(entry, plan)
         if parts is None:
             raise Unsupported("a mapped function that is not a plain name, in a multi-process program")
         if plan.static and plan.params is None and plan.in_axes != 0:
@@ -50,20 +50,14 @@ class GlobalRender:
         # function; the static arguments go to jit as they are, the rest of the positional ones on
         # their axes, keyword arguments on axis 0)
         local = [] if entry.boundary is not None else ["local=False"]  # global outputs: reads all seen
-        in_lines = self._in_lines(entry, plan, parts, local)
+        callee, options = parts
+        in_lines = self._in_lines(entry, plan, options, local)
         if in_lines is not None:
             return in_lines
-        callee, options = parts[1], self._options(parts)
-        call = f"{self._global_pmap()}({', '.join([callee, plan.axis, *options, *local])})"
+        texts = [f"{option}={text}" for option, text in options.items()]
+        call = f"{self._global_pmap()}({', '.join([callee, plan.axis, *texts, *local])})"
         hoisted = [] if self._in_place(entry) else plan.hoisted
         return "\n".join([*hoisted, f"{plan.name} = {call}"]) + "\n"
-
-    @staticmethod
-    def _options(parts: tuple[str, str, dict, dict]) -> list[str]:
-        """`_global_pmap`'s options after the function and the axis name, as pmap's: the helper's,
-        then jit's but the static positions (which are pmap's static_broadcasted_argnums)."""
-        _, _, helper, jit = parts
-        return [f"{option}={text}" for option, text in {**helper, **jit}.items() if option != "static_argnums"]
 
     @staticmethod
     def _in_place(entry: PlannedSite) -> bool:
@@ -74,9 +68,10 @@ class GlobalRender:
         return fun is not None and not entry.site.is_decorator \
             and (isinstance(fun, cst.Lambda) or "\n" not in code_of(fun))
 
-    def _compact_parts(self, entry: PlannedSite, plan: Plan) -> tuple[str, str, dict, dict] | None:
-        """(the helper's name, the mapped function's text, the helper's options and jit's, each
-        by name to its value's text) of the site's compact form; None where the mapped function is
+    def _pmap_options(self, entry: PlannedSite, plan: Plan) -> tuple[str, dict[str, str]] | None:
+        """(the mapped function's text, `_global_pmap`'s options after it and the axis name, as
+        pmap's, each by name to its value's text: in_axes/out_axes, static_broadcasted_argnums
+        (which `_global_pmap` also gives jit), donate_argnums); None where the mapped function is
         not a plain name."""
         callee = plan.body_call[: plan.body_call.find("(")]
         if self._in_place(entry):
@@ -88,26 +83,23 @@ class GlobalRender:
             return None
         if plan.leading or plan.size is not None:
             return None
-        name, _ = self.rewriter.compact_helper()
-        helper = {}
+        options = {}
         if isinstance(plan.in_axes, list) and plan.params is not None:
             entries = iter(plan.in_axes)
             axes = [None if k in plan.static else next(entries) for k in range(len(plan.params))]
             if any(axis != 0 for axis in axes) or plan.static:
-                helper["in_axes"] = _axes_text(tuple(axes))
+                options["in_axes"] = _axes_text(tuple(axes))
         elif plan.in_axes != 0:
-            helper["in_axes"] = _axes_text(plan.in_axes)
+            options["in_axes"] = _axes_text(plan.in_axes)
         if plan.out_axes != 0:
-            helper["out_axes"] = _axes_text(tuple(plan.out_axes) if isinstance(plan.out_axes, list) else plan.out_axes)
+            options["out_axes"] = _axes_text(tuple(plan.out_axes) if isinstance(plan.out_axes, list) else plan.out_axes)
         if plan.static:
-            helper["static_broadcasted_argnums"] = tuple_text(plan.static)
-        jit = {"static_argnums": tuple_text(plan.static)} if plan.static else {}
+            options["static_broadcasted_argnums"] = tuple_text(plan.static)
         if plan.donate:
-            jit["donate_argnums"] = tuple_text(plan.donate)
-        return name, callee, helper, jit
+            options["donate_argnums"] = tuple_text(plan.donate)
+        return callee, options
 
-    def _in_lines(self, entry: PlannedSite, plan: Plan, parts: tuple[str, str, dict, dict],
-                  local: list[str]) -> str | None:
+    def _in_lines(self, entry: PlannedSite, plan: Plan, options: dict[str, str], local: list[str]) -> str | None:
         """`_global_pmap(...)` in the lines of a pmap call written over several (fixes/in_lines.py),
         where the call is what its statement assigns: the statement's text, or None."""
         call = hanging_call(entry.site)
@@ -116,8 +108,6 @@ class GlobalRender:
         statement, target = self.rewriter.assignment_statement(call)
         if statement is None or target != plan.name:
             return None
-        _, _, helper, jit = parts
-        options = {**helper, **{option: text for option, text in jit.items() if option != "static_argnums"}}
         built = options_in_lines(call, self._global_pmap(), options, {}, added=local, flat=True,
                                  room=room(self.rewriter.model, call))
         return None if built is None else f"{plan.name} = {code_of(built)}\n"

@@ -328,7 +328,8 @@ class _Calls(cst.CSTVisitor):
                 positional -= 1
             elif keyword in HELPER_FEATURES:
                 self.features.add(HELPER_FEATURES[keyword])
-            elif keyword != "axis_name" and keyword not in self.passed_on:  # *args, **kwargs, an option by position, one it does not know
+            elif keyword != "axis_name" and keyword not in self.passed_on:
+                # *args, **kwargs, an option by position, one it does not know
                 self.features.update(ALL_FEATURES)
 
     def visit_Call(self, node: cst.Call) -> None:
