@@ -99,6 +99,7 @@ def global_call_helper(indent: str, features: frozenset[str] = ALL_FEATURES) -> 
             "",
             *call,
             *_rows_call(indent),
+            f"{i2}return {HOST_LOCAL}(out) if local else out",
             "",
             f"{i1}return call",
         ]) + "\n"
@@ -112,6 +113,7 @@ def global_call_helper(indent: str, features: frozenset[str] = ALL_FEATURES) -> 
         "",
         *call,
         *_axes_call(indent),
+        f"{i2}return {HOST_LOCAL}(out) if local else out",
         "",
         f"{i1}return call",
     ]) + "\n"
@@ -141,7 +143,7 @@ def global_pmap_helper(indent: str, features: frozenset[str] = ALL_FEATURES) -> 
             f"{i1}axis_name = pmapped.pmap_options[0]",
             "",
             *_traced_call(indent),
-            *_rows_call(indent)[:-1],
+            *_rows_call(indent),
             *_local_rows(indent),
             "",
             f"{i1}return call",
@@ -162,7 +164,7 @@ def global_pmap_helper(indent: str, features: frozenset[str] = ALL_FEATURES) -> 
         f"{i2}pmapped, static_argnums=static, donate_argnums=donate_argnums)",
         "",
         *_traced_call(indent),
-        *_axes_call(indent, 79)[:-1],
+        *_axes_call(indent, 79),
         *_local_rows(indent),
         "",
         f"{i1}return call",
@@ -200,7 +202,7 @@ def _traced_call(indent: str) -> list[str]:
 
 
 def _rows_call(indent: str) -> list[str]:
-    """The rest of the call where every argument is mapped on axis 0."""
+    """The rest of the call where every argument is mapped on axis 0, up to its outputs (`out`)."""
     i2, i3 = indent * 2, indent * 3
     return [
         f"{i2}rows = jax.local_device_count()",
@@ -208,7 +210,6 @@ def _rows_call(indent: str) -> list[str]:
         f"{i3}rows = traced[0].shape[0]",
         f"{i2}args, kwargs = {TO_GLOBAL}((args, kwargs), axis_name, rows)",
         f"{i2}out = jitted(*args, **kwargs)",
-        f"{i2}return {HOST_LOCAL}(out) if local else out",
     ]
 
 
@@ -228,8 +229,9 @@ def _local_rows(indent: str) -> list[str]:
 
 def _axes_call(indent: str, width: int = 80) -> list[str]:
     """The rest of the call for in_axes (an int or None each, positional arguments; keyword ones
-    on axis 0) and static positions (``in_axes``, ``static``, ``axis_name`` bound); ``width``: 79
-    wraps its one longer line (80 as `_global_call` has always had it)."""
+    on axis 0) and static positions (``in_axes``, ``static``, ``axis_name`` bound), up to its
+    outputs (`out`); ``width``: 79 wraps its one longer line (80 as `_global_call` has always had
+    it)."""
     i2, i3, i4 = indent * 2, indent * 3, indent * 4
     axes = f"{i2}axes = in_axes if isinstance(in_axes, tuple) else (in_axes,) * len(args)"
     return [
@@ -250,5 +252,4 @@ def _axes_call(indent: str, width: int = 80) -> list[str]:
         f"{i4}spec = P(*[None] * k, axis_name)",
         f"{i4}args[i] = {TO_GLOBAL}(args[i], axis_name, rows, spec)",
         f"{i2}out = jitted(*args, **{TO_GLOBAL}(kwargs, axis_name, rows))",
-        f"{i2}return {HOST_LOCAL}(out) if local else out",
     ]
