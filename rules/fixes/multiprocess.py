@@ -231,13 +231,10 @@ class GlobalRewrite(GlobalRender):
         earlier = entry.names
         taken.difference_update(earlier)
         before = set(taken)
-        def renderer(plan, indent):
-            return self._render(entry, plan, indent)
-
         # the boundary form changes no read: a pmap built inside an expression (`jax.pmap(f)(x)`,
         # `return jax.pmap(f)`) becomes `_global_pmap(f, ...)` there, evaluated where pmap was
-        renderer.in_place = entry.boundary is not None
-        entry.fix = self.rewriter.definition_fix(entry.site, renderer)
+        entry.fix = self.rewriter.definition_fix(entry.site, lambda plan, indent: self._render(entry, plan, indent),
+                                                 in_place=entry.boundary is not None)
         assign = self.model.parent(entry.site.node)
         if not any(edit.before for edit in entry.fix.edits):
             if isinstance(assign, cst.Assign):

@@ -323,13 +323,15 @@ class Rewriter(Nests, EvaluationPlaces):
                 continue  # the default, spelled out: nothing to carry over (PM104 drops it too)
             raise Unsupported(f"option `{arg.keyword.value}` has no exact equivalent")
 
-    def definition_fix(self, site: TransformSite, renderer=None) -> FixSpec:
+    def definition_fix(self, site: TransformSite, renderer=None, *, in_place: bool = False) -> FixSpec:
         """The edits that replace the pmap's definition with ``renderer(plan, indent)`` (default:
-        the faithful single-process form, `render`)."""
+        the faithful single-process form, `render`). ``in_place``: a pmap built inside an
+        expression becomes the value ``renderer`` assigns, where it stands (the multi-process
+        boundary form, which changes no read), not a wrapper defined before its statement."""
         renderer = renderer or render
         if site.is_decorator:
             return self._decorator_fix(site, renderer)
-        return self._call_fix(site, renderer)
+        return self._call_fix(site, renderer, in_place)
 
 
     def _plan(self, site: TransformSite, name: str, params: list[str] | None, body_call: str,
@@ -454,7 +456,7 @@ class Rewriter(Nests, EvaluationPlaces):
         replacement = cst.FlattenSentinel([body_def, *between, wrapper_def])
         return self._finish(site, plan, (Edit(func, replacement),), f"`{func.name.value}`", renderer)
 
-    def _call_fix(self, site: TransformSite, renderer=render) -> FixSpec:
+    def _call_fix(self, site: TransformSite, renderer=render, in_place: bool = False) -> FixSpec:
         call = site.node
         assert isinstance(call, cst.Call)
         fun = site.fun
@@ -472,10 +474,10 @@ class Rewriter(Nests, EvaluationPlaces):
                 new[-1] = new[-1].with_changes(trailing_whitespace=statement.trailing_whitespace)
             replacement = cst.FlattenSentinel(new)
             return self._finish(site, plan, (Edit(statement, replacement),), f"`{target}`", renderer)
-        return self._hoisted_fix(site, call, fun, renderer)
+        return self._hoisted_fix(site, call, fun, renderer, in_place)
 
     def _hoisted_fix(self, site: TransformSite, call: cst.Call, fun: cst.BaseExpression,
-                     renderer=render) -> FixSpec:
+                     renderer=render, in_place: bool = False) -> FixSpec:
         """A pmap built inside an expression (`jax.pmap(f)(x)`, `self.step = jax.pmap(...)`): the
         wrapper is defined before the statement that evaluates the pmap, and the expression refers
         to it. What the wrapper needs (a function given as an expression, a computed axis name) is
@@ -505,7 +507,7 @@ class Rewriter(Nests, EvaluationPlaces):
         if plan.hoisted and anchor is statement and not self._evaluated_first(call, statement):
             return self._static_fun_fix(site, call, fun)  # evaluated before the statement, its order would change
         new = self.parse_generated(renderer(plan, self.model.indent))
-        in_place = getattr(renderer, "in_place", False) and len(new) == 1  # (the multi-process boundary form)
+        in_place = in_place and len(new) == 1
         value = assigned(new, wrapper_name) if in_place or (anchor is statement and assigns(statement, call)) else None
         if value is not None:
             # `self.step = jax.pmap(...)` written as one expression (multi-process), or any pmap of
