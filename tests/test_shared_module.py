@@ -531,6 +531,31 @@ def test_a_shared_module_an_earlier_version_wrote_is_written_anew_when_a_fix_nee
     assert files["pkg/a.py"] == fixed_before
 
 
+OLDER_MULTIPROCESS = (Path(__file__).parent.parent / "fixtures" / "shared" / "older_multiprocess_pmap_compat.py"
+                      ).read_text()
+
+
+def test_a_multi_process_shared_module_of_the_previous_version_keeps_its_options_when_written_anew(tmp_path):
+    """The multi-process helpers as the previous version wrote them (each process's devices
+    grouped by hand): still this tool's, with the options its `_shard_mapped` took (in_axes,
+    static positions, processes; not every option, as for older versions), and written anew with
+    today's text, taking the same ones, when a fix needs something of it."""
+    options = feature_names({"axes", "static", "processes"})
+    held = {"_global_pmap", "_replicate", "_shard_mapped", "_to_global", *options}
+    assert helpers_in(OLDER_MULTIPROCESS) == held and OLDER_MULTIPROCESS != module_text(held)
+    root = tmp_path / "older"
+    (root / "pkg").mkdir(parents=True)
+    (root / "pyproject.toml").write_text("[tool.pmap-migrate]\n")
+    (root / "pkg" / "__init__.py").write_text("")
+    (root / "pkg" / "_pmap_compat.py").write_text(OLDER_MULTIPROCESS)
+    (root / "pkg" / "b.py").write_text(OPS)
+    assert run_cli(root, "fix", "--no-cache", ".").exit_code == 0
+    files = tree(root)
+    assert "from pkg._pmap_compat import _replicate, _shard_mapped\n" in files["pkg/b.py"], files["pkg/b.py"]
+    assert files["pkg/_pmap_compat.py"] == module_text(held)
+    assert "jax.local_devices(process_index=p)" in files["pkg/_pmap_compat.py"]
+
+
 def test_a_shared_module_edited_by_hand_is_not_taken_for_an_earlier_versions(tmp_path):
     edited = OLDER.replace("    return mapped\n", "    return mapped  # ours now\n")
     assert helpers_in(edited) is None

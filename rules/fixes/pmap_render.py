@@ -348,10 +348,8 @@ def shard_mapped_helper(name: str, indent: str, features: frozenset[str] = ALL_F
         lines += [
             f"{i2}if processes:  # legacy pmap's devices: the first rows of each process",
             f"{i3}rows = n * jax.local_device_count() // jax.device_count()",
-            f"{i3}groups = {{}}",
-            f"{i3}for d in sorted(jax.devices(), key=lambda d: d.process_index):",
-            f"{i3}{i1}groups.setdefault(d.process_index, []).append(d)",
-            f"{i3}chosen = [d for local in groups.values() for d in local[:rows]]",
+            f"{i3}chosen = [d for p in range(jax.process_count())",
+            f"{i3}          for d in jax.local_devices(process_index=p)[:rows]]",
         ]
     take, put = ("take", "put") if nests else ("jnp.squeeze", "jnp.expand_dims")
     if nests:

@@ -208,7 +208,18 @@ _OLDER_TEXTS = {
     "_replicate": frozenset({"8ffd517d6a147f6f"}),
     "_shard_mapped": frozenset({"112b0323086a94cb", "13b90b7578367271", "1b4f7bcb87bdc4e0", "505684a747ce7471",
                                 "a39fc6c3089b86d0", "dc5175209a1084e3", "e78ca28ccc0ffbe1", "fa1a4b081e62a371"}),
-    "_to_global": frozenset({"3853e1795fa44596", "c2df8f1f5c1c31a1"}),
+    "_to_global": frozenset({"3853e1795fa44596", "c2df8f1f5c1c31a1", "7a0bb0760cc2ece9"}),
+}
+# `_shard_mapped` with "processes" as the previous version wrote it (each process's devices grouped
+# by hand, before `jax.local_devices(process_index=p)`): by the hash of its text, its other options,
+# so that a module holding it is written anew taking the same ones.
+_OLDER_PROCESSES_VARIANTS = {
+    "44e4054517fafe74": "", "d3693350119dee66": "axes", "3e23f5b850aea06f": "devices",
+    "3213635a8aad8b09": "axes devices", "8dfb2557a0be0a9d": "nests", "aade187b7db66999": "axes nests",
+    "e83476cccb2b9082": "devices nests", "e4f948e0619f35d8": "axes devices nests", "02962a45f5801571": "static",
+    "280ed4126483249c": "axes static", "5e28b1ccb4a64a3c": "devices static", "f20681e4913c5b4e": "axes devices static",
+    "2bd8ef2967289a2a": "nests static", "5c543f34a011667d": "axes nests static",
+    "593810cd3db7fe3d": "devices nests static", "a27136afbe37062c": "axes devices nests static",
 }
 _PRELUDE_IMPORTS = re.compile(r"(import (functools|types|jax|jax\.numpy as jnp|numpy as np)"
                               r"|from (jax\.sharding|jax\.experimental) import [\w ,]+)")
@@ -216,6 +227,14 @@ _PRELUDE_IMPORTS = re.compile(r"(import (functools|types|jax|jax\.numpy as jnp|n
 
 def _text_hash(text: str) -> str:
     return hashlib.sha256(text.strip().encode("utf-8")).hexdigest()[:16]
+
+
+def _shard_mapped_features(chunk: str) -> frozenset[str] | None:
+    """The options of ``chunk``, a `_shard_mapped` as this version or the previous one wrote it
+    in a shared module; None: neither did."""
+    held = helper_features(chunk, SHARD_MAPPED)
+    older = _OLDER_PROCESSES_VARIANTS.get(_text_hash(chunk))
+    return held if held is not None or older is None else frozenset({"processes", *older.split()})
 
 
 def helpers_in(text: str) -> frozenset[str] | None:
@@ -229,7 +248,7 @@ def helpers_in(text: str) -> frozenset[str] | None:
     names = frozenset(name for name in SHARED_HELPERS if f"\ndef {name}(" in text)
     if SHARD_MAPPED in names:  # the options it takes; an earlier version's took every one
         chunk = next((c for c in chunks if c.startswith(f"def {SHARD_MAPPED}(")), "")
-        held = helper_features(chunk, SHARD_MAPPED)
+        held = _shard_mapped_features(chunk)
         names |= feature_names(ALL_FEATURES if held is None else held)
     if is_current(text, names):
         return names
@@ -240,7 +259,7 @@ def helpers_in(text: str) -> frozenset[str] | None:
         if not chunk or _PRELUDE_IMPORTS.fullmatch(chunk):
             continue
         name = chunk[4:].partition("(")[0] if chunk.startswith("def ") else None
-        if (name == SHARD_MAPPED and helper_features(chunk, name) is not None) or (
+        if (name == SHARD_MAPPED and _shard_mapped_features(chunk) is not None) or (
                 name == GLOBAL_CALL and chunk == global_call_helper(INDENT, frozenset()).strip()) or (
                 name == GLOBAL_PMAP and chunk == global_pmap_helper(INDENT, frozenset()).strip()):
             found.add(name)  # (the shorter forms this version writes)
