@@ -11,7 +11,9 @@ its DIR's parent, along with every other ``.py`` file of the DIRs (not fixed, no
 ``before/`` stays as it is, ``safe/`` gets ``pmap-migrate fix`` of those files, ``unsafe/`` gets
 ``pmap-migrate fix --unsafe-fixes`` (the CLI installed beside the running Python, else the one on
 ``PATH``, or ``--pmap-migrate EXE``; ruff likewise, or ``--ruff EXE``; ``--config`` names an empty
-settings file so no repository's ``[tool.pmap-migrate]`` applies). The project
+settings file so no repository's ``[tool.pmap-migrate]`` applies: one run per DIR, each with an
+empty settings file in that DIR's copy, which makes the DIR the project's root, as in the
+repository itself). The project
 configuration files above each file (up to its DIR) are copied along, so the fix sees the same
 settings files as in the original tree; so are the ``__init__.py`` files above each file (up to its
 DIR), which say what is a package: where `fix` puts the package's shared module, and how the fixed
@@ -76,6 +78,7 @@ from _corpus_report import print_list, print_table
 from corpus_fix import (
     DEFAULT_EXE,
     SUFFIXES,
+    CliRun,
     account_sites,
     cli_crashes,
     discovered_files,
@@ -375,6 +378,29 @@ def main(argv: list[str] | None = None) -> int:
             shutil.rmtree(scratch, ignore_errors=True)
 
 
+SETTINGS_NAME = ".pmap-migrate-benchmark.toml"  # an empty settings file in each repository's copy
+
+
+def fix_each_repository(args, tree: Path, roots: list[Path], fixed: list[str], unsafe: bool) -> CliRun:
+    """``fix`` of each repository's files in ``tree``, one run per repository, with an empty
+    settings file in the repository's copy: its directory is the project's root (where `fix` looks
+    for the importers of a module's public aliases and for the programs that run its pmaps), as
+    in the repository itself, not the scratch directory that holds every repository three times.
+    The runs' findings, joined; their seconds, summed; the worst exit status."""
+    parts = []
+    for root in roots:
+        paths = [rel for rel in fixed if rel.split("/", 1)[0] == root.name]
+        if paths:
+            settings = tree / root.name / SETTINGS_NAME
+            settings.write_text("")
+            parts.append(run_cli(args.exe, tree, settings, args.jobs, unsafe=unsafe, paths=paths))
+    if not parts:
+        return CliRun(0.0, 0, [], "", "")
+    return CliRun(sum(p.seconds for p in parts), max(p.returncode for p in parts),
+                  [d for p in parts for d in p.diagnostics], "".join(p.stdout for p in parts),
+                  "".join(p.stderr for p in parts), next((p.json_error for p in parts if p.json_error), None))
+
+
 def _run(args, roots: list[Path], scratch: Path) -> int:
     wall = time.perf_counter()
     config = scratch / "empty-settings.toml"  # no [tool.pmap-migrate] settings: defaults only
@@ -407,8 +433,8 @@ def _run(args, roots: list[Path], scratch: Path) -> int:
             (tree / path.relative_to(root.parent)).write_bytes(path.read_bytes())
 
     fixed = sorted(original)  # `fix` is given the files that mention pmap, as the issue measures
-    runs = {"safe": run_cli(args.exe, trees["safe"], config, args.jobs, unsafe=False, paths=fixed),
-            "unsafe": run_cli(args.exe, trees["unsafe"], config, args.jobs, unsafe=True, paths=fixed)}
+    runs = {name: fix_each_repository(args, trees[name], roots, fixed, unsafe=name == "unsafe")
+            for name in ("safe", "unsafe")}
     crashes = cli_crashes("safe fix", runs["safe"]) + cli_crashes("unsafe fix", runs["unsafe"])
     after = {name: {rel: data for rel, data in python_files(trees[name]).items() if rel not in context}
              for name in ("safe", "unsafe")}
@@ -512,8 +538,8 @@ def _run(args, roots: list[Path], scratch: Path) -> int:
         ("new lint findings (unsafe fix)", f"{sum(new_codes['unsafe'].values())}: {by_code(new_codes['unsafe'])}"),
         ("  in files", len([q for q in unsafe if q.new])),
         ("  import lines out of isort's order, added (I001 blocks; unsafe fix)",
-         f"{sum(q.unsorted[1] - q.unsorted[0] for q in unsorted['unsafe'])} in {len(unsorted['unsafe'])} files "
-         f"(of the {len(unsafe)} changed, {len([q for q in unsafe if q.unsorted[0]])} were already unsorted)"),
+         (f"{sum(q.unsorted[1] - q.unsorted[0] for q in unsorted['unsafe'])} in {len(unsorted['unsafe'])} files "
+          f"(of the {len(unsafe)} changed, {len([q for q in unsafe if q.unsorted[0]])} were already unsorted)")),
         ("new lint findings (safe fix)", f"{sum(new_codes['safe'].values())}: {by_code(new_codes['safe'])}"),
         ("files importing runtime_shim after the safe fix alone", len(shim_files)),
         ("fixer API / ruff wall time (s)", f"{api_seconds:.1f} / {lint_seconds:.1f}"),
