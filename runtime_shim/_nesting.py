@@ -94,11 +94,12 @@ ACTIVE: list = []
 class Frame:
     plan: Plan
     chain: tuple  # mesh axes claimed by the enclosing pmaps, outermost first
+    trace: Any = None  # the trace of the body (`_current_trace()` when it was entered)
 
 
 @contextmanager
 def frame(plan: Plan, chain: tuple):
-    entered = Frame(plan, chain)
+    entered = Frame(plan, chain, _current_trace())
     FRAMES.stack.append(entered)
     ACTIVE.append(entered)
     try:
@@ -108,14 +109,23 @@ def frame(plan: Plan, chain: tuple):
         ACTIVE.remove(entered)
 
 
+def _current_trace() -> Any:
+    """The trace calls are made in now (None: a jax without ``trace_ctx``)."""
+    try:
+        from jax._src import core
+    except ImportError:  # pragma: no cover - a jax without these internals
+        return None
+    return getattr(getattr(core, "trace_ctx", None), "trace", None)
+
+
 def _transformed() -> bool:
     """Whether a transformation traces this call inside the outer pmap's body (``jax.grad``,
     ``jax.jvp``, ``jax.vmap`` of a function that calls the inner pmap): the device path's slice
     and all-gather are then differentiated by value, device by device (``check_vma=False``),
     which sums the inner axis's cotangents on one device instead of giving each its own; the
-    inner axis runs as a vmap there, whose derivatives are legacy's. (Tracing to a jaxpr, under
-    ``jax.jit`` or a control-flow primitive inside the body, is not seen: a derivative taken
-    later, outside that trace, still goes through the device path.)"""
+    inner axis runs as a vmap there, whose derivatives are legacy's. (Tracing to a jaxpr inside
+    the body, under ``jax.jit`` or a control-flow primitive, is told by the trace itself:
+    ``call_inner`` compares it with the body's.)"""
     try:
         from jax._src import core
         from jax._src.interpreters import partial_eval
@@ -137,7 +147,14 @@ def call_inner(spec: PmapSpec, args: tuple, kwargs: dict) -> Any:
     name = spec.mesh_axis
     chain = outer.chain + (name,)
 
-    if _transformed() or not outer.plan.claim(name, size, outer.chain):
+    # Called in the outer body's own trace, the inner pmap runs on a mesh axis of its own (the
+    # device path below). Called in any other trace inside the body (`jax.jit`, `lax.scan`,
+    # `jax.checkpoint`, `lax.cond` of a function that calls it, or under a transformation), it
+    # runs as a vmap: a derivative may be taken around that trace later, where the device path's
+    # slice and all-gather would sum the inner axis's cotangents on one device.
+    here = _current_trace()
+    if _transformed() or (here is not None and here is not outer.trace) \
+            or not outer.plan.claim(name, size, outer.chain):
         dyn_args, kwargs = jax.tree_util.tree_unflatten(treedef, leaves)
         vmapped = jax.vmap(lambda *a, **k: spec.fun(*bind(a), **k),
                            in_axes=_axes.dynamic_in_axes(spec.in_axes, spec.statics, len(args)),

@@ -97,6 +97,14 @@ cosine = jax.pmap(lambda z: jnp.cos(z) * 3.0, "j")
 show("grad_through_inner", jax.pmap(lambda v: jax.grad(lambda w: cosine(w).sum())(v), "i")(x))
 show("jvp_through_inner", jax.pmap(lambda v: jax.jvp(cosine, (v,), (v + 1,))[1], "i")(x))
 show("vmap_of_inner", jax.pmap(lambda v: jax.vmap(cosine)(jnp.stack([v, v * 2])), "i")(x))
+# the derivative taken around a traced function that calls the inner pmap (legacy's own pmap
+# raises an AssertionError where that function is jitted)
+show("grad_through_checkpoint_of_inner", jax.pmap(
+    lambda v: jax.grad(lambda w: jax.checkpoint(cosine)(w).sum())(v), "i")(x))
+show("grad_through_scan_of_inner", jax.pmap(lambda v: jax.grad(lambda w: lax.scan(
+    lambda c, _: (cosine(c), None), w, None, length=2)[0].sum())(v), "i")(x))
+show("scan_of_inner", jax.pmap(lambda v: lax.scan(
+    lambda c, _: (cosine(c) + lax.psum(c, "i"), None), v, None, length=2)[0], "i")(x))
 
 # the outer pmap names every device the nested computation uses
 devs = jax.devices()
