@@ -9,6 +9,11 @@ The rule, for a module at ``path``:
   package's name (``from pkg._pmap_compat import ...``), as it would any module of its package;
   but a script (``if __name__ == "__main__":``) that imports nothing of its package may be run as
   ``python pkg/script.py``, where the package is not importable: no shared module;
+- a test in a directory without ``__init__.py`` (named as pytest collects tests) that imports a
+  top package of its own project by name (``import kfac_jax`` in ``tests/optimizer_test.py``,
+  ``kfac_jax/__init__.py`` in a directory above the test's, within the project): the tests run
+  against that package, so they import its module by that name (one copy of the helpers for the
+  package and its tests);
 - in a directory without ``__init__.py``, a script or a test (``if __name__ == "__main__":``, or
   named as pytest collects tests: ``test_*.py``, ``*_test.py``, ``conftest.py``), unless the
   directory is a namespace package (its parent is a package, or the module imports its own
@@ -158,8 +163,8 @@ def location_for(path: str, module: cst.Module) -> SharedLocation | None:
         # Outside a package, what the module imports by a name above it comes first: that name
         # works however it runs (`python -m pkg.tool` too, where a sibling module imported by its
         # plain name would not be found).
-        found = _above_by_name(given, directory, module) or _by_layout(given, directory, module) \
-            or _beside_by_plain_name(given, directory, module)
+        found = _above_by_name(given, directory, module) or _tested_package(given, directory, module) \
+            or _by_layout(given, directory, module) or _beside_by_plain_name(given, directory, module)
         if found is None and not _is_script(module, given.name):
             found = _above_by_siblings(given, directory)
     return found if found is not None and found.module else None  # (a place taken: no shared module)
@@ -222,6 +227,31 @@ def _first_above(given: Path, directory: Path, imports) -> SharedLocation | None
                 if not usable(ancestor / FILE_NAME):
                     return SharedLocation(file, "")
                 return SharedLocation(file, f"{parts[0]}.{MODULE_NAME}")
+    return None
+
+
+def _tested_package(given: Path, directory: Path, module: cst.Module) -> SharedLocation | None:
+    """A test outside packages (a file pytest collects by its name) that imports a top package of
+    its own project by name (``import kfac_jax`` in ``tests/optimizer_test.py``, with
+    ``kfac_jax/__init__.py`` in a directory above the test's, within the project): the tests run
+    against that package, so they import its shared module by that name, one copy of the helpers
+    for the package and its tests. None: no such package, or its place is taken."""
+    if not _is_test_name(given.name):
+        return None
+    root = project_root(os.fspath(given))
+    if root is None:
+        return None
+    above = [d for d in directory.parents if d == root or d.is_relative_to(root)]
+    for parts in _absolute_imports(module):
+        name = parts[0]
+        if not _is_identifier(name) or name == MODULE_NAME:
+            continue
+        for depth, ancestor in enumerate(above, start=1):
+            if (ancestor / name / "__init__.py").is_file() and not (ancestor / "__init__.py").is_file():
+                if not usable(ancestor / name / FILE_NAME):
+                    return None
+                file = given.parent.joinpath(*[os.pardir] * depth, name, FILE_NAME)
+                return SharedLocation(os.path.normpath(file), f"{name}.{MODULE_NAME}")
     return None
 
 

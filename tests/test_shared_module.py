@@ -69,8 +69,18 @@ if __name__ == "__main__":
     test_run()
 '''
 
+ALONE = '''import jax
+import numpy as np
+
+cube = jax.pmap(lambda x: x ** 3)
+
+
+def test_cube():
+    print(np.asarray(cube(np.arange(8.0).reshape(8, 1))).tolist())
+'''
+
 FILES = {"pkg/__init__.py": "", "pkg/ops.py": OPS, "pkg/sub/__init__.py": "", "pkg/sub/steps.py": STEPS,
-         "tests/test_pkg.py": TEST}
+         "tests/test_pkg.py": TEST, "checks/test_alone.py": ALONE}
 
 
 def make_project(root: Path) -> Path:
@@ -96,13 +106,15 @@ def test_the_shared_module_is_created_once_per_package_and_imported(project):
     assert result.exit_code == 0, result.output
     files = tree(project)
     created = sorted(set(files) - set(FILES))
-    # the package's top (not pkg/sub), and beside the test of a directory without __init__.py
-    assert created == ["pkg/_pmap_compat.py", "tests/_pmap_compat.py"]
+    # the package's top (not pkg/sub), also for the test that imports the package; beside the
+    # test of a directory without __init__.py that imports nothing of the project
+    assert created == ["checks/_pmap_compat.py", "pkg/_pmap_compat.py"]
     assert helpers_in(files["pkg/_pmap_compat.py"]) == {"_shard_mapped", "_replicate"}  # what the package uses
-    assert helpers_in(files["tests/_pmap_compat.py"]) == {"_shard_mapped"}  # beside tests: what the project's tests use
+    assert helpers_in(files["checks/_pmap_compat.py"]) == {"_shard_mapped"}  # beside tests: what tests there use
     assert "from pkg._pmap_compat import _replicate, _shard_mapped\n" in files["pkg/ops.py"]  # absolute
     assert "from .._pmap_compat import _shard_mapped\n" in files["pkg/sub/steps.py"]  # relative, as steps does
-    assert "from _pmap_compat import _shard_mapped\n" in files["tests/test_pkg.py"]
+    assert "from pkg._pmap_compat import _shard_mapped\n" in files["tests/test_pkg.py"]  # the package it tests
+    assert "from _pmap_compat import _shard_mapped\n" in files["checks/test_alone.py"]
     for rel in FILES:
         assert "def _shard_mapped" not in files[rel] and "jax.pmap" not in files[rel], rel
     assert "@functools.partial(_shard_mapped" in files["pkg/ops.py"]
@@ -119,9 +131,9 @@ def test_the_shared_modules_imports_follow_the_projects_isort_settings(tmp_path)
     (root / "jax").mkdir()
     (root / "jax" / "__init__.py").write_text("")
     (root / "pyproject.toml").write_text("[tool.pmap-migrate]\n[tool.isort]\nforce_single_line = true\n")
-    result = run_cli(root, "fix", "--no-cache", "pkg", "tests")
+    result = run_cli(root, "fix", "--no-cache", "pkg", "tests", "checks")
     assert result.exit_code == 0, result.output
-    text = (root / "tests" / "_pmap_compat.py").read_text()
+    text = (root / "jax" / "_pmap_compat.py").read_text()  # (the tests import `jax`: the project's)
     block = text[text.index("import functools"):text.index("\n\n\ndef ")]
     assert block.split("\n") == [
         "import functools", "", "import jax", "import jax.numpy as jnp", "from jax.sharding import Mesh",
@@ -134,7 +146,7 @@ def test_the_shared_modules_imports_follow_the_projects_isort_settings(tmp_path)
         "from jax.sharding import Mesh", "from jax.sharding import NamedSharding",
         "from jax.sharding import PartitionSpec as P"]
     files = tree(root)
-    again = run_cli(root, "fix", "--no-cache", "pkg", "tests")
+    again = run_cli(root, "fix", "--no-cache", "pkg", "tests", "checks")
     assert again.exit_code == 0 and tree(root) == files
     assert helpers_in(module_text({"_shard_mapped"}).replace("import jax\n", "")) is None
 
@@ -143,7 +155,7 @@ def test_file_by_file_or_all_at_once_gives_the_same_tree(tmp_path):
     at_once = make_project(tmp_path / "at_once")
     assert run_cli(at_once, "fix", "--no-cache", "--jobs", "1", ".").exit_code == 0
     by_file = make_project(tmp_path / "by_file")
-    for rel in ("pkg/sub/steps.py", "tests/test_pkg.py", "pkg/ops.py"):
+    for rel in ("pkg/sub/steps.py", "tests/test_pkg.py", "checks/test_alone.py", "pkg/ops.py"):
         result = run_cli(by_file, "fix", "--no-cache", rel)
         # what fix says is left is what check then finds (a use of ops.py's pmapped `normalize` is
         # left while ops.py is legacy, when the index sees a reason to report it)
