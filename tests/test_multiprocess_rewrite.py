@@ -233,6 +233,16 @@ def run(state, batches, log):
     assert "`train`, `evaluate`" in summary and "taking and returning this process's rows" in summary, summary
 
 
+def test_a_pmap_built_and_applied_in_one_expression_stays_in_its_place_in_either_form(fixed):
+    """`jax.pmap(f)(x)` becomes `_global_pmap(f, ...)(x)` where it was, evaluated there: the
+    boundary form (its output read whole or by rows: this process's rows) and the global form
+    (fed to another pmap of the program) alike; no wrapper defined before the statement."""
+    text = fixed["host_readback"][0].read_text()
+    assert '    doubled = _global_pmap(lambda v: v * 2 + lax.axis_index("d"), "d")(' in text, text
+    assert '    fed = _global_pmap(lambda v: v + lax.axis_index("d"), "d", local=False)(' in text, text
+    assert "_mapped = " not in text, text
+
+
 def test_a_main_handed_to_absl_app_run_is_not_traced_code():
     """`app.run(main)` hands `main` over as a value; it runs it, it does not trace it."""
     source = b'''import jax

@@ -231,10 +231,11 @@ class GlobalRewrite(GlobalRender):
         earlier = entry.names
         taken.difference_update(earlier)
         before = set(taken)
-        # the boundary form changes no read: a pmap built inside an expression (`jax.pmap(f)(x)`,
-        # `return jax.pmap(f)`) becomes `_global_pmap(f, ...)` there, evaluated where pmap was
+        # a pmap built inside an expression (`jax.pmap(f)(x)`, `return jax.pmap(f)`) becomes
+        # `_global_pmap(f, ...)` there, evaluated where pmap was, in either form (the reads of
+        # its outputs are planned from its calls, not from a name)
         entry.fix = self.rewriter.definition_fix(entry.site, lambda plan, indent: self._render(entry, plan, indent),
-                                                 in_place=entry.boundary is not None)
+                                                 in_place=True)
         assign = self.model.parent(entry.site.node)
         if not any(edit.before for edit in entry.fix.edits):
             if isinstance(assign, cst.Assign):
