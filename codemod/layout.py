@@ -6,8 +6,11 @@ is wrapped the way black and ruff-format leave code with a magic trailing comma:
 split at the last bracket whose opening line fits (``jax.shard_map(...)(args)`` at
 ``jax.shard_map(``), one element per line, indented by one unit of the file, each element followed
 by a comma where Python allows one, the closing bracket on a line of its own; an element that is
-still too long is split the same way. A trailing comment of a line too long goes on its own lines
-above the statement. Lines that cannot be split (a long string) stay as they are.
+still too long is split the same way. In a file that closes brackets at the end of their last line
+(yapf's way, Google's), a call whose parentheses hold only another call, too long for a line of its
+own, is split inside that one: ``jax.jit(_shard_mapped(`` stays on the first line, ``))`` after the
+last argument. A trailing comment of a line too long goes on its own lines above the statement.
+Lines that cannot be split (a long string) stay as they are.
 
 After a rename changed a line's opening (`jax.pmap(` became `runtime_shim.pmap(`), the unchanged
 continuation lines that were aligned with its bracket are moved along with it.
@@ -166,6 +169,10 @@ class _Wrapper:
         if not fitting:
             return [whole]
         chosen = fitting[-1]
+        sole = self.sole_call(chosen) if self.hug else None
+        if sole is not None and len(indent) + self.atoms[sole].end - start <= self.limit and len(
+                indent + self.unit + self.text(chosen + 1, self.atoms[chosen].match - 1)) > self.limit:
+            chosen = sole  # the inner call split anyway: `jax.jit(_shard_mapped(` on one line, `))` at the end
         close = self.atoms[chosen].match
         elements, comma = self.elements(chosen)
         lines = [indent + self.line[self.atoms[i].start:self.atoms[chosen].end]]
@@ -191,6 +198,23 @@ class _Wrapper:
         if self.hug and not magic:
             return self.closed(lines, close, j, indent, trailing)
         return lines + self.render(close, j, indent, trailing)
+
+    def sole_call(self, opening: int) -> int | None:
+        """The opening parenthesis of the call that is all a call's parentheses hold (``f(g(a, b))``:
+        ``g``'s), which a file closing brackets on their last line splits inside, as yapf does;
+        None: they hold something else."""
+        close = self.atoms[opening].match
+        if self.atoms[opening].text != "(" or close - opening < 4 or self.atoms[close - 1].kind != "close":
+            return None
+        inner = self.atoms[close - 1].match
+        if self.atoms[inner].text != "(" or self.atoms[opening - 1].kind != "word":
+            return None
+        k = opening + 1  # a dotted name: word (. word)*
+        if self.atoms[k].kind != "word":
+            return None
+        while k + 2 < inner and self.atoms[k + 1].text == "." and self.atoms[k + 2].kind == "word":
+            k += 2
+        return inner if k + 1 == inner else None
 
     def elements(self, opening: int) -> tuple[list[tuple[int, int]], bool]:
         """The elements between a bracket pair (split at its top-level commas: not those of a

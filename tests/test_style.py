@@ -138,6 +138,18 @@ GOOGLE_STYLE = textwrap.dedent("""\
     """)
 
 
+def test_where_the_file_closes_brackets_on_the_last_line_a_call_holding_one_call_is_split_inside_it():
+    """`jax.jit(_shard_mapped(...))` too long: in a file that closes brackets on their last line
+    (yapf's way), both openings stay on the first line, the inner call's arguments below, `))` after
+    them; a call whose one call fits on the next line whole is split as any other."""
+    code = "def f():\n  pos = jax.jit(_shard_mapped(lambda x: lax.psum_scatter(x, 'i', tiled=True), 'i'))(x)\n"
+    assert wrap_new_lines(code, GOOGLE_STYLE, 70, "  ", hug=True) == (
+        "def f():\n  pos = jax.jit(_shard_mapped(\n      lambda x: lax.psum_scatter(x, 'i', tiled=True), 'i'))(x)\n")
+    assert wrap_new_lines(code, "", 70, "  ") == (  # black's way
+        "def f():\n  pos = jax.jit(\n      _shard_mapped(\n          lambda x: lax.psum_scatter(x, 'i', tiled=True), 'i'\n"
+        "      ),\n  )(x)\n")
+
+
 def test_where_the_file_closes_brackets_on_the_last_line_the_wrapped_code_does_too():
     from pmap_migrate.layout import closes_on_last_line
 
