@@ -52,11 +52,23 @@ def test_the_helper_applies_static_positions_at_run_time_whatever_the_signature(
     assert "import runtime_shim" not in fixed and "static_broadcasted_argnums=(1,)), static_argnums=(1,))" in fixed
 
 
-def test_what_the_wrapper_cannot_express_keeps_the_shim():
+def test_a_multi_process_program_passes_static_positions_of_an_unknown_signature_on_too():
+    """`_global_pmap` takes them as pmap did (program: fixtures/programs_multiprocess/
+    computed_options.py, on two processes)."""
     code = (HEAD + "train = jax.pmap(make(), axis_name='i', static_broadcasted_argnums=(1,))\n"
             "out = train(xs, 2)\nprint(jax.process_index())\n")
+    assert "runtime_shim" not in _summary(code)
+    fixed = _fixed(code)
+    assert "train = _global_pmap(make(), 'i', static_broadcasted_argnums=(1,))\n" in fixed, fixed
+    assert "import runtime_shim" not in fixed and "runtime_shim.pmap(" not in fixed
+
+
+def test_what_the_wrapper_cannot_express_keeps_the_shim():
+    code = (HEAD.replace("(x, n)", "(x, y, n)") + "train = jax.pmap(make(), axis_name='i', "
+            "static_broadcasted_argnums=(2,), in_axes=(0, None))\nout = train(xs, 1, 2)\n"
+            "print(jax.process_index())\n")
     summary = _summary(code)
-    reason = "static_broadcasted_argnums with an unknown signature in a multi-process program"
+    reason = "a per-argument in_axes with an unknown signature"
     assert "runtime_shim.pmap" in summary and reason in summary, summary
     assert "import runtime_shim" in _fixed(code)
 
@@ -81,9 +93,12 @@ def test_a_computed_axis_name_used_by_position_keeps_the_wrapper_where_it_is_rea
     assert fixed.index("def run(x, name):") < fixed.index("jax.jit(_shard_mapped(body, name))(x)")
 
 
-def test_a_computed_axis_name_in_a_multi_process_program_keeps_the_shim():
+def test_a_computed_axis_name_in_a_multi_process_program_is_read_where_pmap_read_it():
+    """`_global_pmap` takes the expression as pmap did, evaluated in its place (program:
+    fixtures/programs_multiprocess/computed_options.py, on two processes)."""
     code = AXIS_HEAD + "step = jax.pmap(body, axis_name=make_axis())\nout = step(xs)\nprint(jax.process_index())\n"
-    assert "`axis_name` is not a string literal (in a multi-process program)" in _summary(code)
+    assert "runtime_shim" not in _summary(code)
+    assert "step = _global_pmap(body, make_axis())\n" in _fixed(code)
 
 
 # Options computed from literals are taken as their values; program fixtures/programs/folded_options.

@@ -28,7 +28,8 @@ from pmap_migrate.rules import all_rules
 ROOT = Path(__file__).resolve().parents[1]
 PROGRAMS = ROOT / "fixtures" / "programs_multiprocess"
 REPORT = Path(__file__).parent / "shim_programs" / "_report.py"  # what the programs import as `_report`
-NAMES = ("data_parallel_training", "collectives", "host_readback", "partial_steps", "unseen_callers")
+NAMES = ("data_parallel_training", "collectives", "host_readback", "partial_steps", "unseen_callers",
+         "computed_options")
 FIXED_ENVS = {"jax-0.10.2": jaxenv.NEW_311, "newest": jaxenv.NEWEST, "jax-0.7.2": jaxenv.LEGACY}
 
 

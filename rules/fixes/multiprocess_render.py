@@ -31,10 +31,9 @@ class GlobalRender:
         return self.rewriter.shared_helper(GLOBAL_PMAP, global_pmap_helper).name
 
     def _render(self, entry: PlannedSite, plan: Plan, indent: str) -> str:
-        if plan.params is None and plan.static:
-            raise Unsupported("static_broadcasted_argnums with an unknown signature in a multi-process program")
-        if plan.axis_hoisted:  # the global helpers are module-level, one set per axis name
-            raise Unsupported("`axis_name` is not a string literal (in a multi-process program)")
+        # (an unknown signature with static positions: `_global_pmap` and `_shard_mapped` take
+        # them by position at each call, as legacy pmap did; a computed axis name: `_global_pmap`
+        # reads it where pmap read it)
         if entry.boundary is not None and plan.params is None and not plan.keywords:
             # Callers not seen may pass keywords: take them (mapped on axis 0, as legacy did).
             plan = dataclasses.replace(plan, keywords=True, body_call=plan.body_call.removesuffix("(*args)")
@@ -55,8 +54,12 @@ class GlobalRender:
         if in_lines is not None:
             return in_lines
         texts = [f"{option}={text}" for option, text in options.items()]
-        call = f"{self._global_pmap()}({', '.join([callee, plan.axis, *texts, *local])})"
-        hoisted = [] if self._in_place(entry) else plan.hoisted
+        in_place = self._in_place(entry)
+        axis = plan.axis
+        if plan.axis_hoisted and in_place:  # the expression pmap was given, evaluated where pmap did
+            axis = code_of(entry.site.option("axis_name"))
+        call = f"{self._global_pmap()}({', '.join([callee, axis, *texts, *local])})"
+        hoisted = [] if in_place else plan.hoisted
         return "\n".join([*hoisted, f"{plan.name} = {call}"]) + "\n"
 
     @staticmethod
