@@ -335,13 +335,16 @@ class Rewriter(Nests, EvaluationPlaces):
 
 
     def _plan(self, site: TransformSite, name: str, params: list[str] | None, body_call: str,
-              hoisted: list[str]) -> Plan:
+              hoisted: list[str], template: bool = True) -> Plan:
+        """``template``: the plan is for the faithful template (`render`), whose wrapper splits
+        the static arguments off by position itself; another renderer's helper (the multi-process
+        `_global_pmap`) takes them by position at each call, whatever the signature."""
         opts = self.reader.options(site, params)
         risk = self.reader.keyword_risk(site, params, opts)
         if risk is not None:
             opts["unsafe"].append(risk)
         keywords = params is None and self.reader.may_get_keywords(site)
-        if params is None and opts["static"]:
+        if params is None and opts["static"] and template:
             if keywords:
                 raise Unsupported("static_broadcasted_argnums with an unknown signature, and keyword arguments "
                                   "(or the function used as a value)")
@@ -441,7 +444,7 @@ class Rewriter(Nests, EvaluationPlaces):
         above, below = func.decorators[:index], func.decorators[index + 1:]
         body_name = self.names.fresh("_" + func.name.value)
         body_call = f"{body_name}(*args)" if params is None else f"{body_name}({', '.join(params)})"
-        plan = self._plan(site, func.name.value, params, body_call, [])
+        plan = self._plan(site, func.name.value, params, body_call, [], template=renderer is render)
         indent = self.model.indent
         wrapper = self.parse_generated(renderer(plan, indent))
         wrapper_def = wrapper[-1]
@@ -466,7 +469,7 @@ class Rewriter(Nests, EvaluationPlaces):
         if statement is not None:
             # `step = jax.pmap(f, ...)`: the statement becomes the wrapper's definition.
             params, body_call, hoisted = self.reader.signature(fun, target, site)
-            plan = self._plan(site, target, params, body_call, hoisted)
+            plan = self._plan(site, target, params, body_call, hoisted, template=renderer is render)
             new = self.parse_generated(renderer(plan, self.model.indent))
             new[0] = new[0].with_changes(leading_lines=statement.leading_lines)
             if isinstance(new[-1], cst.SimpleStatementLine) and statement.trailing_whitespace.comment is not None:
@@ -503,7 +506,7 @@ class Rewriter(Nests, EvaluationPlaces):
         base = self._base_name(call, fun)
         wrapper_name = self.names.fresh(f"{base}_mapped")
         params, body_call, hoisted = self.reader.signature(fun, base, site, named=False)
-        plan = self._plan(site, wrapper_name, params, body_call, hoisted)
+        plan = self._plan(site, wrapper_name, params, body_call, hoisted, template=renderer is render)
         if plan.hoisted and anchor is statement and not self._evaluated_first(call, statement):
             return self._static_fun_fix(site, call, fun)  # evaluated before the statement, its order would change
         new = self.parse_generated(renderer(plan, self.model.indent))
