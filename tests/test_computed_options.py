@@ -101,6 +101,17 @@ def test_a_computed_axis_name_in_a_multi_process_program_is_read_where_pmap_read
     assert "step = _global_pmap(body, make_axis())\n" in _fixed(code)
 
 
+def test_a_computed_axis_name_of_a_decorator_in_a_multi_process_program_is_passed_as_written():
+    """The decorator's pmap becomes `name = _global_pmap(_name, <expression>)` after the def, where
+    the decorator read it; no name bound to the axis before it."""
+    code = ("import functools\nimport jax\nfrom jax import lax\n\nAXES = {'b': 'data'}\n\n\n"
+            "@functools.partial(jax.pmap, axis_name=AXES['b'])\ndef total(x):\n    return lax.psum(x, AXES['b'])\n\n\n"
+            "print(jax.process_index(), total(xs))\n")
+    fixed = _fixed(code)
+    assert "total = _global_pmap(_total, AXES['b'])\n" in fixed, fixed
+    assert "_axis = " not in fixed and "runtime_shim" not in _summary(code)
+
+
 # Options computed from literals are taken as their values; program fixtures/programs/folded_options.
 FOLD_HEAD = "import jax\n\ndef f(a, b, c):\n    return a + b + c\n\n"
 

@@ -54,12 +54,11 @@ class GlobalRender:
         if in_lines is not None:
             return in_lines
         texts = [f"{option}={text}" for option, text in options.items()]
-        in_place = self._in_place(entry)
-        axis = plan.axis
-        if plan.axis_hoisted and in_place:  # the expression pmap was given, evaluated where pmap did
-            axis = code_of(entry.site.option("axis_name"))
+        axis, hoisted = plan.axis, [] if self._in_place(entry) else plan.hoisted
+        if plan.axis_hoisted:  # the expression pmap was given, read by `_global_pmap` where pmap read it
+            axis = plan.axis_source
+            hoisted = [line for line in hoisted if not line.startswith(f"{plan.axis} = ")]
         call = f"{self._global_pmap()}({', '.join([callee, axis, *texts, *local])})"
-        hoisted = [] if in_place else plan.hoisted
         return "\n".join([*hoisted, f"{plan.name} = {call}"]) + "\n"
 
     @staticmethod

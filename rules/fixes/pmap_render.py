@@ -33,6 +33,7 @@ class Plan:
     keywords: bool = False
     # ``axis`` is a name the hoisted statements bind (a computed axis_name, read where pmap read it).
     axis_hoisted: bool = False
+    axis_source: str = ""  # that axis_name's expression, as written
     # Parameters before the mapped arguments, static for jit: the mapped function itself (and a
     # computed axis name), evaluated where pmap evaluated them and passed in with `functools.partial`.
     leading: tuple[str, ...] = ()

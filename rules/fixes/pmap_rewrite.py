@@ -366,7 +366,8 @@ class Rewriter(Nests, EvaluationPlaces):
         return Plan(name=name, params=params, axis=axis, in_axes=opts["in_axes"], out_axes=opts["out_axes"],
                     static=opts["static"], donate=opts["donate"], mesh_devices=opts["mesh_devices"],
                     size=opts["size"], body_call=body_call, hoisted=hoisted, unsafe_reasons=opts["unsafe"],
-                    keywords=keywords, axis_hoisted=opts["axis"] is None)
+                    keywords=keywords, axis_hoisted=opts["axis"] is None,
+                    axis_source="" if opts["axis"] is not None else code_of(opts["axis_node"]))
 
     def _imports(self, plan: Plan) -> tuple[ImportSpec, ...]:
         specs = [ImportSpec("jax"), ImportSpec("jax.sharding", "Mesh"), ImportSpec("jax.sharding", "PartitionSpec", "P")]
