@@ -490,3 +490,32 @@ def test_the_helper_goes_after_the_import_block_even_when_a_fix_edits_one_of_its
     head = next(line for line in lines if line.startswith("def _shard_mapped("))
     assert lines.index(head) > lines.index("import numpy as np")
     assert lines[lines.index(head) - 2:][:2] == ["", ""]
+
+
+def test_an_expression_moved_to_a_statement_of_its_own_is_laid_out_again_not_left_at_its_old_columns(tmp_path):
+    """A pmap's function written over several lines, evaluated before the pmap (a multi-process
+    wrapper built through an alias): its statement is written on one line and wrapped as the file
+    wraps code, not with continuation lines aligned with where the expression used to stand."""
+    path = tmp_path / "m.py"
+    path.write_text(textwrap.dedent('''\
+        import functools
+
+        import jax
+
+        pmap = functools.partial(jax.pmap, axis_name="i")
+
+
+        def make():
+            copy_tree = pmap(
+                functools.partial(jax.tree_util.tree_map,
+                                  lambda x: (1.0 * x).astype(x.dtype)))
+            return copy_tree
+
+
+        print(jax.process_index())
+        '''))
+    outcome = fix_bytes(path.read_bytes(), str(path), all_rules(), unsafe=True)
+    text = outcome.fixed.decode()
+    assert "    _copy_tree = functools.partial(\n        jax.tree_util.tree_map, lambda x: (1.0 * x).astype(x.dtype))\n" \
+        in text, text
+    assert max(len(line) for line in text.splitlines()) <= 88

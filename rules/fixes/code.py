@@ -93,3 +93,90 @@ def helper_statements(text: str) -> tuple[cst.BaseStatement, ...]:
     mention pmap. libcst's nodes are immutable, and a module holds a helper's statements once (the
     engine writes a helper once per module), so modules may share them."""
     return tuple(cst.parse_module(text).body)
+
+
+class _OneLine(cst.CSTTransformer):
+    """Every line break inside brackets as a space (after a comma or an operator) or nothing (after
+    an opening bracket, before a closing one, around a dot); ``commented``: a break carries a
+    comment."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.commented = False
+
+    def leave_ParenthesizedWhitespace(self, original_node, updated_node):
+        if updated_node.first_line.comment is not None or any(line.comment for line in updated_node.empty_lines):
+            self.commented = True
+        return cst.SimpleWhitespace(" ")
+
+    def leave_LeftParen(self, original_node, updated_node):
+        return updated_node.with_changes(whitespace_after=_TIGHT)
+
+    def leave_RightParen(self, original_node, updated_node):
+        return updated_node.with_changes(whitespace_before=_TIGHT)
+
+    def leave_LeftSquareBracket(self, original_node, updated_node):
+        return updated_node.with_changes(whitespace_after=_TIGHT)
+
+    def leave_RightSquareBracket(self, original_node, updated_node):
+        return updated_node.with_changes(whitespace_before=_TIGHT)
+
+    def leave_LeftCurlyBrace(self, original_node, updated_node):
+        return updated_node.with_changes(whitespace_after=_TIGHT)
+
+    def leave_RightCurlyBrace(self, original_node, updated_node):
+        return updated_node.with_changes(whitespace_before=_TIGHT)
+
+    def leave_Dot(self, original_node, updated_node):
+        return updated_node.with_changes(whitespace_before=_TIGHT, whitespace_after=_TIGHT)
+
+    def leave_Call(self, original_node, updated_node):
+        args = list(updated_node.args)
+        if args:
+            args[-1] = _last(args[-1]).with_changes(whitespace_after_arg=_TIGHT)
+        return updated_node.with_changes(whitespace_before_args=_TIGHT, args=args)
+
+    def _last_element(self, updated_node, field):
+        items = list(getattr(updated_node, field))
+        if items:
+            items[-1] = _last(items[-1])
+        return updated_node.with_changes(**{field: items})
+
+    def leave_List(self, original_node, updated_node):
+        return self._last_element(updated_node, "elements")
+
+    def leave_Tuple(self, original_node, updated_node):
+        return self._last_element(updated_node, "elements")
+
+    def leave_Set(self, original_node, updated_node):
+        return self._last_element(updated_node, "elements")
+
+    def leave_Dict(self, original_node, updated_node):
+        return self._last_element(updated_node, "elements")
+
+    def leave_Subscript(self, original_node, updated_node):
+        return self._last_element(updated_node, "slice")
+
+
+_TIGHT = cst.SimpleWhitespace("")
+
+
+def _last(item):
+    """The last element of a bracket: its trailing comma, if any, right before the bracket."""
+    comma = getattr(item, "comma", None)
+    if isinstance(comma, cst.Comma):
+        return item.with_changes(comma=comma.with_changes(whitespace_after=_TIGHT))
+    return item
+
+
+def one_line_code(node: cst.CSTNode) -> str:
+    """``node``'s code on one line when it spans several without a comment or a string across
+    lines (its line breaks inside brackets dropped, continuation indentation with them), for a
+    statement of its own that the layout then wraps as the file wraps code (continuation lines
+    aligned with where it stood would no longer be); else as written."""
+    text = code_of(node)
+    if "\n" not in text:
+        return text
+    collapse = _OneLine()
+    flat = code_of(node.visit(collapse))
+    return text if collapse.commented or "\n" in flat else flat

@@ -7,7 +7,7 @@ import libcst as cst
 
 from pmap_migrate.rules.analysis.model import SemanticModel
 from pmap_migrate.rules.analysis.sites import TransformSite
-from pmap_migrate.rules.fixes.code import code_of, int_literal, is_none, simple_params
+from pmap_migrate.rules.fixes.code import code_of, int_literal, is_none, one_line_code, simple_params
 from pmap_migrate.rules.fixes.naming import NameAllocator
 from pmap_migrate.rules.knowledge import tables
 
@@ -346,10 +346,11 @@ class SiteReader:
         # evaluated it, under a name of its own.
         stem = fun.attr.value.lstrip("_") if isinstance(fun, cst.Attribute) else "_" + target
         hoisted_name = self.names.fresh(stem or "_" + target)
-        hoisted = [f"{hoisted_name} = {code_of(fun)}  # evaluated once, where pmap evaluated it"]
+        # (one line, which the layout wraps if it must: the expression moves, its lines with it)
+        hoisted = [f"{hoisted_name} = {one_line_code(fun)}  # evaluated once, where pmap evaluated it"]
         if isinstance(fun, cst.Lambda):  # a def where the lambda was evaluated (PEP 8: no lambda bound to a name)
             hoisted = [f"def {hoisted_name}({code_of(fun.params)}):  # the lambda pmap was given",
-                       f"{self.model.indent}return {code_of(fun.body)}"]
+                       f"{self.model.indent}return {one_line_code(fun.body)}"]
         params = self._method_params(fun)
         if params is None:
             params = self._partial_params(fun, site)
