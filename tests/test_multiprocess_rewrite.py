@@ -297,6 +297,32 @@ def test_fixed_program_still_runs_as_one_process(fixed, legacy, name):
     _same(reference, candidate, f"{name} on one process")
 
 
+@pytest.mark.parametrize("names, variant", [
+    (("partial_steps", "computed_options"), "dynamic = [a for k, a in enumerate(args) if k not in static]"),
+    (("collectives",), "axes = [None if k in static else a for k, a in enumerate(axes)]"),
+])
+@pytest.mark.jax_envs
+@pytest.mark.multiprocess
+def test_the_programs_fixed_with_a_shared_module_match_legacy_pmap_on_two_processes(tmp_path, legacy_runs, names,
+                                                                                    variant):
+    """`fix` of a directory of the programs (they import `_report` beside them): the helpers go in a
+    `_pmap_compat.py` beside them, fitted to the options their pmaps use (`_global_pmap` for static
+    positions alone, or with in_axes), not a module's own copy, which takes every option."""
+    from support.projects import run_cli
+
+    shutil.copy(REPORT, tmp_path / "_report.py")
+    for name in names:
+        shutil.copy(PROGRAMS / f"{name}.py", tmp_path / f"{name}.py")
+    (tmp_path / "pyproject.toml").write_text("[tool.pmap-migrate]\n")
+    result = run_cli(tmp_path, "fix", "--unsafe-fixes", "--no-cache", *(f"{name}.py" for name in names))
+    assert result.exit_code in (0, 1) and "Traceback" not in result.output, result.output  # (1: reads left)
+    shared = (tmp_path / "_pmap_compat.py").read_text()
+    assert variant in shared and "def _global_pmap(" not in (tmp_path / f"{names[0]}.py").read_text(), shared
+    for name in names:
+        for i, proc in enumerate(_two_processes(jaxenv.NEWEST, tmp_path / f"{name}.py")):
+            _same(legacy_runs[name][i], _checks(proc, f"fixed {name}, process {i}"), f"{name} process {i}")
+
+
 def test_generated_code_is_copied_to_unindent_its_empty_lines_only_when_it_has_such_lines():
     """`unindented` takes the indentation off generated empty lines without a comment; code without
     any is returned as it is (no copy), and code of the original module is never entered."""

@@ -543,8 +543,8 @@ def test_a_shared_module_an_earlier_version_wrote_is_written_anew_when_a_fix_nee
     assert files["pkg/a.py"] == fixed_before
 
 
-OLDER_MULTIPROCESS = (Path(__file__).parent.parent / "fixtures" / "shared" / "older_multiprocess_pmap_compat.py"
-                      ).read_text()
+OLDER_MULTIPROCESS_DIR = Path(__file__).parent.parent / "fixtures" / "shared"
+OLDER_MULTIPROCESS = (OLDER_MULTIPROCESS_DIR / "older_multiprocess_pmap_compat.py").read_text()
 
 
 def test_a_multi_process_shared_module_of_the_previous_version_keeps_its_options_when_written_anew(tmp_path):
@@ -566,6 +566,11 @@ def test_a_multi_process_shared_module_of_the_previous_version_keeps_its_options
     assert "from pkg._pmap_compat import _replicate, _shard_mapped\n" in files["pkg/b.py"], files["pkg/b.py"]
     assert files["pkg/_pmap_compat.py"] == module_text(held)
     assert "jax.local_devices(process_index=p)" in files["pkg/_pmap_compat.py"]
+    # static positions without in_axes: `_global_pmap` converted the arguments through the in_axes loop
+    static_only = (OLDER_MULTIPROCESS_DIR / "older_multiprocess_static_pmap_compat.py").read_text()
+    held = {"_global_pmap", "_shard_mapped", "_to_global", *feature_names({"static", "processes"})}
+    assert helpers_in(static_only) == held and static_only != module_text(held)
+    assert len(module_text(held).splitlines()) < len(static_only.splitlines())
 
 
 def test_a_shared_module_edited_by_hand_is_not_taken_for_an_earlier_versions(tmp_path):

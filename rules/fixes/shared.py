@@ -203,6 +203,7 @@ def module_text(names: frozenset[str] | set[str]) -> str:
 _OLDER_TEXTS = {
     "_global_call": frozenset({"2c3edceb47850ab9", "e2fa1718804f1887", "296c78bd45d9c5e8", "f2436949b7735625",
                                 "d389175296926851"}),
+    "_global_pmap": frozenset({"18bfa518defcdb88"}),  # static positions, no in_axes: with the in_axes loop
     "_host_local": frozenset({"154eac9fad91f8c5"}),
     "_put_sharded": frozenset({"f7adeab83ee10695"}),
     "_replicate": frozenset({"8ffd517d6a147f6f"}),

@@ -156,12 +156,12 @@ def global_pmap_helper(indent: str, features: frozenset[str] = ALL_FEATURES) -> 
         f'{i1}"""{tables.GLOBAL_PMAP_DOC}"""',
         f"{i1}pmapped = {SHARD_MAPPED}(",
         *_wrapped(["f", "axis_name", *passed, "processes=True"], i2, ")"),
-        f"{i1}axis_name, in_axes, static = pmapped.pmap_options",
+        f"{i1}axis_name, {'in_axes' if 'axes' in features else '_'}, static = pmapped.pmap_options",
         f"{i1}jitted = jax.jit(",
         f"{i2}pmapped, static_argnums=static, donate_argnums=donate_argnums)",
         "",
         *_traced_call(indent),
-        *_axes_call(indent, 79),
+        *(_axes_call(indent, 79) if "axes" in features else _static_call(indent)),
         *_local_rows(indent),
         "",
         f"{i1}return call",
@@ -207,6 +207,21 @@ def _rows_call(indent: str) -> list[str]:
         f"{i3}rows = traced[0].shape[0]",
         f"{i2}args, kwargs = {TO_GLOBAL}((args, kwargs), axis_name, rows)",
         f"{i2}out = jitted(*args, **kwargs)",
+    ]
+
+
+def _static_call(indent: str) -> list[str]:
+    """The rest of `_global_pmap`'s call where every argument but the static ones is mapped on
+    axis 0 (``static`` and ``axis_name`` bound), up to its outputs (`out`)."""
+    i2, i3 = indent * 2, indent * 3
+    return [
+        f"{i2}dynamic = [a for k, a in enumerate(args) if k not in static]",
+        f"{i2}rows = jax.local_device_count()",
+        f"{i2}if jax.process_count() == 1:  # the mapped size, as legacy pmap's mesh",
+        f"{i3}rows = jax.tree.leaves((dynamic, kwargs))[0].shape[0]",
+        f"{i2}args = [a if k in static else {TO_GLOBAL}(a, axis_name, rows)",
+        f"{i2}        for k, a in enumerate(args)]",
+        f"{i2}out = jitted(*args, **{TO_GLOBAL}(kwargs, axis_name, rows))",
     ]
 
 
