@@ -171,6 +171,23 @@ def test_package_an_index_into_the_output_of_an_alias_kept_on_the_shim(tmp_path)
     assert "constants.pmap(mean_fn)(*batches)" in (root / "pkg" / "train.py").read_text()
 
 
+def test_package_an_index_into_the_rows_a_multi_process_pmap_returns_goes_with_its_fix(tmp_path):
+    """The pmap's outputs are read whole (a list of rows built in a comprehension, returned): the
+    multi-process rewrite writes it in the boundary form, which returns this process's rows as
+    legacy pmap did; the index, which has no fix of its own, is fixed with it, and `check`, `fix
+    --diff`, `report` and `fix` count it so alike."""
+    root = tmp_path / "host_local_rows"
+    shutil.copytree(PACKAGE, root, ignore=shutil.ignore_patterns("expected*"))
+    train = root / "pkg" / "train.py"
+    train.write_text(train.read_text().replace("def evaluate(*batches):", "def evaluate(batch):").replace(
+        "out = constants.pmap(mean_fn)(*batches)", 'out = jax.pmap(mean_fn, axis_name="batch")(batch)'))
+    trial = _trial(root)
+    index = next(d for d in trial["found"] if d["code"] == "PM201")
+    assert index["fix"]["applicability"] == "safe" and "returns as legacy pmap did" in index["fix"]["summary"]
+    assert trial["left"] == []
+    assert 'out = _global_pmap(mean_fn, "batch")(batch)\n' in train.read_text()
+
+
 @pytest.mark.parametrize("unsafe", [False, True])
 def test_the_index_takes_the_applicability_of_its_pmap_fix(tmp_path, unsafe):
     """Nothing changes for the index with --unsafe-fixes: `fix --unsafe-fixes --diff` counts it too."""
