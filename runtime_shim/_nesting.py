@@ -118,23 +118,6 @@ def _current_trace() -> Any:
     return getattr(getattr(core, "trace_ctx", None), "trace", None)
 
 
-def _transformed() -> bool:
-    """Whether a transformation traces this call inside the outer pmap's body (``jax.grad``,
-    ``jax.jvp``, ``jax.vmap`` of a function that calls the inner pmap): the device path's slice
-    and all-gather are then differentiated by value, device by device (``check_vma=False``),
-    which sums the inner axis's cotangents on one device instead of giving each its own; the
-    inner axis runs as a vmap there, whose derivatives are legacy's. (Tracing to a jaxpr inside
-    the body, under ``jax.jit`` or a control-flow primitive, is told by the trace itself:
-    ``call_inner`` compares it with the body's.)"""
-    try:
-        from jax._src import core
-        from jax._src.interpreters import partial_eval
-    except ImportError:  # pragma: no cover - a jax without these internals
-        return False
-    trace = getattr(getattr(core, "trace_ctx", None), "trace", None)
-    return trace is not None and not isinstance(trace, partial_eval.DynamicJaxprTrace)
-
-
 def call_inner(spec: PmapSpec, args: tuple, kwargs: dict) -> Any:
     """Run ``spec``'s pmap inside the trace of an enclosing one."""
     outer = FRAMES.stack[-1]
@@ -147,14 +130,15 @@ def call_inner(spec: PmapSpec, args: tuple, kwargs: dict) -> Any:
     name = spec.mesh_axis
     chain = outer.chain + (name,)
 
-    # Called in the outer body's own trace, the inner pmap runs on a mesh axis of its own (the
-    # device path below). Called in any other trace inside the body (`jax.jit`, `lax.scan`,
-    # `jax.checkpoint`, `lax.cond` of a function that calls it, or under a transformation), it
-    # runs as a vmap: a derivative may be taken around that trace later, where the device path's
-    # slice and all-gather would sum the inner axis's cotangents on one device.
+    # Called in the outer body's own trace (jitted, or eager under `jax.disable_jit()`), the inner
+    # pmap runs on a mesh axis of its own (the device path below). Called in any other trace
+    # inside the body (under `jax.grad`, `jax.jvp` or `jax.vmap`, in a `jax.jit`, `lax.scan`,
+    # `jax.checkpoint` or `lax.cond` function the body calls), it runs as a vmap, whose derivatives
+    # are legacy's: a derivative taken around the device path's slice and all-gather, which are
+    # differentiated by value device by device (``check_vma=False``), would sum the inner axis's
+    # cotangents on one device instead of giving each its own.
     here = _current_trace()
-    if _transformed() or (here is not None and here is not outer.trace) \
-            or not outer.plan.claim(name, size, outer.chain):
+    if (here is not None and here is not outer.trace) or not outer.plan.claim(name, size, outer.chain):
         dyn_args, kwargs = jax.tree_util.tree_unflatten(treedef, leaves)
         vmapped = jax.vmap(lambda *a, **k: spec.fun(*bind(a), **k),
                            in_axes=_axes.dynamic_in_axes(spec.in_axes, spec.statics, len(args)),
