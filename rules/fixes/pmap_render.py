@@ -349,7 +349,10 @@ def shard_mapped_helper(name: str, indent: str, features: frozenset[str] = ALL_F
         lines += [
             f"{i2}if processes:  # legacy pmap's devices: the first rows of each process",
             f"{i3}rows = n * jax.local_device_count() // jax.device_count()",
-            f"{i3}chosen = [d for p in range(jax.process_count())",
+            # (each process's index from its devices, not `jax.process_count()`: a module's own
+            # copy must not look multi-process to PM501, see `process_guard`)
+            f"{i3}owners = sorted({{d.process_index for d in jax.devices()}})",
+            f"{i3}chosen = [d for p in owners",
             f"{i3}          for d in jax.local_devices(process_index=p)[:rows]]",
         ]
     take, put = ("take", "put") if nests else ("jnp.squeeze", "jnp.expand_dims")
