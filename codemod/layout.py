@@ -207,7 +207,7 @@ class _Wrapper:
         if self.atoms[opening].text != "(" or close - opening < 4 or self.atoms[close - 1].kind != "close":
             return None
         inner = self.atoms[close - 1].match
-        if self.atoms[inner].text != "(" or self.atoms[opening - 1].kind != "word":
+        if self.atoms[inner].text != "(" or opening == 0 or self.atoms[opening - 1].kind != "word":
             return None
         k = opening + 1  # a dotted name: word (. word)*
         if self.atoms[k].kind != "word":

@@ -241,7 +241,7 @@ def _tested_package(given: Path, directory: Path, module: cst.Module) -> SharedL
     root = project_root(os.fspath(given))
     if root is None:
         return None
-    above = [d for d in directory.parents if d == root or d.is_relative_to(root)]
+    above = [d for d in directory.parents if d.is_relative_to(root)]
     for parts in _absolute_imports(module):
         name = parts[0]
         if not _is_identifier(name) or name == MODULE_NAME:

@@ -160,13 +160,17 @@ class Rule(cst.BatchableCSTVisitor):
         return FixSpec(weakest(found), f"keep {what}: the pmap goes to `runtime_shim.pmap` with its own fix (legacy "
                        f"semantics at run time): {why}", shimmed=True, why=why)
 
+    def _global_rewrite_offered(self) -> bool:
+        """Whether PM501 (enabled) offers the module's global-mesh rewrite (not the shim) here."""
+        return any(rule.CODE == "PM501" and report.fix is not None and not report.fix.shimmed
+                   for rule, report in self.context.reports)
+
     def with_host_local_pmaps(self, nodes: list[cst.CSTNode]) -> FixSpec | None:
         """For a read of pmap outputs with no fix of its own, asked once every pmap's fix is known:
         where the module's multi-process rewrite writes every pmap at ``nodes`` in the boundary
         form (`_global_pmap(f, ...)`, which returns this process's rows as legacy pmap did), that
         fix takes the finding with it, with nothing to edit: the read reads what it read."""
-        if not any(rule.CODE == "PM501" and report.fix is not None and not report.fix.shimmed
-                   for rule, report in self.context.reports):
+        if not self._global_rewrite_offered():
             return None
         fix = self.context.fixes.global_rewrite.returns_rows(nodes)
         if fix is None:
@@ -196,9 +200,8 @@ class Rule(cst.BatchableCSTVisitor):
         rewrite (PM501's fix) reads this process's row from the device that holds it there, that
         fix takes the finding with it, with nothing to edit of its own. A read the rewrite leaves
         (of a name bound elsewhere too) keeps its finding."""
-        if not any(rule.CODE == "PM501" and report.fix is not None and not report.fix.shimmed
-                   for rule, report in self.context.reports):
-            return None  # no global rewrite offered here (nor PM501 enabled)
+        if not self._global_rewrite_offered():
+            return None
         fix = self.context.fixes.global_rewrite.reads_row(node)
         if fix is None:
             return None

@@ -54,10 +54,9 @@ class GlobalRender:
         if in_lines is not None:
             return in_lines
         texts = [f"{option}={text}" for option, text in options.items()]
-        axis, hoisted = plan.axis, [] if self._in_place(entry) else plan.hoisted
-        if plan.axis_hoisted:  # the expression pmap was given, read by `_global_pmap` where pmap read it
-            axis = plan.axis_source
-            hoisted = [line for line in hoisted if not line.startswith(f"{plan.axis} = ")]
+        # a computed axis name as written: `_global_pmap` reads it where pmap read it
+        axis = plan.axis_source or plan.axis
+        hoisted = [] if self._in_place(entry) else plan.hoisted
         call = f"{self._global_pmap()}({', '.join([callee, axis, *texts, *local])})"
         return "\n".join([*hoisted, f"{plan.name} = {call}"]) + "\n"
 

@@ -31,9 +31,10 @@ class Plan:
     unsafe_reasons: list[str] = field(default_factory=list)
     # Unknown signature: the wrapper also takes keyword arguments (mapped on axis 0, as legacy did).
     keywords: bool = False
-    # ``axis`` is a name the hoisted statements bind (a computed axis_name, read where pmap read it).
-    axis_hoisted: bool = False
-    axis_source: str = ""  # that axis_name's expression, as written
+    # A computed axis_name (read where pmap read it): its expression as written, and the statements
+    # that bind ``axis`` to it ahead of the wrapper, after ``hoisted``; "" and none for a literal.
+    axis_source: str = ""
+    axis_lines: list[str] = field(default_factory=list)
     # Parameters before the mapped arguments, static for jit: the mapped function itself (and a
     # computed axis name), evaluated where pmap evaluated them and passed in with `functools.partial`.
     leading: tuple[str, ...] = ()
@@ -71,7 +72,7 @@ def expand_expr(expr: str, axis: int | tuple[int, ...]) -> str:
 def render(plan: Plan, indent: str = "    ") -> str:
     """The wrapper's source text (module-level indentation)."""
     i1 = indent
-    lines = list(plan.hoisted)
+    lines = [*plan.hoisted, *plan.axis_lines]
     head, body, mesh_size, call = jitted_parts(plan, indent)
     mesh = f"{i1}mesh = Mesh({plan.mesh_devices.replace('{size}', mesh_size)}, ({plan.axis},))"
     lines += [*head, *body, "", *process_guard(i1), mesh, call]

@@ -327,7 +327,8 @@ class Rewriter(Nests, EvaluationPlaces):
         """The edits that replace the pmap's definition with ``renderer(plan, indent)`` (default:
         the faithful single-process form, `render`). ``in_place``: a pmap built inside an
         expression becomes the value ``renderer`` assigns, where it stands (the multi-process
-        boundary form, which changes no read), not a wrapper defined before its statement."""
+        forms, whose reads are planned from its calls), not a wrapper defined before its
+        statement."""
         renderer = renderer or render
         if site.is_decorator:
             return self._decorator_fix(site, renderer)
@@ -354,20 +355,20 @@ class Rewriter(Nests, EvaluationPlaces):
         if keywords:
             assert body_call.endswith("(*args)"), body_call
             body_call = body_call[: -len("(*args)")] + "(*args, **kwargs)"
-        axis = opts["axis"]
+        axis, source, axis_lines = opts["axis"], "", []
         if axis is None:
             # A computed axis name (`self.pmap_axis_name`): legacy read it once, when pmap was built;
             # the wrapper's mesh and specs read it from a name bound there. None named no axis.
             expression = opts["axis_node"]
+            source = code_of(expression)
             axis = self.names.fresh(f"{name.lstrip('_') or 'pmapped'}_axis")
-            hoisted = [*hoisted, f"{axis} = {code_of(expression)}  # pmap's axis_name, read once where pmap read it"]
+            axis_lines = [f"{axis} = {source}  # pmap's axis_name, read once where pmap read it"]
             if not self.reader.strings_only(expression):
-                hoisted.append(f"{axis} = {DEFAULT_AXIS} if {axis} is None else {axis}  # None: an unnamed axis")
+                axis_lines.append(f"{axis} = {DEFAULT_AXIS} if {axis} is None else {axis}  # None: an unnamed axis")
         return Plan(name=name, params=params, axis=axis, in_axes=opts["in_axes"], out_axes=opts["out_axes"],
                     static=opts["static"], donate=opts["donate"], mesh_devices=opts["mesh_devices"],
                     size=opts["size"], body_call=body_call, hoisted=hoisted, unsafe_reasons=opts["unsafe"],
-                    keywords=keywords, axis_hoisted=opts["axis"] is None,
-                    axis_source="" if opts["axis"] is not None else code_of(opts["axis_node"]))
+                    keywords=keywords, axis_source=source, axis_lines=axis_lines)
 
     def _imports(self, plan: Plan) -> tuple[ImportSpec, ...]:
         specs = [ImportSpec("jax"), ImportSpec("jax.sharding", "Mesh"), ImportSpec("jax.sharding", "PartitionSpec", "P")]
@@ -508,7 +509,7 @@ class Rewriter(Nests, EvaluationPlaces):
         wrapper_name = self.names.fresh(f"{base}_mapped")
         params, body_call, hoisted = self.reader.signature(fun, base, site, named=False)
         plan = self._plan(site, wrapper_name, params, body_call, hoisted, template=renderer is render)
-        if plan.hoisted and anchor is statement and not self._evaluated_first(call, statement):
+        if (plan.hoisted or plan.axis_lines) and anchor is statement and not self._evaluated_first(call, statement):
             return self._static_fun_fix(site, call, fun)  # evaluated before the statement, its order would change
         new = self.parse_generated(renderer(plan, self.model.indent))
         in_place = in_place and len(new) == 1
