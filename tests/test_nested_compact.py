@@ -63,3 +63,23 @@ def test_unnamed_nested_pmaps_get_an_axis_each():
     assert "step = jax.jit(_shard_mapped(jax.jit(_shard_mapped(lambda x: x, in_axes=1, nested=True)), " \
         "in_axes=0, nested=True))" in fixed
     assert "axis = f\"i{id(getattr(f, '__code__', f))}\" if nested else \"i\"" in fixed  # (the helper's)
+
+
+GROUPED_NEST = """\
+import jax
+from jax import lax
+
+
+def step(x):
+    f = lambda v: v - lax.psum(v, "i"{groups})
+    return jax.pmap(jax.pmap(f, "i"), "j")(x)
+"""
+
+
+def test_a_nest_whose_function_holds_a_collective_over_replica_groups_keeps_the_shim():
+    # legacy pmap ran `axis_index_groups` across a nest's devices; the vmap an inner pmap becomes
+    # refuses it (JAX's testNestedPmapReplicaGroups), and so does shard_map
+    grouped = _fixed(GROUPED_NEST.format(groups=", axis_index_groups=((0, 1),)"))
+    assert "nested=True" not in grouped and grouped.count("runtime_shim.pmap(") == 2
+    plain = _fixed(GROUPED_NEST.format(groups=""))
+    assert plain.count("nested=True") == 2 and "runtime_shim" not in plain

@@ -7,6 +7,7 @@ another's body is a vmap with its axis name), all of the nest or none of it."""
 from __future__ import annotations
 
 import libcst as cst
+import libcst.matchers as m
 
 from pmap_migrate.rules.analysis.sites import PMAP, TransformSite
 from pmap_migrate.rules.fixes.code import code_of, is_none
@@ -87,6 +88,8 @@ class Nests:
     def _group_compacts(self, group: list[TransformSite]) -> bool:
         names: list[str] = []
         for member in group:
+            if self._groups_replicas(member):
+                return False
             axis = member.option("axis_name")
             devices = member.option("devices")
             if member.callee.ambiguous or (devices is not None and not is_none(devices)):
@@ -103,6 +106,14 @@ class Nests:
             except Unsupported:
                 return False
         return len(set(names)) == len(names)
+
+    def _groups_replicas(self, member: TransformSite) -> bool:
+        """Whether the function (else the module) holding ``member`` passes `axis_index_groups` to
+        something (`lax.psum(x, "i", axis_index_groups=...)`): legacy pmap ran such a collective
+        across a nest's devices; neither the vmap an inner pmap becomes nor shard_map takes it."""
+        holder = next((a for a in self.model.ancestors(member.node) if isinstance(a, cst.FunctionDef)),
+                      self.model.module)
+        return bool(m.findall(holder, m.Arg(keyword=m.Name("axis_index_groups"))))
 
     # ------------------------------------------------------------ nesting
     def _nest_fix_once(self, chain: list[TransformSite]) -> FixSpec:
