@@ -13,11 +13,12 @@ its DIR's parent, along with every other ``.py`` file of the DIRs (not fixed, no
 ``PATH``, or ``--pmap-migrate EXE``; ruff likewise, or ``--ruff EXE``; ``--config`` names an empty
 settings file so no repository's ``[tool.pmap-migrate]`` applies: one run per DIR, each with an
 empty settings file in that DIR's copy, which makes the DIR the project's root, as in the
-repository itself). The project
-configuration files above each file (up to its DIR) are copied along, so the fix sees the same
-settings files as in the original tree; so are the ``__init__.py`` files above each file (up to its
-DIR), which say what is a package: where `fix` puts the package's shared module, and how the fixed
-modules import it (those it creates are counted, their lines among the lines added). Then:
+repository itself). The project configuration files above each file (up to its DIR) are copied
+along, so the fix sees the same settings files as in the original tree, and the requirements
+files (a directory that has one runs against an installed package, not the repository's); so
+are the ``__init__.py`` files above each file (up to its DIR), which say what is a package:
+where `fix` puts the package's shared module, and how the fixed modules import it (those it
+creates are counted, their lines among the lines added). Then:
 
 - **each file's lint settings**: its line length comes from the nearest directory above it (up to
   its DIR) whose configuration sets one: ``ruff.toml`` / ``.ruff.toml`` / ``[tool.ruff]`` of
@@ -142,8 +143,11 @@ class SettingsFinder:
         return LintSettings(*(length or (DEFAULT_LINE_LENGTH, "default")), project, isort)
 
     def config_files(self, path: Path, root: Path) -> list[Path]:
-        """The configuration files in the directories between ``path`` and ``root``."""
-        return [d / name for d in self._directories(path, root) for name in CONFIG_FILES if (d / name).is_file()]
+        """The configuration files in the directories between ``path`` and ``root`` (with the
+        requirements files, which say a directory installs what it runs against)."""
+        return [f for d in self._directories(path, root)
+                for f in [*(d / name for name in CONFIG_FILES), *sorted(d.glob("requirements*.txt"))]
+                if f.is_file()]
 
 
 # --------------------------------------------------------------------------- what a file holds

@@ -156,14 +156,15 @@ def location_for(path: str, module: cst.Module) -> SharedLocation | None:
     if not directory.is_dir():
         return None
     if (directory / "__init__.py").is_file():
-        found = _by_layout(given, directory, module) or _above_by_name(given, directory, module)
+        found = _package_user(given, directory, module) or _by_layout(given, directory, module) \
+            or _above_by_name(given, directory, module)
         if found is None and not _is_script(module, ""):
             found = _above_by_siblings(given, directory)
     else:
         # Outside a package, what the module imports by a name above it comes first: that name
         # works however it runs (`python -m pkg.tool` too, where a sibling module imported by its
         # plain name would not be found).
-        found = _above_by_name(given, directory, module) or _tested_package(given, directory, module) \
+        found = _package_user(given, directory, module) or _above_by_name(given, directory, module) \
             or _by_layout(given, directory, module) or _beside_by_plain_name(given, directory, module)
         if found is None and not _is_script(module, given.name):
             found = _above_by_siblings(given, directory)
@@ -230,29 +231,48 @@ def _first_above(given: Path, directory: Path, imports) -> SharedLocation | None
     return None
 
 
-def _tested_package(given: Path, directory: Path, module: cst.Module) -> SharedLocation | None:
-    """A test outside packages (a file pytest collects by its name) that imports a top package of
-    its own project by name (``import kfac_jax`` in ``tests/optimizer_test.py``, with
-    ``kfac_jax/__init__.py`` in a directory above the test's, within the project): the tests run
-    against that package, so they import its shared module by that name, one copy of the helpers
-    for the package and its tests. None: no such package, or its place is taken."""
-    if not _is_test_name(given.name):
-        return None
+# Directories of a project that hold code run from the repository against its package, not
+# shipped with it (tests are known by their file names).
+_RUN_BESIDE = frozenset({"examples", "example", "benchmarks", "benchmark", "scripts", "demos", "demo"})
+
+
+def _package_user(given: Path, directory: Path, module: cst.Module) -> SharedLocation | None:
+    """A test (a file pytest collects by its name) outside packages, or a module of an examples,
+    benchmarks or scripts directory of the project, that imports a top package of its own project
+    by name (``import kfac_jax`` in ``tests/optimizer_test.py`` or ``examples/training.py``, with
+    ``kfac_jax/__init__.py`` in a directory above, within the project): it runs against that
+    package, from the repository, so it imports the package's shared module by that name, one copy
+    of the helpers for the package and the code that uses it. Not where a requirements file in
+    between says the directory installs a released package. None: no such package, or its place
+    is taken."""
     root = project_root(os.fspath(given))
     if root is None:
         return None
-    above = [d for d in directory.parents if d.is_relative_to(root)]
+    above = [d for d in [directory, *directory.parents] if d.is_relative_to(root)]
+    test = _is_test_name(given.name) and not (directory / "__init__.py").is_file()
     for parts in _absolute_imports(module):
         name = parts[0]
         if not _is_identifier(name) or name == MODULE_NAME:
             continue
-        for depth, ancestor in enumerate(above, start=1):
-            if (ancestor / name / "__init__.py").is_file() and not (ancestor / "__init__.py").is_file():
-                if not usable(ancestor / name / FILE_NAME):
-                    return None
-                file = given.parent.joinpath(*[os.pardir] * depth, name, FILE_NAME)
-                return SharedLocation(os.path.normpath(file), f"{name}.{MODULE_NAME}")
+        for depth, ancestor in enumerate(above):
+            if not (ancestor / name / "__init__.py").is_file() or (ancestor / "__init__.py").is_file():
+                continue
+            below = given.resolve().relative_to(ancestor).parts[0]
+            if below == name or not (test and depth > 0 or below in _RUN_BESIDE):
+                continue
+            if any(_installs_requirements(d) for d in above[:depth]) or not usable(ancestor / name / FILE_NAME):
+                return None
+            file = given.parent.joinpath(*[os.pardir] * depth, name, FILE_NAME)
+            return SharedLocation(os.path.normpath(file), f"{name}.{MODULE_NAME}")
     return None
+
+
+def _installs_requirements(directory: Path) -> bool:
+    """Whether ``directory`` has a requirements file (its code installs what it runs against)."""
+    try:
+        return any(directory.glob("requirements*.txt"))
+    except OSError:
+        return False
 
 
 _IMPORT_LINE = re.compile(r"^[ \t]*(?:from[ \t]+([\w.]+)[ \t]+import[ \t]+(\w+)|import[ \t]+([\w.]+))", re.MULTILINE)

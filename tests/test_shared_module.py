@@ -289,6 +289,69 @@ def test_the_fixed_package_prints_what_the_legacy_package_printed(tmp_path):
         assert _stdout(env, fixed) == reference, env.name
 
 
+EXAMPLE = '''import jax
+import numpy as np
+
+from pkg import ops
+
+double = jax.pmap(lambda x: 2 * x)
+
+
+def main():
+    out = double(ops.normalize(np.arange(1.0, 9.0).reshape(8, 1)))
+    print(np.round(np.asarray(out), 6).tolist())
+
+
+if __name__ == "__main__":
+    main()
+'''
+
+
+def make_example_project(root: Path) -> Path:
+    make_project(root)
+    for rel in ("examples/train.py", "benchmarks/bench.py", "examples/released/train.py"):
+        (root / rel).parent.mkdir(parents=True, exist_ok=True)
+        (root / rel).write_text(EXAMPLE)
+    (root / "examples" / "released" / "requirements.txt").write_text("pkg==1.0\n")
+    return root
+
+
+def test_examples_and_benchmarks_of_a_package_import_its_module_unless_they_install_a_release(tmp_path):
+    """`examples/` and `benchmarks/` run from the repository against its package (as tests do):
+    they import the package's shared module, one copy; a directory with a requirements file
+    installs a released package, which has no such module: it keeps a module of its own."""
+    root = make_example_project(tmp_path / "p")
+    assert run_cli(root, "fix", "--no-cache", ".").exit_code == 0
+    files = tree(root)
+    assert sorted(set(files) - set(FILES) - {"examples/train.py", "benchmarks/bench.py", "examples/released/train.py"}) \
+        == ["checks/_pmap_compat.py", "examples/released/_pmap_compat.py", "pkg/_pmap_compat.py"]
+    for rel in ("examples/train.py", "benchmarks/bench.py"):
+        assert "from pkg._pmap_compat import _shard_mapped\n" in files[rel], files[rel]
+    assert "from _pmap_compat import _shard_mapped\n" in files["examples/released/train.py"]
+
+
+def test_the_example_importing_the_package_module_prints_what_it_printed_on_legacy_pmap(tmp_path):
+    """Run from the repository (its root on PYTHONPATH): legacy jax 0.7.2 unchanged vs fixed on
+    the newest jax."""
+    from tests.support import jaxenv
+
+    legacy = make_example_project(tmp_path / "legacy")
+    fixed = tmp_path / "fixed"
+    shutil.copytree(legacy, fixed)
+    assert run_cli(fixed, "fix", "--no-cache", "--unsafe-fixes", ".").exit_code == 0
+    outputs = []
+    for env, root in ((jaxenv.LEGACY, legacy), (jaxenv.NEWEST, fixed)):
+        try:
+            python = jaxenv.python_for(env)
+        except jaxenv.EnvUnavailable as why:
+            pytest.skip(str(why))
+        proc = jaxenv.run_program(python, root / "examples" / "train.py", cwd=root, repo_on_path=False,
+                                  extra_env={"PYTHONPATH": str(root)})
+        assert proc.returncode == 0, proc.stderr[-3000:]
+        outputs.append(proc.stdout)
+    assert outputs[0] == outputs[1] and outputs[0].count(",") == 7, outputs
+
+
 def test_a_namespace_directory_inside_a_package_uses_the_package_module_when_it_imports_the_package(tmp_path):
     """`pkg/sub/ns/trainer.py` (ns without __init__.py) that imports `pkg` by name runs where `pkg`
     is importable: it imports `pkg._pmap_compat`."""
