@@ -164,7 +164,7 @@ class Rewriter(Nests, EvaluationPlaces):
         if compact is not None:
             return compact
         if nested:  # (``_nests_compact`` saw every pmap of the nest take the compact form)
-            raise Unsupported("a pmapped function runs inside another pmapped function (see PM102)")
+            raise Unsupported(self._nest_refusal(site))
         return self.definition_fix(site)
 
     # ------------------------------------------------------------ the compact form
@@ -310,7 +310,7 @@ class Rewriter(Nests, EvaluationPlaces):
     def _check_options(self, site: TransformSite, *, nests: bool = False) -> None:
         """``nests``: a nested pmap passes where its whole nest takes the compact form."""
         if id(site.node) in self.model.nested_nodes() and not (nests and self._nests_compact(site)):
-            raise Unsupported("a pmapped function runs inside another pmapped function (see PM102)")
+            raise Unsupported(self._nest_refusal(site))
         self._check_option_values(site)
 
     def _check_option_values(self, site: TransformSite) -> None:
