@@ -81,6 +81,6 @@ def test_a_nest_whose_function_holds_a_collective_over_replica_groups_keeps_the_
     # refuses it (JAX's testNestedPmapReplicaGroups), and so does shard_map
     grouped = _fixed(GROUPED_NEST.format(groups=", axis_index_groups=((0, 1),)"))
     assert "nested=True" not in grouped and grouped.count("runtime_shim.pmap(") == 2
-    assert "# pmap-migrate: kept on the legacy shim: `axis_index_groups` in a nest of pmaps\n" in grouped
+    assert "# pmap-migrate: kept on the legacy shim: `axis_index_groups` in a nest of pmaps" in grouped
     plain = _fixed(GROUPED_NEST.format(groups=""))
     assert plain.count("nested=True") == 2 and "runtime_shim" not in plain
