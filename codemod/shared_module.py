@@ -240,11 +240,11 @@ def _package_user(given: Path, directory: Path, module: cst.Module) -> SharedLoc
     """A test (a file pytest collects by its name) outside packages, or a module of an examples,
     benchmarks or scripts directory of the project, that imports a top package of its own project
     by name (``import kfac_jax`` in ``tests/optimizer_test.py`` or ``examples/training.py``, with
-    ``kfac_jax/__init__.py`` in a directory above, within the project): it runs against that
-    package, from the repository, so it imports the package's shared module by that name, one copy
-    of the helpers for the package and the code that uses it. Not where a requirements file in
-    between says the directory installs a released package. None: no such package, or its place
-    is taken."""
+    ``kfac_jax/__init__.py`` or ``src/kfac_jax/__init__.py`` in a directory above, within the
+    project): it runs against that package, from the repository, so it imports the package's
+    shared module by that name, one copy of the helpers for the package and the code that uses
+    it. Not where a requirements file in between says the directory installs a released package.
+    None: no such package, or its place is taken."""
     root = project_root(os.fspath(given))
     if root is None:
         return None
@@ -255,14 +255,17 @@ def _package_user(given: Path, directory: Path, module: cst.Module) -> SharedLoc
         if not _is_identifier(name) or name == MODULE_NAME:
             continue
         for depth, ancestor in enumerate(above):
-            if not (ancestor / name / "__init__.py").is_file() or (ancestor / "__init__.py").is_file():
+            # the package beside, or in a `src/` layout (``src/pkg/__init__.py``)
+            package = next((p for p in (Path(name), Path("src", name)) if (ancestor / p / "__init__.py").is_file()),
+                           None)
+            if package is None or (ancestor / "__init__.py").is_file():
                 continue
             below = given.resolve().relative_to(ancestor).parts[0]
-            if below == name or not (test and depth > 0 or below in _RUN_BESIDE):
+            if below == package.parts[0] or not (test and depth > 0 or below in _RUN_BESIDE):
                 continue
-            if any(_installs_requirements(d) for d in above[:depth]) or not usable(ancestor / name / FILE_NAME):
+            if any(_installs_requirements(d) for d in above[:depth]) or not usable(ancestor / package / FILE_NAME):
                 return None
-            file = given.parent.joinpath(*[os.pardir] * depth, name, FILE_NAME)
+            file = given.parent.joinpath(*[os.pardir] * depth, package, FILE_NAME)
             return SharedLocation(os.path.normpath(file), f"{name}.{MODULE_NAME}")
     return None
 

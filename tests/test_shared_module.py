@@ -330,6 +330,21 @@ def test_examples_and_benchmarks_of_a_package_import_its_module_unless_they_inst
     assert "from _pmap_compat import _shard_mapped\n" in files["examples/released/train.py"]
 
 
+def test_the_tests_of_a_src_layout_package_import_its_module(tmp_path):
+    root = tmp_path / "p"
+    root.mkdir()
+    (root / "pyproject.toml").write_text("[tool.pmap-migrate]\n")
+    for rel, text in {"src/pkg/__init__.py": "", "src/pkg/ops.py": OPS, "tests/test_ops.py": EXAMPLE}.items():
+        (root / rel).parent.mkdir(parents=True, exist_ok=True)
+        (root / rel).write_text(text)
+    assert run_cli(root, "fix", "--no-cache", ".").exit_code == 0
+    files = tree(root)
+    assert sorted(set(files) - {"src/pkg/__init__.py", "src/pkg/ops.py", "tests/test_ops.py"}) \
+        == ["src/pkg/_pmap_compat.py"]
+    assert "from pkg._pmap_compat import _shard_mapped\n" in files["tests/test_ops.py"]
+    assert "from pkg._pmap_compat import _replicate, _shard_mapped\n" in files["src/pkg/ops.py"]
+
+
 def test_the_example_importing_the_package_module_prints_what_it_printed_on_legacy_pmap(tmp_path):
     """Run from the repository (its root on PYTHONPATH): legacy jax 0.7.2 unchanged vs fixed on
     the newest jax."""
