@@ -165,19 +165,6 @@ class Rule(cst.BatchableCSTVisitor):
         return any(rule.CODE == "PM501" and report.fix is not None and not report.fix.shimmed
                    for rule, report in self.context.reports)
 
-    def with_host_local_pmaps(self, nodes: list[cst.CSTNode]) -> FixSpec | None:
-        """For a read of pmap outputs with no fix of its own, asked once every pmap's fix is known:
-        where the module's multi-process rewrite writes every pmap at ``nodes`` in the boundary
-        form (`_global_pmap(f, ...)`, which returns this process's rows as legacy pmap did), that
-        fix takes the finding with it, with nothing to edit: the read reads what it read."""
-        if not self._global_rewrite_offered():
-            return None
-        fix = self.context.fixes.global_rewrite.returns_rows(nodes)
-        if fix is None:
-            return None
-        return FixSpec(fix.applicability, "read this process's rows, which the multi-process rewrite of its pmap "
-                       "returns as legacy pmap did (PM501's fix)")
-
     def with_nesting_pmaps(self, nodes: list[cst.CSTNode]) -> FixSpec | None:
         """For a nesting of pmaps (PM102), asked once every pmap's fix is known: where PM101's fixes
         rewrite every pmap at ``nodes`` in the compact form for nests (`_shard_mapped(...,

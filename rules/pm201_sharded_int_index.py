@@ -322,7 +322,7 @@ class ShardedIntIndex(Rule):
     def leave_Module(self, original_node: cst.Module) -> None:
         for node, producers in self._pending:
             nodes = [site.node for site in producers]
-            self.report(node, fix=self.with_shimmed_pmaps(nodes, "the index") or self.with_host_local_pmaps(nodes))
+            self.report(node, fix=self.with_shimmed_pmaps(nodes, "the index"))
 
     def _fix(self, node: cst.Subscript) -> FixSpec | None:
         index = single_index(node)

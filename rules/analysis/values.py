@@ -98,8 +98,9 @@ class ValueFlow:
 
     def _returns_rows(self, func: cst.BaseExpression) -> bool:
         """``func`` is a wrapper the multi-process rewrite writes for a pmap (called by the name it
-        is bound to, or as the attribute `self.x` a method binds to it): every value it returns is
-        the output of a faithful rewrite of a pmap (rows per device), or its `_host_local` view."""
+        is bound to, as the attribute `self.x` a method binds to it, or where it is made): every
+        value it returns is the output of a faithful rewrite of a pmap (rows per device), or its
+        `_host_local` view."""
         if self._row_wrappers is None:  # the candidates, found once: defs returning a jit's output
             self._row_wrappers = {}
             for function in self.index.functions:
@@ -113,6 +114,8 @@ class ValueFlow:
         global_calls = bool(self.index.names.get("_global_pmap") or self.index.names.get("_global_call"))
         if not global_calls and not self._row_wrappers:
             return False  # most modules: no wrapper to look for (every call of the module asks)
+        if isinstance(func, cst.Call):  # `_global_pmap(f, "i")(x)`, applied where it is made
+            return global_calls and self._is_global_call(func)
         if isinstance(func, cst.Attribute) and isinstance(func.value, cst.Name) and func.value.value == "self":
             cls = self.enclosing_class(func)
             bound = [value for target, value in self.index.assigned_value.items()

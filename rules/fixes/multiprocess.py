@@ -115,16 +115,6 @@ class GlobalRewrite(GlobalRender):
         self._plan()
         return self._fix if self._fix is not None and self.sites and id(node) in self.row_reads else None
 
-    def returns_rows(self, nodes: list[cst.CSTNode]) -> FixSpec | None:
-        """The module's fix where it writes every pmap at ``nodes`` in the boundary form, which
-        returns this process's rows as legacy pmap did (so a read of their outputs reads what it
-        read with legacy pmap); None otherwise."""
-        self._plan()
-        boundary = {id(entry.site.node) for entry in self.sites if entry.boundary is not None}
-        if self._fix is None or not nodes or not all(id(node) in boundary for node in nodes):
-            return None
-        return self._fix
-
     # ------------------------------------------------------------------ planning
     def _plan(self) -> None:
         if self._planned:
