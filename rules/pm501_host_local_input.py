@@ -13,7 +13,7 @@ from pmap_migrate.rules.knowledge import gates
 _GLOBAL_PMAP = global_pmap_helper("    ")
 _MESH_HELPERS = to_global_helper("    ")
 # (`_global_pmap`'s own copy passes on every option it takes)
-_SHARD_MAPPED = shard_mapped_helper("_shard_mapped", "    ", frozenset({"axes", "processes", "static"}))
+_SHARD_MAPPED = shard_mapped_helper("_shard_mapped", "    ", frozenset({"axes", "devices", "processes", "static"}))
 
 
 class HostLocalInput(Rule):
@@ -90,8 +90,9 @@ class HostLocalInput(Rule):
     made host-local, no copy), so callers and reads stay as they are (row reads still read the
     device's own row), and it raises when called with traced values. Calls seen to be traced (in a lambda or function handed to a `jax.*`
     callable or decorated by one; a call that only may be, in a method, a function with a decorator
-    of its own, a callback, gets the boundary form), options that are not literals or are `devices=`, `backend=`, `axis_size=`, pytree `in_axes`
-    prefixes, and an `in_axes=None` argument from callers not seen (it must be a Python or NumPy
+    of its own, a callback, gets the boundary form), options that are not literals (but for the
+    axis name, static positions and `devices=`, passed as written), `backend=`, `axis_size=`,
+    pytree `in_axes` prefixes, and an `in_axes=None` argument from callers not seen (it must be a Python or NumPy
     value: jit takes it on every process as it is) keep the shim: PM101's fix routes such a site to
     `runtime_shim.pmap` and says why; this finding then carries that fix (nothing to edit here:
     the shim takes host-local arrays as legacy pmap did). The placement rules
@@ -122,9 +123,8 @@ class HostLocalInput(Rule):
     ]
     INVALID = [
         Invalid("import jax\njax.distributed.initialize()\nstep = jax.pmap(f)\n", lines=(3,)),
-        # `devices=`: PM101's fix routes the site to the shim, and this finding has no fix of its own
-        Invalid("import jax\njax.distributed.initialize()\nstep = jax.pmap(f, devices=jax.local_devices()[:2])\n",
-                lines=(3,)),
+        # `backend=`: PM101's fix routes the site to the shim, and this finding has no fix of its own
+        Invalid("import jax\njax.distributed.initialize()\nstep = jax.pmap(f, backend='cpu')\n", lines=(3,)),
         Invalid(
             "import jax\n@jax.pmap\ndef step(x):\n    return x\n"
             "if jax.process_index() == 0:\n    print('chief')\n"

@@ -29,7 +29,7 @@ ROOT = Path(__file__).resolve().parents[1]
 PROGRAMS = ROOT / "fixtures" / "programs_multiprocess"
 REPORT = Path(__file__).parent / "shim_programs" / "_report.py"  # what the programs import as `_report`
 NAMES = ("data_parallel_training", "collectives", "host_readback", "partial_steps", "unseen_callers",
-         "computed_options")
+         "computed_options", "devices_option")
 FIXED_ENVS = {"jax-0.10.2": jaxenv.NEW_311, "newest": jaxenv.NEWEST, "jax-0.7.2": jaxenv.LEGACY}
 
 
@@ -117,7 +117,7 @@ def test_every_pmap_becomes_plain_jax_and_the_fix_is_a_fixpoint(fixed, name):
 
 
 KEPT = {  # fixtures/fix/pm501_kept_on_shim.py: line of the pmap -> why it keeps the shim
-    9: "`devices=`",
+    9: "`backend=`",
     13: "traced",
     19: "in_axes=None argument from a caller not seen",
 }

@@ -77,7 +77,7 @@ from pmap_migrate.rules.fixes.pmap_options import Unsupported
 from pmap_migrate.rules.fixes.pmap_rewrite import Rewriter
 from pmap_migrate.rules.fixes.spec import Edit, FixSpec, ImportSpec
 
-_UNSUPPORTED_OPTIONS = ("devices", "backend", "axis_size")
+_UNSUPPORTED_OPTIONS = ("backend", "axis_size")
 
 
 class GlobalRewrite(GlobalRender):

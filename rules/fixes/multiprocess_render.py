@@ -8,7 +8,7 @@ import dataclasses
 
 import libcst as cst
 
-from pmap_migrate.rules.fixes.code import code_of
+from pmap_migrate.rules.fixes.code import code_of, is_none
 from pmap_migrate.rules.fixes.in_lines import hanging_call, options_in_lines, room
 from pmap_migrate.rules.fixes.multiprocess_reads import PlannedSite
 from pmap_migrate.rules.fixes.pmap_options import Unsupported
@@ -72,8 +72,8 @@ class GlobalRender:
     def _pmap_options(self, entry: PlannedSite, plan: Plan) -> tuple[str, dict[str, str]] | None:
         """(the mapped function's text, `_global_pmap`'s options after it and the axis name, as
         pmap's, each by name to its value's text: in_axes/out_axes, static_broadcasted_argnums
-        (which `_global_pmap` also gives jit), donate_argnums); None where the mapped function is
-        not a plain name."""
+        (which `_global_pmap` also gives jit), devices (as written), donate_argnums); None where
+        the mapped function is not a plain name."""
         callee = plan.body_call[: plan.body_call.find("(")]
         if self._in_place(entry):
             # the expression pmap was given, evaluated where pmap evaluated it (a lambda as written:
@@ -96,6 +96,9 @@ class GlobalRender:
             options["out_axes"] = _axes_text(tuple(plan.out_axes) if isinstance(plan.out_axes, list) else plan.out_axes)
         if plan.static:
             options["static_broadcasted_argnums"] = tuple_text(plan.static)
+        devices = entry.site.option("devices")
+        if devices is not None and not is_none(devices):  # evaluated where pmap evaluated it
+            options["devices"] = code_of(devices)
         if plan.donate:
             options["donate_argnums"] = tuple_text(plan.donate)
         return callee, options

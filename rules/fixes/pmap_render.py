@@ -342,12 +342,14 @@ def shard_mapped_helper(name: str, indent: str, features: frozenset[str] = ALL_F
         lines += [f"{i2}n = jax.tree.leaves(({dynamic}, kwargs))[0].shape[0]"]
     if devices:
         lines += [f"{i2}chosen = devices",
-                  f"{i2}if chosen is None:",
+                  f"{i2}if chosen is None{' and not processes' if processes else ''}:",
                   f"{i3}chosen = jax.local_devices(backend=backend)[:n]"]
     else:
         lines += [f"{i2}chosen = jax.local_devices()[:n]"]
     if processes:
         lines += [
+            # (devices given: those, as legacy pmap took them)
+            f"{i2}elif chosen is None:  # the first rows of each process, as legacy pmap" if devices else
             f"{i2}if processes:  # legacy pmap's devices: the first rows of each process",
             f"{i3}rows = n * jax.local_device_count() // jax.device_count()",
             # (each process's index from its devices, not `jax.process_count()`: a module's own

@@ -12,8 +12,10 @@ from __future__ import annotations
 
 import dataclasses
 import hashlib
+import itertools
 import re
 from dataclasses import dataclass
+from functools import lru_cache
 
 import libcst as cst
 from libcst.helpers import get_full_name_for_node
@@ -176,7 +178,8 @@ def module_text(names: frozenset[str] | set[str]) -> str:
     if features != ALL_FEATURES:
         shorter = {SHARD_MAPPED: shard_mapped_helper(SHARD_MAPPED, INDENT, features),
                    GLOBAL_CALL: global_call_helper(INDENT, features),
-                   GLOBAL_PMAP: global_pmap_helper(INDENT, features)}
+                   GLOBAL_PMAP: global_pmap_helper(INDENT, features),
+                   TO_GLOBAL: to_global_helper(INDENT, features)}
         helpers = [dataclasses.replace(h, source=shorter[h.name]) if h.name in shorter else h for h in helpers]
     specs = {spec for helper in helpers for spec in helper.imports}
     lines = [FIRST_LINE + '"""', ""]  # (plain JAX: `fix` writes it, and adds the helpers fixes need)
@@ -211,9 +214,10 @@ _OLDER_TEXTS = {
                                 "a39fc6c3089b86d0", "dc5175209a1084e3", "e78ca28ccc0ffbe1", "fa1a4b081e62a371"}),
     "_to_global": frozenset({"3853e1795fa44596", "c2df8f1f5c1c31a1", "7a0bb0760cc2ece9"}),
 }
-# `_shard_mapped` with "processes" as the previous version wrote it (each process's devices grouped
-# by hand, before `jax.local_devices(process_index=p)`): by the hash of its text, its other options,
-# so that a module holding it is written anew taking the same ones.
+# `_shard_mapped` with "processes" as earlier versions wrote it (each process's devices grouped by
+# hand, before `jax.local_devices(process_index=p)`; with "devices", the process rows chosen over
+# the given devices): by the hash of its text, its other options, so that a module holding it is
+# written anew taking the same ones.
 _OLDER_PROCESSES_VARIANTS = {
     "44e4054517fafe74": "", "d3693350119dee66": "axes", "3e23f5b850aea06f": "devices",
     "3213635a8aad8b09": "axes devices", "8dfb2557a0be0a9d": "nests", "aade187b7db66999": "axes nests",
@@ -221,6 +225,11 @@ _OLDER_PROCESSES_VARIANTS = {
     "280ed4126483249c": "axes static", "5e28b1ccb4a64a3c": "devices static", "f20681e4913c5b4e": "axes devices static",
     "2bd8ef2967289a2a": "nests static", "5c543f34a011667d": "axes nests static",
     "593810cd3db7fe3d": "devices nests static", "a27136afbe37062c": "axes devices nests static",
+    # (and with "devices" as the version before devices= was taken in multi-process programs wrote it)
+    "cb43f7665d323fcf": "devices", "e42a46959b9fc642": "axes devices", "6c2775df6ba3322d": "devices nests",
+    "2d6be86cf2736ce9": "devices static", "859cf9dbd2f00c8e": "axes devices nests",
+    "2f4d405715a34d99": "axes devices static", "689dd54bcf2e3046": "devices nests static",
+    "11a0f143af149d50": "axes devices nests static",
 }
 _PRELUDE_IMPORTS = re.compile(r"(import (functools|types|jax|jax\.numpy as jnp|numpy as np)"
                               r"|from (jax\.sharding|jax\.experimental) import [\w ,]+)")
@@ -262,7 +271,7 @@ def helpers_in(text: str) -> frozenset[str] | None:
         name = chunk[4:].partition("(")[0] if chunk.startswith("def ") else None
         if (name == SHARD_MAPPED and _shard_mapped_features(chunk) is not None) or (
                 name == GLOBAL_CALL and chunk == global_call_helper(INDENT, frozenset()).strip()) or (
-                name == GLOBAL_PMAP and chunk == global_pmap_helper(INDENT, frozenset()).strip()):
+                chunk in _multi_process_variants().get(name, ())):
             found.add(name)  # (the shorter forms this version writes)
             continue
         if name not in SHARED_HELPERS or _text_hash(chunk) not in (
@@ -274,6 +283,15 @@ def helpers_in(text: str) -> frozenset[str] | None:
     found |= names - frozenset(SHARED_HELPERS)  # (the features)
     present, needed = _imports_aside(text), _imports_aside(module_text(found))
     return frozenset(found) if present and needed and needed[1] <= present[1] else None
+
+
+@lru_cache(maxsize=1)
+def _multi_process_variants() -> dict[str, frozenset[str]]:
+    """The texts this version writes for `_global_pmap` and `_to_global`, each set of the options
+    they depend on (in_axes, static positions, devices)."""
+    options = [frozenset(c) for k in range(4) for c in itertools.combinations(("axes", "static", "devices"), k)]
+    return {GLOBAL_PMAP: frozenset(global_pmap_helper(INDENT, f).strip() for f in options),
+            TO_GLOBAL: frozenset(to_global_helper(INDENT, f).strip() for f in options)}
 
 
 def _chunks(text: str) -> list[str]:

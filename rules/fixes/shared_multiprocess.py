@@ -14,19 +14,28 @@ TO_GLOBAL = "_to_global"  # this process's rows -> global arrays (multiprocess_r
 HOST_LOCAL = "_host_local"  # global arrays -> this process's rows (multiprocess_render)
 
 
-def to_global_helper(indent: str) -> str:
+def to_global_helper(indent: str, features: frozenset[str] = ALL_FEATURES) -> str:
     """This process's rows (host-local stacks, as legacy pmap took them) as global arrays over the
     first ``rows`` devices of each process (the devices of `_shard_mapped(..., processes=True)`, in
-    the same order): arrays already global pass (outputs fed back), rows already on this
-    process's devices are viewed without a copy, host data is assembled from every process's
-    part; on one process, host data is left for jit to place."""
+    the same order), or with the feature "devices" over ``devices`` where given (pmap's option):
+    arrays already global pass (outputs fed back), rows already on this process's devices are
+    viewed without a copy, host data is assembled from every process's part; on one process,
+    host data is left for jit to place."""
     i1, i2, i3 = indent, indent * 2, indent * 3
+    if "devices" in features:
+        head = [f"def {TO_GLOBAL}(tree, axis_name, rows, spec=None, devices=None):",
+                f'{i1}"""This process\'s rows -> global arrays over every process\'s devices."""',
+                f"{i1}if devices is None:  # legacy pmap's: the first rows of each process",
+                f"{i2}devices = [d for p in range(jax.process_count())",
+                f"{i2}           for d in jax.local_devices(process_index=p)[:rows]]"]
+    else:
+        head = [f"def {TO_GLOBAL}(tree, axis_name, rows, spec=None):",
+                f'{i1}"""This process\'s rows -> global arrays over every process\'s devices."""',
+                f"{i1}devices = [  # legacy pmap's devices: the first rows of each process",
+                f"{i2}d for p in range(jax.process_count())",
+                f"{i2}for d in jax.local_devices(process_index=p)[:rows]]"]
     return "\n".join([
-        f"def {TO_GLOBAL}(tree, axis_name, rows, spec=None):",
-        f'{i1}"""This process\'s rows -> global arrays over every process\'s devices."""',
-        f"{i1}devices = [  # legacy pmap's devices: the first rows of each process",
-        f"{i2}d for p in range(jax.process_count())",
-        f"{i2}for d in jax.local_devices(process_index=p)[:rows]]",
+        *head,
         f"{i1}spec = P(axis_name) if spec is None else spec",
         f"{i1}sharding = NamedSharding(Mesh(np.array(devices), (axis_name,)), spec)",
         f"{i1}local = NamedSharding(sharding.mesh.local_mesh, spec)  # this process's",
@@ -131,7 +140,7 @@ def global_pmap_helper(indent: str, features: frozenset[str] = ALL_FEATURES) -> 
     those calls; a module's own copy takes every option (and its `_shard_mapped` the options it
     passes on)."""
     i1, i2 = indent, indent * 2
-    if not features & {"axes", "static"}:
+    if not features & {"axes", "static", "devices"}:
         return "\n".join([
             f"def {GLOBAL_PMAP}(f, axis_name=None, *, donate_argnums=(), local=True):",
             f'{i1}"""{tables.GLOBAL_PMAP_DOC}"""',
@@ -150,6 +159,11 @@ def global_pmap_helper(indent: str, features: frozenset[str] = ALL_FEATURES) -> 
     if "static" in features:
         own.append("static_broadcasted_argnums=()")
         passed.append("static_broadcasted_argnums=static_broadcasted_argnums")
+    to_global = TO_GLOBAL
+    if "devices" in features:  # pmap's devices, every process's: its mesh
+        own.append("devices=None")
+        passed.append("devices=devices")
+        to_global = "to_global"
     return "\n".join([
         f"def {GLOBAL_PMAP}(",
         *_wrapped(["f", "axis_name=None", "*", *own, "donate_argnums=()", "local=True"], i2, "):"),
@@ -159,9 +173,10 @@ def global_pmap_helper(indent: str, features: frozenset[str] = ALL_FEATURES) -> 
         f"{i1}axis_name, {'in_axes' if 'axes' in features else '_'}, static = pmapped.pmap_options",
         f"{i1}jitted = jax.jit(",
         f"{i2}pmapped, static_argnums=static, donate_argnums=donate_argnums)",
+        *([f"{i1}to_global = functools.partial({TO_GLOBAL}, devices=devices)"] if "devices" in features else []),
         "",
         *_traced_call(indent),
-        *(_axes_call(indent, 79) if "axes" in features else _static_call(indent)),
+        *(_axes_call(indent, 79, to_global) if "axes" in features else _static_call(indent, to_global)),
         *_local_rows(indent),
         "",
         f"{i1}return call",
@@ -210,18 +225,19 @@ def _rows_call(indent: str) -> list[str]:
     ]
 
 
-def _static_call(indent: str) -> list[str]:
+def _static_call(indent: str, to_global: str = TO_GLOBAL) -> list[str]:
     """The rest of `_global_pmap`'s call where every argument but the static ones is mapped on
-    axis 0 (``static`` and ``axis_name`` bound), up to its outputs (`out`)."""
+    axis 0 (``static`` and ``axis_name`` bound), up to its outputs (`out`); ``to_global``: the
+    name it calls `_to_global` by."""
     i2, i3 = indent * 2, indent * 3
     return [
         f"{i2}dynamic = [a for k, a in enumerate(args) if k not in static]",
         f"{i2}rows = jax.local_device_count()",
         f"{i2}if jax.process_count() == 1:  # the mapped size, as legacy pmap's mesh",
         f"{i3}rows = jax.tree.leaves((dynamic, kwargs))[0].shape[0]",
-        f"{i2}args = [a if k in static else {TO_GLOBAL}(a, axis_name, rows)",
+        f"{i2}args = [a if k in static else {to_global}(a, axis_name, rows)",
         f"{i2}        for k, a in enumerate(args)]",
-        f"{i2}out = jitted(*args, **{TO_GLOBAL}(kwargs, axis_name, rows))",
+        f"{i2}out = jitted(*args, **{to_global}(kwargs, axis_name, rows))",
     ]
 
 
@@ -239,11 +255,11 @@ def _local_rows(indent: str) -> list[str]:
     ]
 
 
-def _axes_call(indent: str, width: int = 80) -> list[str]:
+def _axes_call(indent: str, width: int = 80, to_global: str = TO_GLOBAL) -> list[str]:
     """The rest of the call for in_axes (an int or None each, positional arguments; keyword ones
     on axis 0) and static positions (``in_axes``, ``static``, ``axis_name`` bound), up to its
     outputs (`out`); ``width``: 79 wraps its one longer line (80 as `_global_call` has always had
-    it)."""
+    it); ``to_global``: the name it calls `_to_global` by."""
     i2, i3, i4 = indent * 2, indent * 3, indent * 4
     axes = f"{i2}axes = in_axes if isinstance(in_axes, tuple) else (in_axes,) * len(args)"
     return [
@@ -262,6 +278,6 @@ def _axes_call(indent: str, width: int = 80) -> list[str]:
         f"{i2}for i, k in enumerate(axes[: len(args)]):",
         f"{i3}if k is not None:",
         f"{i4}spec = P(*[None] * k, axis_name)",
-        f"{i4}args[i] = {TO_GLOBAL}(args[i], axis_name, rows, spec)",
-        f"{i2}out = jitted(*args, **{TO_GLOBAL}(kwargs, axis_name, rows))",
+        f"{i4}args[i] = {to_global}(args[i], axis_name, rows, spec)",
+        f"{i2}out = jitted(*args, **{to_global}(kwargs, axis_name, rows))",
     ]
