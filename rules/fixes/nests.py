@@ -111,7 +111,7 @@ class Nests:
         """Why ``site``, a pmap of a nest, has no plain rewrite."""
         if any(m is not None and self._groups_replicas(m) for m in self._nest_group(site) or [site]):
             return "`axis_index_groups` in a nest of pmaps (see PM102)"
-        return "a pmap runs in another pmap's body (see PM102)"
+        return "a nest of pmaps (see PM102)"
 
     def _groups_replicas(self, member: TransformSite) -> bool:
         """Whether the function (else the module) holding ``member`` passes `axis_index_groups` to
