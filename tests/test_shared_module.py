@@ -307,6 +307,25 @@ if __name__ == "__main__":
 '''
 
 
+def _legacy_and_fixed_outputs(legacy: Path, fixed: Path, *command, **run) -> list[str]:
+    """What ``command`` (a program or `-m module`, run in each root) printed on jax 0.7.2's legacy
+    pmap in ``legacy`` and on the newest jax in ``fixed``; skips where an environment is missing."""
+    from tests.support import jaxenv
+
+    outputs = []
+    for env, root in ((jaxenv.LEGACY, legacy), (jaxenv.NEWEST, fixed)):
+        try:
+            python = jaxenv.python_for(env)
+        except jaxenv.EnvUnavailable as why:
+            pytest.skip(str(why))
+        args = [root / c if isinstance(c, Path) else c for c in command]
+        proc = jaxenv.run_program(python, *args, cwd=root, repo_on_path=False,
+                                  **({"extra_env": {"PYTHONPATH": str(root)}} if run.get("on_path") else {}))
+        assert proc.returncode == 0, proc.stderr[-3000:]
+        outputs.append(proc.stdout)
+    return outputs
+
+
 def make_example_project(root: Path) -> Path:
     make_project(root)
     for rel in ("examples/train.py", "benchmarks/bench.py", "examples/released/train.py"):
@@ -348,22 +367,11 @@ def test_the_tests_of_a_src_layout_package_import_its_module(tmp_path):
 def test_the_example_importing_the_package_module_prints_what_it_printed_on_legacy_pmap(tmp_path):
     """Run from the repository (its root on PYTHONPATH): legacy jax 0.7.2 unchanged vs fixed on
     the newest jax."""
-    from tests.support import jaxenv
-
     legacy = make_example_project(tmp_path / "legacy")
     fixed = tmp_path / "fixed"
     shutil.copytree(legacy, fixed)
     assert run_cli(fixed, "fix", "--no-cache", "--unsafe-fixes", ".").exit_code == 0
-    outputs = []
-    for env, root in ((jaxenv.LEGACY, legacy), (jaxenv.NEWEST, fixed)):
-        try:
-            python = jaxenv.python_for(env)
-        except jaxenv.EnvUnavailable as why:
-            pytest.skip(str(why))
-        proc = jaxenv.run_program(python, root / "examples" / "train.py", cwd=root, repo_on_path=False,
-                                  extra_env={"PYTHONPATH": str(root)})
-        assert proc.returncode == 0, proc.stderr[-3000:]
-        outputs.append(proc.stdout)
+    outputs = _legacy_and_fixed_outputs(legacy, fixed, Path("examples", "train.py"), on_path=True)
     assert outputs[0] == outputs[1] and outputs[0].count(",") == 7, outputs
 
 
@@ -456,21 +464,11 @@ def test_modules_of_namespace_directories_import_the_module_of_the_directory_the
 def test_the_namespace_project_prints_what_it_printed_on_legacy_pmap(tmp_path):
     """Run as its imports say it runs (`python -m big.trainers.train` from the root): legacy jax
     0.7.2 unchanged vs the fixed project on the newest jax."""
-    from tests.support import jaxenv
-
     legacy = make_namespace_project(tmp_path / "legacy")
     fixed = tmp_path / "fixed"
     shutil.copytree(legacy, fixed)
     assert run_cli(fixed, "fix", "--no-cache", "--unsafe-fixes", ".").exit_code == 0
-    outputs = []
-    for env, root in ((jaxenv.LEGACY, legacy), (jaxenv.NEWEST, fixed)):
-        try:
-            python = jaxenv.python_for(env)
-        except jaxenv.EnvUnavailable as why:
-            pytest.skip(str(why))
-        proc = jaxenv.run_program(python, "-m", "big.trainers.train", cwd=root, repo_on_path=False)
-        assert proc.returncode == 0, proc.stderr[-3000:]
-        outputs.append(proc.stdout)
+    outputs = _legacy_and_fixed_outputs(legacy, fixed, "-m", "big.trainers.train")
     assert outputs[0] == outputs[1] and "(8, 2)" in outputs[0], outputs
 
 
@@ -549,8 +547,6 @@ def test_a_module_that_imports_nothing_above_it_is_imported_as_its_siblings_are(
 
 def test_the_module_imported_as_its_siblings_are_prints_what_it_printed_on_legacy_pmap(tmp_path):
     """Legacy jax 0.7.2 unchanged vs fixed on the newest jax, run as `python -m big.trainers.lonely`."""
-    from tests.support import jaxenv
-
     legacy = make_namespace_project(tmp_path / "legacy")
     (legacy / "big/evaluators/lonely.py").write_text(LONELY)
     (legacy / "big/trainers/lonely.py").write_text(TRAINER_OF_LONELY)
@@ -558,15 +554,7 @@ def test_the_module_imported_as_its_siblings_are_prints_what_it_printed_on_legac
     shutil.copytree(legacy, fixed)
     assert run_cli(fixed, "fix", "--no-cache", "--unsafe-fixes", ".").exit_code == 0
     assert "from big._pmap_compat import" in (fixed / "big/evaluators/lonely.py").read_text()
-    outputs = []
-    for env, root in ((jaxenv.LEGACY, legacy), (jaxenv.NEWEST, fixed)):
-        try:
-            python = jaxenv.python_for(env)
-        except jaxenv.EnvUnavailable as why:
-            pytest.skip(str(why))
-        proc = jaxenv.run_program(python, "-m", "big.trainers.lonely", cwd=root, repo_on_path=False)
-        assert proc.returncode == 0, proc.stderr[-3000:]
-        outputs.append(proc.stdout)
+    outputs = _legacy_and_fixed_outputs(legacy, fixed, "-m", "big.trainers.lonely")
     assert outputs[0] == outputs[1] and "(8, 2)" in outputs[0], outputs
 
 
@@ -788,8 +776,6 @@ def test_the_modules_beside_tests_hold_the_same_helpers_grown_together(tmp_path)
     """Fixed one directory at a time, the modules beside the project's tests end up identical,
     each with what any of them needs (not every helper): a second run that needs more grows the
     first directory's module too; either imported first serves both."""
-    from tests.support import jaxenv
-
     legacy = _test_dirs(tmp_path / "legacy")
     fixed = tmp_path / "fixed"
     shutil.copytree(legacy, fixed)
@@ -804,13 +790,5 @@ def test_the_modules_beside_tests_hold_the_same_helpers_grown_together(tmp_path)
     assert "jax.pmap" not in files["tests/test_first.py"] + files["tests/more/test_second.py"]
     again = run_cli(fixed, "fix", "--no-cache", "--unsafe-fixes", ".")
     assert again.exit_code == 0 and tree(fixed) == files
-    outputs = {}
-    for env, root in ((jaxenv.LEGACY, legacy), (jaxenv.NEWEST, fixed)):
-        try:
-            python = jaxenv.python_for(env)
-        except jaxenv.EnvUnavailable as why:
-            pytest.skip(str(why))
-        proc = jaxenv.run_program(python, root / "session.py", cwd=root, repo_on_path=False)
-        assert proc.returncode == 0, proc.stderr[-3000:]
-        outputs[env.name] = proc.stdout
-    assert outputs[jaxenv.LEGACY.name] == outputs[jaxenv.NEWEST.name] != "", outputs
+    outputs = _legacy_and_fixed_outputs(legacy, fixed, Path("session.py"))
+    assert outputs[0] == outputs[1] != "", outputs
