@@ -336,8 +336,14 @@ class FactReader(ReturnsReader):
     def _function(self, node: ast.FunctionDef | ast.AsyncFunctionDef) -> None:
         decorators = node.decorator_list
         top = decorators[0] if decorators else None
+        keywords = []
         if isinstance(top, ast.Call) and top.args and self._dotted(top.func) in tables.PARTIAL:
-            top = top.args[0]  # `@functools.partial(jax.jit, donate_argnums=...)`
+            top, keywords = top.args[0], top.keywords  # `@functools.partial(jax.jit, donate_argnums=...)`
+        if top is not None and self._helper(top, "_global_pmap") and not any(k.arg == "out_axes" for k in keywords):
+            # `@functools.partial(_global_pmap, axis_name=...)`: a rewritten pmap, its stacks
+            self.facts.pmapped[node.name] = PmappedFact(self.facts.name, node.name,
+                                                        returns_tuple=_returns_tuple(node), rewritten=True)
+            return
         if len(decorators) >= 2 and self._dotted(top) in tables.JIT:
             below = decorators[1]  # `@jax.jit` over `@functools.partial(_shard_mapped, ...)` or `@_shard_mapped`
             partial = isinstance(below, ast.Call) and below.args and self._dotted(below.func) in tables.PARTIAL

@@ -128,8 +128,10 @@ class ValueFlow:
         if not isinstance(func, cst.Name):
             return False
         if global_calls:
-            values = [self.assigned_value(getattr(a, "node", None)) for a in self.assignments_of(func)]
-            if values and all(isinstance(v, cst.Call) and self._is_global_call(v) for v in values):
+            nodes = [getattr(a, "node", None) for a in self.assignments_of(func)]
+            if nodes and all(self._global_decorated(n) if isinstance(n, cst.FunctionDef)
+                             else isinstance(v := self.assigned_value(n), cst.Call) and self._is_global_call(v)
+                             for n in nodes):
                 return True
         candidates = self._row_wrappers.get(func.value)
         if not candidates:
@@ -139,6 +141,18 @@ class ValueFlow:
             return False
         value = next((v for f, v in candidates if f is functions[0]), None)
         return value is not None and self._rows_jit(self._calls_to.get(value))
+
+    def _global_decorated(self, function: cst.FunctionDef) -> bool:
+        """``function``'s top decorator is `_global_pmap` or a partial of it without out_axes (the
+        multi-process rewrite of a decorator pmap)."""
+        if not function.decorators:
+            return False
+        top = function.decorators[0].decorator
+        if isinstance(top, cst.Call) and top.args and self.matches(top.func, tables.PARTIAL):
+            if any(arg.keyword is not None and arg.keyword.value == "out_axes" for arg in top.args):
+                return False
+            top = top.args[0].value
+        return self._is_helper(top, "_global_pmap", tables.SHARED_GLOBAL_PMAP, tables.GLOBAL_PMAP_DOC)
 
     def _is_global_call(self, call: cst.Call) -> bool:
         """``call`` is `_global_pmap(f, axis, ...)` (no out_axes) or `_global_call(<a faithful

@@ -54,6 +54,8 @@ says why); the module's other pmaps are still rewritten.
 
 from __future__ import annotations
 
+import dataclasses
+
 import libcst as cst
 import libcst.matchers as m
 from libcst.metadata import ClassScope
@@ -61,7 +63,7 @@ from libcst.metadata import ClassScope
 from pmap_migrate.rules.analysis.sites import TransformSite
 from pmap_migrate.rules.analysis.tracing import ProgramTracing
 from pmap_migrate.rules.fixes.choices import Applicability
-from pmap_migrate.rules.fixes.code import code_of, int_literal, is_none
+from pmap_migrate.rules.fixes.code import code_of, int_literal, is_none, keyword_arg
 from pmap_migrate.rules.fixes.edits import LostEdit, compose_edits, spaced
 from pmap_migrate.rules.fixes.multiprocess_reads import (
     Layout,
@@ -76,6 +78,7 @@ from pmap_migrate.rules.fixes.placement import Placement
 from pmap_migrate.rules.fixes.pmap_options import Unsupported
 from pmap_migrate.rules.fixes.pmap_rewrite import Rewriter
 from pmap_migrate.rules.fixes.spec import Edit, FixSpec, ImportSpec
+from pmap_migrate.rules.knowledge import tables
 
 _UNSUPPORTED_OPTIONS = ("backend", "axis_size")
 
@@ -236,6 +239,8 @@ class GlobalRewrite(GlobalRender):
         # its outputs are planned from its calls, not from a name)
         entry.fix = self.rewriter.definition_fix(entry.site, lambda plan, indent: self._render(entry, plan, indent),
                                                  in_place=True)
+        if entry.site.is_decorator:
+            entry.fix = self._as_decorator(entry)
         assign = self.model.parent(entry.site.node)
         if not any(edit.before for edit in entry.fix.edits):
             if isinstance(assign, cst.Assign):
@@ -245,6 +250,59 @@ class GlobalRewrite(GlobalRender):
                 entry.wrapper_name = fun if len(fun) <= 40 and "\n" not in fun else "pmap"
         entry.names = (taken - before) | earlier
         taken.update(earlier)  # names taken once stay taken (the helpers', made on the first rendering only)
+
+    def _as_decorator(self, entry: PlannedSite) -> FixSpec:
+        """A decorator pmap (`@functools.partial(jax.pmap, axis_name="batch", ...)`) as the
+        decorator `@functools.partial(_global_pmap, axis_name="batch", ...)` (`@_global_pmap` with
+        no option), pmap's name swapped, the options as `_global_pmap` takes them: the function
+        keeps its name, evaluated where it was (the fix ``entry.fix`` holds otherwise: its
+        imports, helpers and checks)."""
+        fix, plan, decorator = entry.fix, entry.plan, entry.site.node
+        assert fix is not None and plan is not None and isinstance(decorator, cst.Decorator)
+        parts = self._pmap_options(entry, plan)
+        assert parts is not None
+        options = {"axis_name": plan.axis_source or plan.axis, **parts[1]}
+        if entry.boundary is None:
+            options["local"] = "False"
+        if not entry.site.positional() and entry.site.option("axis_name") is None and len(options) == 1:
+            options = {}  # `@jax.pmap`: `_global_pmap` names its axis as pmap did
+        helper = cst.Name(self._global_pmap())
+        imports = fix.add_imports
+        expr = decorator.decorator
+        swapped = self._swapped(expr, helper, entry.boundary is None)
+        if swapped is not None:  # the decorator as written, pmap's name swapped: the least diff
+            return dataclasses.replace(fix, edits=(Edit(decorator, decorator.with_changes(decorator=swapped)),))
+        if isinstance(expr, cst.Call) and self.model.matches(expr.func, tables.PARTIAL):
+            partial = expr.func  # the module's own spelling (`partial`, `functools.partial`)
+        else:
+            partial = cst.Attribute(cst.Name("functools"), cst.Name("partial"))
+            imports = (*imports, ImportSpec("functools")) if options else imports
+        new = helper if not options else cst.Call(partial, [
+            cst.Arg(helper), *(keyword_arg(key, cst.parse_expression(text)) for key, text in options.items())])
+        return dataclasses.replace(fix, edits=(Edit(decorator, decorator.with_changes(decorator=new)),),
+                                   add_imports=imports)
+
+    # pmap's options that `_global_pmap` takes as pmap took them, literals as written
+    _AS_WRITTEN = frozenset({"axis_name", "static_broadcasted_argnums", "donate_argnums", "devices", "out_axes"})
+
+    def _swapped(self, expr: cst.BaseExpression, helper: cst.Name, global_outputs: bool) -> cst.BaseExpression | None:
+        """``expr``, the decorator `jax.pmap` or `partial(jax.pmap, <keywords>)`, with `jax.pmap`
+        replaced by ``helper`` (and `local=False` added for ``global_outputs``), where every
+        option is one `_global_pmap` takes as written (in_axes: as the analysis reads it); None
+        otherwise."""
+        if not isinstance(expr, cst.Call):
+            return None if global_outputs else helper  # `@jax.pmap` -> `@_global_pmap`
+        if not self.model.matches(expr.func, tables.PARTIAL) or not expr.args or expr.args[0].keyword is not None:
+            return None
+        if any(a.keyword is None or a.star or a.keyword.value not in self._AS_WRITTEN for a in expr.args[1:]):
+            return None
+        args = [expr.args[0].with_changes(value=helper), *expr.args[1:]]
+        if global_outputs:
+            last = args[-1]
+            comma = last.comma if isinstance(last.comma, cst.Comma) else cst.Comma(whitespace_after=cst.SimpleWhitespace(" "))
+            args[-1] = last.with_changes(comma=comma)
+            args.append(keyword_arg("local", cst.Name("False")))
+        return expr.with_changes(args=args)
 
     @staticmethod
     def boundary_admits(entry: PlannedSite) -> bool:
