@@ -282,8 +282,9 @@ class GlobalRewrite(GlobalRender):
         return dataclasses.replace(fix, edits=(Edit(decorator, decorator.with_changes(decorator=new)),),
                                    add_imports=imports)
 
-    # pmap's options that `_global_pmap` takes as pmap took them, literals as written
-    _AS_WRITTEN = frozenset({"axis_name", "static_broadcasted_argnums", "donate_argnums", "devices", "out_axes"})
+    # pmap's options that `_global_pmap` takes as pmap took them, as written (in_axes and out_axes
+    # go as the analysis reads them: a list of axes is a tuple to pmap)
+    _AS_WRITTEN = frozenset({"axis_name", "static_broadcasted_argnums", "donate_argnums", "devices"})
 
     def _swapped(self, expr: cst.BaseExpression, helper: cst.Name, global_outputs: bool) -> cst.BaseExpression | None:
         """``expr``, the decorator `jax.pmap` or `partial(jax.pmap, <keywords>)`, with `jax.pmap`
