@@ -373,3 +373,48 @@ def test_generated_statements_known_to_need_no_unindenting_are_not_walked():
     assert cst.Module(statements).code == text  # the same text at module level
     whitespace = rewriter.parse_generated("def g():\n    a = 1\n    \n    return a\n")
     assert not any(id(node) in rewriter.plain_generated for node in whitespace)
+
+
+DECORATED = b'''from functools import partial
+
+import jax
+import numpy as np
+
+
+@partial(jax.pmap, axis_name="batch", donate_argnums=(0,),
+         static_broadcasted_argnums=(2,))
+def update(x, y, power):
+    return jax.lax.psum(x ** power, "batch") + y
+
+
+@jax.pmap
+def double(x):
+    return x * 2
+
+
+@partial(jax.pmap, axis_name="i", in_axes=(0, None), out_axes=0)
+def scale(x, w):
+    return x * w
+
+
+def run(n):
+    x = np.ones((n, 2), np.float32) * jax.process_index()
+    loss = update(x, x, 2)
+    return float(loss[0]), double(x), scale(x, 2.0)
+
+
+if __name__ == "__main__":
+    print(run(jax.local_device_count()))
+'''
+
+
+def test_a_decorator_pmap_keeps_its_place_its_options_as_written_and_its_name():
+    text = _fix(DECORATED, "prog.py").fixed.decode()
+    # pmap's name swapped, the continuation line where it was; local=False: the outputs stay global
+    assert ('@partial(_global_pmap, axis_name="batch", donate_argnums=(0,),\n'
+            '         static_broadcasted_argnums=(2,), local=False)\ndef update(x, y, power):\n') in text, text
+    assert "@_global_pmap\ndef double(x):\n" in text  # outputs returned: this process's rows
+    # in_axes and out_axes go as the rewrite reads them (here: out_axes=0, the default, left out)
+    assert '@partial(_global_pmap, axis_name="i", in_axes=(0, None))\ndef scale(x, w):\n' in text
+    assert "def _update" not in text and "(jax.pmap" not in text and "import runtime_shim" not in text
+    assert "float(loss.addressable_shards[0].data.squeeze(0))" in text
