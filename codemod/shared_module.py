@@ -220,8 +220,12 @@ def _first_above(given: Path, directory: Path, imports) -> SharedLocation | None
     names, as lists of their parts) names, with something below it: by that name; one with an
     empty ``module`` where that place is taken."""
     above = [directory, *directory.parents]
+    root = project_root(os.fspath(given))
     for parts in imports:
         for depth, ancestor in enumerate(above):
+            if root is not None and not (ancestor != root and ancestor.is_relative_to(root)):
+                break  # the project's own directory is not imported by its name (`diffusers/`, a
+                # repository holding `src/diffusers/` and `utils/`: `diffusers.utils` is the package's)
             if ancestor.name == parts[0] and _is_identifier(parts[0]) and len(parts) > 1 \
                     and _exists_below(ancestor, parts[1]):
                 file = os.path.normpath(given.parent.joinpath(*[os.pardir] * depth, FILE_NAME))

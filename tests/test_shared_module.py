@@ -364,6 +364,28 @@ def test_the_tests_of_a_src_layout_package_import_its_module(tmp_path):
     assert "from pkg._pmap_compat import _replicate, _shard_mapped\n" in files["src/pkg/ops.py"]
 
 
+def test_a_repository_named_as_its_package_is_not_taken_for_the_package(tmp_path):
+    """`diffusers/` holding `src/diffusers/` and a `utils/` directory: an example's `from
+    diffusers.utils import ...` names the installed package, not the repository's directory; an
+    example that installs a release (its requirements file) keeps a module of its own."""
+    root = tmp_path / "diffusers"
+    (root / "src" / "diffusers" / "utils").mkdir(parents=True)
+    (root / "utils").mkdir()
+    (root / "utils" / "check_copies.py").write_text("")
+    (root / "setup.py").write_text("")
+    for rel in ("src/diffusers/__init__.py", "src/diffusers/utils/__init__.py"):
+        (root / rel).write_text("")
+    (root / "examples" / "flax").mkdir(parents=True)
+    (root / "examples" / "flax" / "requirements_flax.txt").write_text("diffusers\n")
+    (root / "examples" / "flax" / "train.py").write_text(
+        "import jax\nfrom diffusers.utils import check_min_version\n\nstep = jax.pmap(lambda x: x)\n\n"
+        "if __name__ == '__main__':\n    print(step(jax.numpy.ones((1, 2))))\n")
+    assert run_cli(root, "fix", "--no-cache", ".").exit_code == 0
+    assert not (root / "_pmap_compat.py").exists()
+    assert "from _pmap_compat import _shard_mapped\n" in (root / "examples" / "flax" / "train.py").read_text()
+    assert (root / "examples" / "flax" / "_pmap_compat.py").is_file()
+
+
 def test_the_example_importing_the_package_module_prints_what_it_printed_on_legacy_pmap(tmp_path):
     """Run from the repository (its root on PYTHONPATH): legacy jax 0.7.2 unchanged vs fixed on
     the newest jax."""
