@@ -220,14 +220,10 @@ def _first_above(given: Path, directory: Path, imports) -> SharedLocation | None
     names, as lists of their parts) names, with something below it: by that name; one with an
     empty ``module`` where that place is taken."""
     above = [directory, *directory.parents]
-    root = project_root(os.fspath(given))
     for parts in imports:
         for depth, ancestor in enumerate(above):
-            if root is not None and not (ancestor != root and ancestor.is_relative_to(root)):
-                break  # the project's own directory is not imported by its name (`diffusers/`, a
-                # repository holding `src/diffusers/` and `utils/`: `diffusers.utils` is the package's)
             if ancestor.name == parts[0] and _is_identifier(parts[0]) and len(parts) > 1 \
-                    and _exists_below(ancestor, parts[1]):
+                    and _exists_below(ancestor, parts[1]) and not _holds_package(ancestor, parts[0]):
                 file = os.path.normpath(given.parent.joinpath(*[os.pardir] * depth, FILE_NAME))
                 if not usable(ancestor / FILE_NAME):
                     return SharedLocation(file, "")
@@ -295,6 +291,14 @@ def _above_by_siblings(given: Path, directory: Path) -> SharedLocation | None:
     except OSError:
         return None
     return _first_above(given, directory, (parts for sibling in siblings for parts in _imports_in_text(sibling)))
+
+
+def _holds_package(directory: Path, name: str) -> bool:
+    """Whether ``directory`` holds a package ``name`` (``name/__init__.py``, or in a ``src/``
+    layout): where it is on the path, ``import name`` is that package, not ``directory`` (a
+    repository `diffusers/` holding `src/diffusers/` and `utils/`: `diffusers.utils` is the
+    package's)."""
+    return any((directory / below / name / "__init__.py").is_file() for below in ("", "src"))
 
 
 def _imports_in_text(file: Path):

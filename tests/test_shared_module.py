@@ -386,6 +386,23 @@ def test_a_repository_named_as_its_package_is_not_taken_for_the_package(tmp_path
     assert (root / "examples" / "flax" / "_pmap_compat.py").is_file()
 
 
+def test_a_project_whose_directory_its_modules_import_by_name_keeps_one_module(tmp_path):
+    """deepmind-research's subprojects: `physics_inspired_models/` with its own `setup.py` and no
+    `__init__.py`, its modules importing `physics_inspired_models.utils` (run from the directory
+    above): the project's directory is the one they import, and its module serves them all."""
+    root = tmp_path / "alpha"
+    root.mkdir()
+    (root / "setup.py").write_text("")
+    (root / "utils.py").write_text(
+        "import jax\nfrom alpha import train\n\nmean = jax.pmap(lambda x: x)\n")
+    (root / "train.py").write_text(
+        "import jax\nfrom alpha import utils\n\nstep = jax.pmap(lambda x: x * 2)\n")
+    assert run_cli(root, "fix", "--no-cache", ".").exit_code == 0
+    for rel in ("utils.py", "train.py"):
+        assert "from alpha._pmap_compat import _shard_mapped\n" in (root / rel).read_text(), rel
+    assert (root / "_pmap_compat.py").is_file()
+
+
 def test_the_example_importing_the_package_module_prints_what_it_printed_on_legacy_pmap(tmp_path):
     """Run from the repository (its root on PYTHONPATH): legacy jax 0.7.2 unchanged vs fixed on
     the newest jax."""
