@@ -102,13 +102,13 @@ def test_a_computed_axis_name_in_a_multi_process_program_is_read_where_pmap_read
 
 
 def test_a_computed_axis_name_of_a_decorator_in_a_multi_process_program_is_passed_as_written():
-    """The decorator's pmap becomes `name = _global_pmap(_name, <expression>)` after the def, where
-    the decorator read it; no name bound to the axis before it."""
+    """The decorator's pmap becomes `@functools.partial(_global_pmap, axis_name=<expression>)`,
+    read where the decorator read it; no name bound to the axis before it."""
     code = ("import functools\nimport jax\nfrom jax import lax\n\nAXES = {'b': 'data'}\n\n\n"
             "@functools.partial(jax.pmap, axis_name=AXES['b'])\ndef total(x):\n    return lax.psum(x, AXES['b'])\n\n\n"
             "print(jax.process_index(), total(xs))\n")
     fixed = _fixed(code)
-    assert "total = _global_pmap(_total, AXES['b'])\n" in fixed, fixed
+    assert "@functools.partial(_global_pmap, axis_name=AXES['b'])\ndef total(x):\n" in fixed, fixed
     assert "_axis = " not in fixed and "runtime_shim" not in _summary(code)
 
 

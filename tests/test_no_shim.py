@@ -30,7 +30,7 @@ MULTI_PROCESS = '''import jax
 import numpy as np
 
 jax.distributed.initialize()
-step = jax.pmap(lambda x, w: x * w, axis_name="i", devices=jax.local_devices())
+step = jax.pmap(lambda x, w: x * w, axis_name="i", backend="cpu")
 w = jax.device_put_replicated(np.float32(2.0), jax.local_devices())
 print(step(np.ones((jax.local_device_count(), 3)), w))
 '''
