@@ -223,7 +223,7 @@ def _first_above(given: Path, directory: Path, imports) -> SharedLocation | None
     for parts in imports:
         for depth, ancestor in enumerate(above):
             if ancestor.name == parts[0] and _is_identifier(parts[0]) and len(parts) > 1 \
-                    and _exists_below(ancestor, parts[1]) and not _holds_package(ancestor, parts[0]):
+                    and _exists_below(ancestor, parts[1]) and _package_in(ancestor, parts[0]) is None:
                 file = os.path.normpath(given.parent.joinpath(*[os.pardir] * depth, FILE_NAME))
                 if not usable(ancestor / FILE_NAME):
                     return SharedLocation(file, "")
@@ -250,17 +250,16 @@ def _package_user(given: Path, directory: Path, module: cst.Module) -> SharedLoc
         return None
     above = [d for d in [directory, *directory.parents] if d.is_relative_to(root)]
     test = _is_test_name(given.name) and not (directory / "__init__.py").is_file()
+    path = directory / given.name
     for parts in _absolute_imports(module):
         name = parts[0]
         if not _is_identifier(name) or name == MODULE_NAME:
             continue
         for depth, ancestor in enumerate(above):
-            # the package beside, or in a `src/` layout (``src/pkg/__init__.py``)
-            package = next((p for p in (Path(name), Path("src", name)) if (ancestor / p / "__init__.py").is_file()),
-                           None)
+            package = _package_in(ancestor, name)
             if package is None or (ancestor / "__init__.py").is_file():
                 continue
-            below = given.resolve().relative_to(ancestor).parts[0]
+            below = path.relative_to(ancestor).parts[0]
             if below == package.parts[0] or not (test and depth > 0 or below in _RUN_BESIDE):
                 continue
             if any(_installs_requirements(d) for d in above[:depth]) or not usable(ancestor / package / FILE_NAME):
@@ -293,12 +292,12 @@ def _above_by_siblings(given: Path, directory: Path) -> SharedLocation | None:
     return _first_above(given, directory, (parts for sibling in siblings for parts in _imports_in_text(sibling)))
 
 
-def _holds_package(directory: Path, name: str) -> bool:
-    """Whether ``directory`` holds a package ``name`` (``name/__init__.py``, or in a ``src/``
-    layout): where it is on the path, ``import name`` is that package, not ``directory`` (a
-    repository `diffusers/` holding `src/diffusers/` and `utils/`: `diffusers.utils` is the
-    package's)."""
-    return any((directory / below / name / "__init__.py").is_file() for below in ("", "src"))
+def _package_in(directory: Path, name: str) -> Path | None:
+    """The package ``name`` that ``directory`` holds, relative to it: ``name`` (with its
+    ``__init__.py``) or, in a ``src/`` layout, ``src/name``; None: neither. Where ``directory`` is
+    on the path, ``import name`` is that package, not ``directory`` itself (a repository
+    `diffusers/` holding `src/diffusers/` and `utils/`: `diffusers.utils` is the package's)."""
+    return next((p for p in (Path(name), Path("src", name)) if (directory / p / "__init__.py").is_file()), None)
 
 
 def _imports_in_text(file: Path):

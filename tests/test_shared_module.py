@@ -307,9 +307,10 @@ if __name__ == "__main__":
 '''
 
 
-def _legacy_and_fixed_outputs(legacy: Path, fixed: Path, *command, **run) -> list[str]:
-    """What ``command`` (a program or `-m module`, run in each root) printed on jax 0.7.2's legacy
-    pmap in ``legacy`` and on the newest jax in ``fixed``; skips where an environment is missing."""
+def _legacy_and_fixed_outputs(legacy: Path, fixed: Path, *command, on_path: bool = False) -> list[str]:
+    """What ``command`` (a program or `-m module`, run in each root; with ``on_path``, the root on
+    PYTHONPATH) printed on jax 0.7.2's legacy pmap in ``legacy`` and on the newest jax in
+    ``fixed``; skips where an environment is missing."""
     from tests.support import jaxenv
 
     outputs = []
@@ -320,7 +321,7 @@ def _legacy_and_fixed_outputs(legacy: Path, fixed: Path, *command, **run) -> lis
             pytest.skip(str(why))
         args = [root / c if isinstance(c, Path) else c for c in command]
         proc = jaxenv.run_program(python, *args, cwd=root, repo_on_path=False,
-                                  **({"extra_env": {"PYTHONPATH": str(root)}} if run.get("on_path") else {}))
+                                  **({"extra_env": {"PYTHONPATH": str(root)}} if on_path else {}))
         assert proc.returncode == 0, proc.stderr[-3000:]
         outputs.append(proc.stdout)
     return outputs

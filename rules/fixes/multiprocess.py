@@ -259,6 +259,11 @@ class GlobalRewrite(GlobalRender):
         imports, helpers and checks)."""
         fix, plan, decorator = entry.fix, entry.plan, entry.site.node
         assert fix is not None and plan is not None and isinstance(decorator, cst.Decorator)
+        helper = cst.Name(self._global_pmap())
+        expr = decorator.decorator
+        swapped = self._swapped(expr, helper, entry.boundary is None)
+        if swapped is not None:  # the decorator as written, pmap's name swapped: the least diff
+            return dataclasses.replace(fix, edits=(Edit(decorator, decorator.with_changes(decorator=swapped)),))
         parts = self._pmap_options(entry, plan)
         assert parts is not None
         options = {"axis_name": plan.axis_source or plan.axis, **parts[1]}
@@ -266,12 +271,7 @@ class GlobalRewrite(GlobalRender):
             options["local"] = "False"
         if not entry.site.positional() and entry.site.option("axis_name") is None and len(options) == 1:
             options = {}  # `@jax.pmap`: `_global_pmap` names its axis as pmap did
-        helper = cst.Name(self._global_pmap())
         imports = fix.add_imports
-        expr = decorator.decorator
-        swapped = self._swapped(expr, helper, entry.boundary is None)
-        if swapped is not None:  # the decorator as written, pmap's name swapped: the least diff
-            return dataclasses.replace(fix, edits=(Edit(decorator, decorator.with_changes(decorator=swapped)),))
         if isinstance(expr, cst.Call) and self.model.matches(expr.func, tables.PARTIAL):
             partial = expr.func  # the module's own spelling (`partial`, `functools.partial`)
         else:

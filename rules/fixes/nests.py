@@ -119,7 +119,10 @@ class Nests:
         across a nest's devices; neither the vmap an inner pmap becomes nor shard_map takes it."""
         holder = next((a for a in self.model.ancestors(member.node) if isinstance(a, cst.FunctionDef)),
                       self.model.module)
-        return bool(m.findall(holder, m.Arg(keyword=m.Name("axis_index_groups"))))
+        found = self.__dict__.setdefault("_groups_replicas_in", {})  # (each nest's members ask again)
+        if id(holder) not in found:
+            found[id(holder)] = bool(m.findall(holder, m.Arg(keyword=m.Name("axis_index_groups"))))
+        return found[id(holder)]
 
     # ------------------------------------------------------------ nesting
     def _nest_fix_once(self, chain: list[TransformSite]) -> FixSpec:

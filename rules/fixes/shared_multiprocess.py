@@ -23,19 +23,19 @@ def to_global_helper(indent: str, features: frozenset[str] = ALL_FEATURES) -> st
     host data is left for jit to place."""
     i1, i2, i3 = indent, indent * 2, indent * 3
     if "devices" in features:
-        head = [f"def {TO_GLOBAL}(tree, axis_name, rows, spec=None, devices=None):",
-                f'{i1}"""This process\'s rows -> global arrays over every process\'s devices."""',
-                f"{i1}if devices is None:  # legacy pmap's: the first rows of each process",
-                f"{i2}devices = [d for p in range(jax.process_count())",
-                f"{i2}           for d in jax.local_devices(process_index=p)[:rows]]"]
+        signature = "tree, axis_name, rows, spec=None, devices=None"
+        devices = [f"{i1}if devices is None:  # legacy pmap's: the first rows of each process",
+                   f"{i2}devices = [d for p in range(jax.process_count())",
+                   f"{i2}           for d in jax.local_devices(process_index=p)[:rows]]"]
     else:
-        head = [f"def {TO_GLOBAL}(tree, axis_name, rows, spec=None):",
-                f'{i1}"""This process\'s rows -> global arrays over every process\'s devices."""',
-                f"{i1}devices = [  # legacy pmap's devices: the first rows of each process",
-                f"{i2}d for p in range(jax.process_count())",
-                f"{i2}for d in jax.local_devices(process_index=p)[:rows]]"]
+        signature = "tree, axis_name, rows, spec=None"
+        devices = [f"{i1}devices = [  # legacy pmap's devices: the first rows of each process",
+                   f"{i2}d for p in range(jax.process_count())",
+                   f"{i2}for d in jax.local_devices(process_index=p)[:rows]]"]
     return "\n".join([
-        *head,
+        f"def {TO_GLOBAL}({signature}):",
+        f'{i1}"""This process\'s rows -> global arrays over every process\'s devices."""',
+        *devices,
         f"{i1}spec = P(axis_name) if spec is None else spec",
         f"{i1}sharding = NamedSharding(Mesh(np.array(devices), (axis_name,)), spec)",
         f"{i1}local = NamedSharding(sharding.mesh.local_mesh, spec)  # this process's",
