@@ -243,7 +243,8 @@ def _package_user(given: Path, directory: Path, module: cst.Module) -> SharedLoc
     ``kfac_jax/__init__.py`` or ``src/kfac_jax/__init__.py`` in a directory above, within the
     project): it runs against that package, from the repository, so it imports the package's
     shared module by that name, one copy of the helpers for the package and the code that uses
-    it. Not where a requirements file in between says the directory installs a released package.
+    it. Not where a requirements file in between names the package (or its distribution): that
+    directory installs a released package.
     None: no such package, or its place is taken."""
     root = project_root(os.fspath(given))
     if root is None:
@@ -262,19 +263,60 @@ def _package_user(given: Path, directory: Path, module: cst.Module) -> SharedLoc
             below = path.relative_to(ancestor).parts[0]
             if below == package.parts[0] or not (test and depth > 0 or below in _RUN_BESIDE):
                 continue
-            if any(_installs_requirements(d) for d in above[:depth]) or not usable(ancestor / package / FILE_NAME):
+            names = _distribution_names(ancestor, name)
+            if any(_installs_release(d, names) for d in above[:depth]) or not usable(ancestor / package / FILE_NAME):
                 return None
             file = given.parent.joinpath(*[os.pardir] * depth, package, FILE_NAME)
             return SharedLocation(os.path.normpath(file), f"{name}.{MODULE_NAME}")
     return None
 
 
-def _installs_requirements(directory: Path) -> bool:
-    """Whether ``directory`` has a requirements file (its code installs what it runs against)."""
+def _installs_release(directory: Path, names: frozenset[str]) -> bool:
+    """Whether a requirements file of ``directory`` names one of ``names`` (normalized package or
+    distribution names): its code installs a release of the package, not the repository's."""
     try:
-        return any(directory.glob("requirements*.txt"))
+        files = sorted(directory.glob("requirements*.txt"))
     except OSError:
         return False
+    for file in files:
+        try:
+            lines = file.read_text(encoding="utf-8", errors="replace").splitlines()
+        except OSError:
+            continue
+        for line in lines:
+            line = line.split(" #", 1)[0].strip()
+            if line.startswith(("git+", "hg+", "svn+", "bzr+")) or "://" in line:
+                egg = re.search(r"#egg=([\w.-]+)", line)
+                name = egg[1] if egg else line.split("#", 1)[0].rstrip("/").rsplit("/", 1)[-1].removesuffix(".git")
+            else:
+                match = _REQUIREMENT_NAME.match(line)
+                name = match[1] if match else ""
+            if name and _normalized(name) in names:
+                return True
+    return False
+
+
+_REQUIREMENT_NAME = re.compile(r"([A-Za-z0-9][A-Za-z0-9._-]*)")
+
+
+def _normalized(name: str) -> str:
+    return re.sub(r"[-_.]+", "-", name).lower()
+
+
+def _distribution_names(root: Path, package: str) -> frozenset[str]:
+    """``package`` and the distribution name ``root``'s packaging files give (``dm-haiku`` for
+    ``haiku``), normalized."""
+    names = {_normalized(package)}
+    for file, pattern in (("pyproject.toml", r"(?m)^name\s*=\s*['\"]([^'\"]+)"),
+                          ("setup.cfg", r"(?m)^name\s*=\s*([\w.-]+)"),
+                          ("setup.py", r"\bname\s*=\s*['\"]([\w.-]+)['\"]")):
+        try:
+            match = re.search(pattern, (root / file).read_text(encoding="utf-8", errors="replace"))
+        except OSError:
+            continue
+        if match:
+            names.add(_normalized(match[1]))
+    return frozenset(names)
 
 
 _IMPORT_LINE = re.compile(r"^[ \t]*(?:from[ \t]+([\w.]+)[ \t]+import[ \t]+(\w+)|import[ \t]+([\w.]+))", re.MULTILINE)

@@ -327,27 +327,39 @@ def _legacy_and_fixed_outputs(legacy: Path, fixed: Path, *command, on_path: bool
     return outputs
 
 
+EXAMPLES = ("examples/train.py", "benchmarks/bench.py", "examples/released/train.py",
+            "examples/by_distribution/train.py", "examples/by_url/train.py", "examples/extras/train.py")
+
+
 def make_example_project(root: Path) -> Path:
     make_project(root)
-    for rel in ("examples/train.py", "benchmarks/bench.py", "examples/released/train.py"):
+    (root / "setup.py").write_text('from setuptools import setup\n\nsetup(name="dm-pkg")\n')
+    for rel in EXAMPLES:
         (root / rel).parent.mkdir(parents=True, exist_ok=True)
         (root / rel).write_text(EXAMPLE)
-    (root / "examples" / "released" / "requirements.txt").write_text("pkg==1.0\n")
+    for directory, text in {"released": "numpy\npkg==1.0\n", "by_distribution": "dm_pkg>=1  # the release\n",
+                            "by_url": "git+https://example.com/org/pkg.git\n",
+                            "extras": "# not pkg\nnumpy\nflax==0.6.0\n-r ../base.txt\n"}.items():
+        (root / "examples" / directory / "requirements.txt").write_text(text)
     return root
 
 
 def test_examples_and_benchmarks_of_a_package_import_its_module_unless_they_install_a_release(tmp_path):
     """`examples/` and `benchmarks/` run from the repository against its package (as tests do):
-    they import the package's shared module, one copy; a directory with a requirements file
-    installs a released package, which has no such module: it keeps a module of its own."""
+    they import the package's shared module, one copy; a directory whose requirements file names
+    the package (by its name, its distribution's name or a URL) installs a released package, which
+    has no such module: it keeps a module of its own. A requirements file of other packages only
+    does not change where the package comes from."""
     root = make_example_project(tmp_path / "p")
     assert run_cli(root, "fix", "--no-cache", ".").exit_code == 0
     files = tree(root)
-    assert sorted(set(files) - set(FILES) - {"examples/train.py", "benchmarks/bench.py", "examples/released/train.py"}) \
-        == ["checks/_pmap_compat.py", "examples/released/_pmap_compat.py", "pkg/_pmap_compat.py"]
-    for rel in ("examples/train.py", "benchmarks/bench.py"):
+    released = ("by_distribution", "by_url", "released")
+    assert sorted(set(files) - set(FILES) - {*EXAMPLES, "setup.py"}) == [
+        "checks/_pmap_compat.py", *(f"examples/{d}/_pmap_compat.py" for d in released), "pkg/_pmap_compat.py"]
+    for rel in ("examples/train.py", "benchmarks/bench.py", "examples/extras/train.py"):
         assert "from pkg._pmap_compat import _shard_mapped\n" in files[rel], files[rel]
-    assert "from _pmap_compat import _shard_mapped\n" in files["examples/released/train.py"]
+    for directory in released:
+        assert "from _pmap_compat import _shard_mapped\n" in files[f"examples/{directory}/train.py"]
 
 
 def test_the_tests_of_a_src_layout_package_import_its_module(tmp_path):
