@@ -691,6 +691,29 @@ def test_a_multi_process_shared_module_of_the_previous_version_keeps_its_options
     assert len(module_text(held).splitlines()) < len(static_only.splitlines())
 
 
+@pytest.mark.parametrize("name, options", [
+    ("previous_multiprocess_pmap_compat.py", {"processes"}),
+    ("previous_multiprocess_devices_pmap_compat.py", {"static", "processes", "devices"}),
+])
+def test_a_multi_process_module_whose_to_global_placed_arrays_by_hand_is_written_anew(tmp_path, name, options):
+    """`_to_global` as the previous version wrote it (its own branch for rows already on this
+    process's devices, a mesh of `np.array(devices)`): still this tool's, with its options, and
+    written anew with today's shorter text when a fix needs the module."""
+    previous = (OLDER_MULTIPROCESS_DIR / name).read_text()
+    held = {"_global_pmap", "_shard_mapped", "_to_global", *feature_names(options)}
+    assert helpers_in(previous) == held and previous != module_text(held)
+    root = tmp_path / "previous"
+    (root / "pkg").mkdir(parents=True)
+    (root / "pyproject.toml").write_text("[tool.pmap-migrate]\n")
+    (root / "pkg" / "__init__.py").write_text("")
+    (root / "pkg" / "_pmap_compat.py").write_text(previous)
+    (root / "pkg" / "b.py").write_text(OPS)
+    assert run_cli(root, "fix", "--no-cache", ".").exit_code == 0
+    written = (root / "pkg" / "_pmap_compat.py").read_text()
+    assert written == module_text(held | {"_replicate"}), written
+    assert "host_local_array_to_global_array(  # no copy" in written and "import numpy as np" in written  # (_replicate's)
+
+
 def test_a_shared_module_edited_by_hand_is_not_taken_for_an_earlier_versions(tmp_path):
     edited = OLDER.replace("    return mapped\n", "    return mapped  # ours now\n")
     assert helpers_in(edited) is None

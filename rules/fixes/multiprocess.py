@@ -21,7 +21,9 @@ arguments stay on their lines, fixes/in_lines.py): `_shard_mapped(..., processes
 compact form over the first n / process_count devices of every process (legacy pmap's devices,
 process by process), jitted (static positions, donate_argnums) and called through `_global_call`
 (rules/fixes/shared.py), which makes this process's rows of each mapped argument global arrays
-(`_to_global`: outputs fed back pass through, host data is assembled from every process's part);
+(`_to_global`: outputs fed back pass through, the rest goes through
+`multihost_utils.host_local_array_to_global_array`, typed keys through
+`jax.make_array_from_process_local_data`);
 with ``local`` (its default: the boundary form below) it returns this process's rows of the result
 and refuses traced inputs. The helpers are written once per package (`_pmap_compat.py`), or once in
 the module.

@@ -124,7 +124,7 @@ SHARED_HELPERS: dict[str, SharedHelper] = {
         SharedHelper(REPLICATE, replicate_helper(REPLICATE, INDENT), _SHARDING_IMPORTS),
         SharedHelper(PUT_SHARDED, put_sharded_helper(PUT_SHARDED, INDENT), _SHARDING_IMPORTS),
         SharedHelper(TO_GLOBAL, to_global_helper(INDENT),
-                     (ImportSpec("jax"), ImportSpec("numpy", None, "np"), ImportSpec("jax.sharding", "Mesh"),
+                     (ImportSpec("jax"), ImportSpec("jax.sharding", "Mesh"),
                       ImportSpec("jax.sharding", "NamedSharding"), ImportSpec("jax.sharding", "PartitionSpec", "P"),
                       _MULTIHOST)),
         SharedHelper(HOST_LOCAL, host_local_helper(INDENT),
@@ -212,7 +212,8 @@ _OLDER_TEXTS = {
     "_replicate": frozenset({"8ffd517d6a147f6f"}),
     "_shard_mapped": frozenset({"112b0323086a94cb", "13b90b7578367271", "1b4f7bcb87bdc4e0", "505684a747ce7471",
                                 "a39fc6c3089b86d0", "dc5175209a1084e3", "e78ca28ccc0ffbe1", "fa1a4b081e62a371"}),
-    "_to_global": frozenset({"3853e1795fa44596", "c2df8f1f5c1c31a1", "7a0bb0760cc2ece9"}),
+    "_to_global": frozenset({"3853e1795fa44596", "c2df8f1f5c1c31a1", "7a0bb0760cc2ece9", "4c58c3b565fd3488",
+                             "0fb52b2bbedf92bd"}),
 }
 # `_shard_mapped` with "processes" as earlier versions wrote it (each process's devices grouped by
 # hand, before `jax.local_devices(process_index=p)`; with "devices", the process rows chosen over

@@ -18,9 +18,12 @@ def to_global_helper(indent: str, features: frozenset[str] = ALL_FEATURES) -> st
     """This process's rows (host-local stacks, as legacy pmap took them) as global arrays over the
     first ``rows`` devices of each process (the devices of `_shard_mapped(..., processes=True)`, in
     the same order), or with the feature "devices" over ``devices`` where given (pmap's option):
-    arrays already global pass (outputs fed back), rows already on this process's devices are
-    viewed without a copy, host data is assembled from every process's part; on one process,
-    host data is left for jit to place."""
+    arrays already global pass (outputs fed back, the same object: a donated one is deleted, as
+    legacy deleted it), the rest goes through `multihost_utils.host_local_array_to_global_array`
+    (rows already on this process's devices viewed without a copy, host data and arrays elsewhere
+    put on them), typed PRNG keys through `jax.make_array_from_process_local_data` (jax 0.7.2's
+    `host_local_array_to_global_array` takes no keys); on one process, host data is left for jit
+    to place."""
     i1, i2, i3 = indent, indent * 2, indent * 3
     if "devices" in features:
         signature = "tree, axis_name, rows, spec=None, devices=None"
@@ -37,21 +40,18 @@ def to_global_helper(indent: str, features: frozenset[str] = ALL_FEATURES) -> st
         f'{i1}"""This process\'s rows -> global arrays over every process\'s devices."""',
         *devices,
         f"{i1}spec = P(axis_name) if spec is None else spec",
-        f"{i1}sharding = NamedSharding(Mesh(np.array(devices), (axis_name,)), spec)",
-        f"{i1}local = NamedSharding(sharding.mesh.local_mesh, spec)  # this process's",
+        f"{i1}sharding = NamedSharding(Mesh(devices, (axis_name,)), spec)",
         "",
         f"{i1}def place(x):",
         f"{i2}if not isinstance(x, jax.Array):  # host data",
         f"{i3}if jax.process_count() == 1:",
         f"{i3}{i1}return x  # one process: jit puts it where it goes",
-        f"{i3}return jax.make_array_from_process_local_data(sharding, x)",
-        f"{i2}if x.sharding == sharding or not x.is_fully_addressable:",
+        f"{i2}elif x.sharding == sharding or not x.is_fully_addressable:",
         f"{i3}return x  # already global: an output fed back",
-        f"{i2}if x.sharding.is_equivalent_to(local, x.ndim) and not (",
-        f"{i3}{i1}jax.dtypes.issubdtype(x.dtype, jax.dtypes.prng_key)):",
-        f"{i3}return multihost_utils.host_local_array_to_global_array(  # no copy",
-        f"{i3}{i1}x, sharding.mesh, spec)",
-        f"{i2}return jax.make_array_from_process_local_data(sharding, x)",
+        f"{i2}if jax.dtypes.issubdtype(x.dtype, jax.dtypes.prng_key):",
+        f"{i3}return jax.make_array_from_process_local_data(sharding, x)",
+        f"{i2}return multihost_utils.host_local_array_to_global_array(  # no copy",
+        f"{i3}x, sharding.mesh, spec)  # of rows on this process's devices",
         "",
         f"{i1}return jax.tree.map(place, tree)",
     ]) + "\n"
