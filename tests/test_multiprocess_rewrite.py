@@ -244,6 +244,26 @@ def test_a_pmap_built_and_applied_in_one_expression_stays_in_its_place_in_either
     assert "_mapped = " not in text, text
 
 
+def test_a_row_read_of_a_call_goes_with_the_rewrite_and_a_tuple_element_stays_no_finding(fixed):
+    """`double(rows)[0]` (a module-level pmap's call indexed where it is made) reads this
+    process's row from its device, as a read of a name does (its pmap keeps global outputs);
+    `pair(rows)[0]` picks an element of a tuple output, before the fix and after it: not a
+    finding of the fixed file, whose PM201 findings are the ones the original had without a fix
+    (`pair(rows)[1][2]` among them)."""
+    text = fixed["host_readback"][0].read_text()
+    assert "double(rows).addressable_shards[0].data.squeeze(0).tolist()" in text, text
+    assert 'double = _global_pmap(lambda v: v * 2 + lax.axis_index("d"), "d", local=False)' in text, text
+    assert "np.asarray(pair(rows)[0])" in text and "pair(rows)[1][2]" in text, text
+    again = fix_bytes(text.encode(), "host_readback.py", all_rules(), unsafe=True)  # (a fixpoint: the text's lines)
+    assert again.fixed is None
+    left = {(d.line, d.column) for d in again.remaining if d.code == "PM201"}
+    lines = text.splitlines()
+    row = next(k for k, line in enumerate(lines, 1) if "pair(rows)[1][2]" in line)
+    assert (row, lines[row - 1].index("pair(rows)[1]") + 1) in left, left
+    assert (row, lines[row - 1].index("pair(rows)[0]") + 1) not in left, left
+    assert len(left) == 4, left  # the three row reads the original has without a fix, and that one
+
+
 def test_a_main_handed_to_absl_app_run_is_not_traced_code():
     """`app.run(main)` hands `main` over as a value; it runs it, it does not trace it."""
     source = b'''import jax

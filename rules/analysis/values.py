@@ -154,6 +154,32 @@ class ValueFlow:
             top = top.args[0].value
         return self._is_helper(top, "_global_pmap", tables.SHARED_GLOBAL_PMAP, tables.GLOBAL_PMAP_DOC)
 
+    def _global_mapped(self, func: cst.BaseExpression) -> list:
+        """The functions that ``func``, called, maps as the multi-process rewrite of a pmap: a name
+        bound only to `_global_pmap(f, ...)` (f's definitions) or only to defs decorated by it (those
+        defs), or `_global_pmap(f, ...)` applied where it is made; [] otherwise."""
+        if not self.index.names.get("_global_pmap"):
+            return []
+        if isinstance(func, cst.Call):
+            made = [func]
+        elif isinstance(func, cst.Name):
+            nodes = [getattr(a, "node", None) for a in self.assignments_of(func)]
+            if nodes and all(isinstance(n, cst.FunctionDef) for n in nodes):
+                return nodes if all(self._global_decorated(n) for n in nodes) else []
+            made = [self.assigned_value(n) for n in nodes]
+        else:
+            return []
+        functions = []
+        for value in made:
+            if not (isinstance(value, cst.Call) and self._is_global_call(value)) or not self._is_helper(
+                    value.func, "_global_pmap", tables.SHARED_GLOBAL_PMAP, tables.GLOBAL_PMAP_DOC):
+                return []
+            found = self.resolve_functions(value.args[0].value)
+            if not found:
+                return []
+            functions.extend(found)
+        return functions
+
     def _is_global_call(self, call: cst.Call) -> bool:
         """``call`` is `_global_pmap(f, axis, ...)` (no out_axes) or `_global_call(<a faithful
         rewrite's jit>, axis, ...)`, the multi-process rewrite's call (the package's shared helper,
@@ -458,6 +484,9 @@ class ValueFlow:
                 self._sequence_sites[key] = bool(functions) and all(
                     returns_sequence(f, position, SEQUENCE_DISPLAYS) for f in functions)
             return self._sequence_sites[key]
+        mapped = self._global_mapped(call.func)
+        if mapped:  # the multi-process rewrite of a pmap: what its function returns
+            return all(returns_sequence(f, position, SEQUENCE_DISPLAYS) for f in mapped)
         names = self.qualified_names(call.func)
         if position is not None or (names.isdisjoint(tables.DEVICE_PUT_REPLICATED)
                                     and names.isdisjoint(tables.FLAX_REPLICATE)):

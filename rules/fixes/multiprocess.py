@@ -426,8 +426,7 @@ class GlobalRewrite(GlobalRender):
             assert entry.fix is not None
             site_edits = list(entry.fix.edits)  # (a boundary's wrapper returns host-local rows: `local=True`)
             try:
-                if entry.boundary is None:
-                    reads.for_calls(entry)
+                site_edits += reads.for_calls(entry)
                 for assignment in outputs.assignments():
                     if outputs.owner(assignment) is entry:
                         site_edits += reads.for_assignment(assignment)

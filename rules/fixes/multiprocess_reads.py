@@ -93,14 +93,38 @@ class Reads:
         self.row_reads: set[int] = set()
 
     # ------------------------------------------------------------------ calls
-    def for_calls(self, entry: PlannedSite) -> None:
+    def for_calls(self, entry: PlannedSite) -> list[Edit]:
         """A call whose output is neither bound to names nor passed straight to a rewritten pmap
-        (nor dropped) is read whole: its pmap takes the boundary form (raises SiteFailure)."""
+        (nor dropped) is read whole: its pmap takes the boundary form (raises SiteFailure); but a
+        row read of the call itself (`step(x)[0]`) reads this process's row from the device that
+        holds it, as a read of a name does, in either form (the boundary's host-local rows too)."""
+        edits = []
         for call in entry.calls:
             if self.plan.bound_targets(entry, call) is not None or isinstance(self.model.parent(call), cst.Expr):
                 continue
-            if not self._passed_through(call, entry.layout):
+            row = self._call_row_read(call, entry.layout)
+            if row is not None:
+                edits.append(row)
+            elif entry.boundary is None and not self._passed_through(call, entry.layout):
                 raise SiteFailure(entry, WHOLE)
+        return edits
+
+    def _call_row_read(self, call: cst.Call, layout: Layout) -> Edit | None:
+        """`step(x)[k]`, a literal k, on a stack with one row per device, out of traced code: this
+        process's row k, from the device that holds it. Not where the pmap is built in the call
+        (`jax.pmap(f)(x)[0]`: its own rewrite edits inside)."""
+        parent = self.model.parent(call)
+        if layout != 0 or not isinstance(parent, cst.Subscript) or parent.value is not call \
+                or not isinstance(call.func, (cst.Name, cst.Attribute)):
+            return None
+        index = single_index(parent)
+        placement = self.plan.placement
+        if index is None or not literal_index(index) or self.model.selects_output(parent) \
+                or not placement.one_row_per_device(call) or not placement.array_valued(call) \
+                or self.plan.tracing.may_be_traced(call):
+            return None
+        self.row_reads.add(id(parent))
+        return Edit(parent, row_of(call, index).with_changes(lpar=parent.lpar, rpar=parent.rpar))
 
     def _passed_through(self, value: cst.BaseExpression, layout: Layout) -> bool:
         """``value`` is an argument of a call of a rewritten pmap that maps it on axis 0, and every
