@@ -24,6 +24,12 @@ def _local(devices: tuple) -> list:
     return [d for d in devices if d.process_index == jax.process_index()]
 
 
+class EmptyAxisError(ValueError, ZeroDivisionError):
+    """A mapped axis of size 0. Legacy pmap raised ZeroDivisionError for it where the body has a
+    collective (lowering divided by the axis size) and aborted the process in XLA otherwise: code
+    that expects the ZeroDivisionError catches this one too."""
+
+
 def global_size(spec: PmapSpec, local_size: int) -> int:
     """The mapped size over all processes, given this process's (legacy rules)."""
     if spec.axis_size is not None:
@@ -57,8 +63,8 @@ def new_plan(spec: PmapSpec, local_size: int) -> Plan:
     """The plan of an outermost call whose mapped axis has ``local_size`` elements here."""
     if spec.devices is not None and not spec.devices:
         raise ValueError("'devices' argument to pmap must be non-empty, or None.")
-    if local_size < 1:  # legacy pmap aborted the process in XLA here
-        raise ValueError(f"pmap needs a mapped axis of size 1 or more, got {local_size}.")
+    if local_size < 1:
+        raise EmptyAxisError(f"pmap needs a mapped axis of size 1 or more, got {local_size}.")
     if jax.process_count() == 1 and spec.axis_size not in (None, local_size):
         raise ValueError(f"Specified axis_size {spec.axis_size} doesn't match received "
                          f"axis_size {local_size}.")

@@ -138,6 +138,19 @@ show_error("err_bad_in_axes", lambda: jax.pmap(lambda a: a, in_axes=0.5))
 show_error("err_not_callable", lambda: jax.pmap(3))
 show_error("err_axis_size", lambda: jax.pmap(lambda a: a, axis_size=3)(x))
 show_error("err_out_not_prefix", lambda: jax.pmap(lambda a: (a, a), out_axes=(0, 0, 0))(x))
+
+
+def empty_axis_with_a_collective():
+    """Legacy: a ZeroDivisionError when lowering the psum (a body without a collective aborted
+    the process in XLA: not run); jaxline's tests expect that error."""
+    try:
+        jax.pmap(lambda a: lax.psum(a, "i"), axis_name="i")({"a": jnp.zeros((0,))})
+    except ZeroDivisionError:
+        return "ZeroDivisionError"
+    return "nothing raised"
+
+
+show("err_empty_axis_psum", empty_axis_with_a_collective())
 show_error("err_unbound_axis", lambda: jax.pmap(lambda a: lax.psum(a, "k"), "i")(x))
 show_error("err_not_prefix_kw", lambda: jax.pmap(lambda a, b: a, in_axes=(0, 0, 0))(x, b=x))
 show_error("err_not_prefix_dict",
