@@ -62,12 +62,11 @@ class GlobalRender:
 
     @staticmethod
     def _in_place(entry: PlannedSite) -> bool:
-        """The mapped function is the expression of a pmap call (not a decorated def), a lambda or
-        on one line: it goes into the new statement as written, where the pmap call was (one that
-        spans lines keeps them, under a name of its own, evaluated there too)."""
+        """The mapped function is the expression of a pmap call (not a decorated def): it goes
+        into the new statement as written, in its lines, where the pmap call was, evaluated
+        there."""
         fun = entry.site.fun
-        return fun is not None and not entry.site.is_decorator \
-            and (isinstance(fun, cst.Lambda) or "\n" not in code_of(fun))
+        return fun is not None and not entry.site.is_decorator
 
     def _pmap_options(self, entry: PlannedSite, plan: Plan) -> tuple[str, dict[str, str]] | None:
         """(the mapped function's text, `_global_pmap`'s options after it and the axis name, as
