@@ -285,7 +285,12 @@ def _installs_release(directory: Path, names: frozenset[str]) -> bool:
             continue
         for line in lines:
             line = line.split(" #", 1)[0].strip()
-            if line.startswith(("git+", "hg+", "svn+", "bzr+")) or "://" in line:
+            if line.startswith("-"):  # options: an index, another file; `-e` a path (the source) or a URL
+                option, _, line = line.partition(" ")
+                line = line.strip()
+                if option not in ("-e", "--editable") or "://" not in line:
+                    continue
+            if "://" in line and not _NAMED_URL.match(line):  # `git+https://.../pkg.git`
                 egg = re.search(r"#egg=([\w.-]+)", line)
                 name = egg[1] if egg else line.split("#", 1)[0].rstrip("/").rsplit("/", 1)[-1].removesuffix(".git")
             else:
@@ -297,6 +302,7 @@ def _installs_release(directory: Path, names: frozenset[str]) -> bool:
 
 
 _REQUIREMENT_NAME = re.compile(r"([A-Za-z0-9][A-Za-z0-9._-]*)")
+_NAMED_URL = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]*\s*(\[[^\]]*\])?\s*@")  # `pkg @ https://...` (PEP 508)
 
 
 def _normalized(name: str) -> str:

@@ -328,7 +328,8 @@ def _legacy_and_fixed_outputs(legacy: Path, fixed: Path, *command, on_path: bool
 
 
 EXAMPLES = ("examples/train.py", "benchmarks/bench.py", "examples/released/train.py",
-            "examples/by_distribution/train.py", "examples/by_url/train.py", "examples/extras/train.py")
+            "examples/by_distribution/train.py", "examples/by_url/train.py", "examples/pep508/train.py",
+            "examples/extras/train.py")
 
 
 def make_example_project(root: Path) -> Path:
@@ -339,7 +340,9 @@ def make_example_project(root: Path) -> Path:
         (root / rel).write_text(EXAMPLE)
     for directory, text in {"released": "numpy\npkg==1.0\n", "by_distribution": "dm_pkg>=1  # the release\n",
                             "by_url": "git+https://example.com/org/pkg.git\n",
-                            "extras": "# not pkg\nnumpy\nflax==0.6.0\n-r ../base.txt\n"}.items():
+                            "pep508": "--extra-index-url https://example.com/simple\npkg[x] @ https://e.com/main.zip\n",
+                            "extras": "# not pkg\nnumpy\nflax==0.6.0\n-r ../base.txt\n-e ../..\n"
+                                      "--extra-index-url https://example.com/pkg\n"}.items():
         (root / "examples" / directory / "requirements.txt").write_text(text)
     return root
 
@@ -353,7 +356,7 @@ def test_examples_and_benchmarks_of_a_package_import_its_module_unless_they_inst
     root = make_example_project(tmp_path / "p")
     assert run_cli(root, "fix", "--no-cache", ".").exit_code == 0
     files = tree(root)
-    released = ("by_distribution", "by_url", "released")
+    released = ("by_distribution", "by_url", "pep508", "released")
     assert sorted(set(files) - set(FILES) - {*EXAMPLES, "setup.py"}) == [
         "checks/_pmap_compat.py", *(f"examples/{d}/_pmap_compat.py" for d in released), "pkg/_pmap_compat.py"]
     for rel in ("examples/train.py", "benchmarks/bench.py", "examples/extras/train.py"):
