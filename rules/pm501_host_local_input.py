@@ -77,8 +77,9 @@ class HostLocalInput(Rule):
     (`jax.make_array_from_process_local_data`; global arrays, outputs fed back, pass through); the
     helpers are written once per package. Outputs stay global arrays where the program only reads
     rows of them or passes them straight to a rewritten pmap: `out[k]` becomes
-    `out.addressable_shards[k].data.squeeze(0)` (this process's row k; also inside
-    `tree_map(lambda v: v[0], out)` and flax `unreplicate(out)`). On one process the same code is the
+    `out.addressable_shards[k].data.squeeze(0)` (this process's row k; also on a leaf,
+    `metrics["loss"][0]`, on the call, `step(x)[0]`, inside `tree_map(lambda v: v[0], out)` and
+    flax `unreplicate(out)`). On one process the same code is the
     single-process pmap: the first n devices.
 
     The data flow is visible when the pmapped function is bound to a name that is only ever called

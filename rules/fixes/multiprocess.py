@@ -30,7 +30,8 @@ the module.
 
 The outputs of a pmap whose every output is either read by row or passed straight to a rewritten
 pmap stay global: `out[k]` on an array output -> `out.addressable_shards[k].data.squeeze(0)` (this
-process's row k, from the device that holds it), the same inside `tree_map(lambda v: v[0], out)`
+process's row k, from the device that holds it), the same on a leaf (`metrics["loss"][0]`) and on
+the call where it is made (`step(x)[0]`, either form), inside `tree_map(lambda v: v[0], out)`
 and for flax `unreplicate(out)`; an output passed straight to a rewritten pmap (at an in_axes-0
 position) is left global. An output read whole anywhere else (`metrics["loss"]`, `return state`)
 makes its pmap take the boundary form below (host-local rows out, as legacy returned them, no copy),

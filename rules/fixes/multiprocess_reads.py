@@ -12,7 +12,7 @@ import libcst as cst
 from libcst.metadata import BaseAssignment
 
 from pmap_migrate.rules.analysis.sites import TransformSite
-from pmap_migrate.rules.analysis.syntax import IntegerIndexOf
+from pmap_migrate.rules.analysis.syntax import IntegerIndexOf, is_key_subscript
 from pmap_migrate.rules.fixes.api import removal_spec
 from pmap_migrate.rules.fixes.code import code_of
 from pmap_migrate.rules.fixes.placement_fixes import is_assignment_target, literal_index, row_of, single_index
@@ -110,21 +110,32 @@ class Reads:
         return edits
 
     def _call_row_read(self, call: cst.Call, layout: Layout) -> Edit | None:
-        """`step(x)[k]`, a literal k, on a stack with one row per device, out of traced code: this
-        process's row k, from the device that holds it. Not where the pmap is built in the call
-        (`jax.pmap(f)(x)[0]`: its own rewrite edits inside)."""
-        parent = self.model.parent(call)
-        if layout != 0 or not isinstance(parent, cst.Subscript) or parent.value is not call \
-                or not isinstance(call.func, (cst.Name, cst.Attribute)):
-            return None
-        index = single_index(parent)
-        placement = self.plan.placement
-        if index is None or not literal_index(index) or self.model.selects_output(parent) \
-                or not placement.one_row_per_device(call) or not placement.array_valued(call) \
+        """`step(x)[k]` (or `step(x)["loss"][k]`, `step(x)[1][k]` on a tuple output), a literal k,
+        on a stack with one row per device, out of traced code: this process's row k, from the
+        device that holds it. Not where the pmap is built in the call (`jax.pmap(f)(x)[0]`: its
+        own rewrite edits inside)."""
+        if not _rows_on_axis_0(layout) or not isinstance(call.func, (cst.Name, cst.Attribute)) \
                 or self.plan.tracing.may_be_traced(call):
             return None
+        return self._path_row_read(call)
+
+    def _path_row_read(self, read: cst.BaseExpression) -> Edit | None:
+        """The row read at the end of a path into an output (``read`` a name or a call): `read[k]`,
+        `read["loss"][k]`, `read[1][k]` (an element of a tuple output) with a literal k, on a stack
+        with one row per device: `<path>.addressable_shards[k].data.squeeze(0)`; None otherwise."""
+        model, placement = self.model, self.plan.placement
+        value, parent = read, model.parent(read)
+        while isinstance(parent, cst.Subscript) and parent.value is value and (
+                is_key_subscript(parent) or model.selects_output(parent)):
+            value, parent = parent, model.parent(parent)
+        if not isinstance(parent, cst.Subscript) or parent.value is not value:
+            return None
+        index = single_index(parent)
+        if index is None or not literal_index(index) or model.selects_output(parent) \
+                or not placement.one_row_per_device(value) or not placement.array_valued(value):
+            return None
         self.row_reads.add(id(parent))
-        return Edit(parent, row_of(call, index).with_changes(lpar=parent.lpar, rpar=parent.rpar))
+        return Edit(parent, row_of(value, index).with_changes(lpar=parent.lpar, rpar=parent.rpar))
 
     def _passed_through(self, value: cst.BaseExpression, layout: Layout) -> bool:
         """``value`` is an argument of a call of a rewritten pmap that maps it on axis 0, and every
@@ -205,12 +216,8 @@ class Reads:
         if not placement.one_row_per_device(read):
             return None
         if isinstance(parent, cst.Subscript) and parent.value is read:
-            index = single_index(parent)
-            if index is not None and literal_index(index) and placement.array_valued(read) \
-                    and not model.selects_output(parent):
-                return [Edit(parent, row_of(cst.Name(read.value), index).with_changes(
-                    lpar=parent.lpar, rpar=parent.rpar))]
-            return None
+            row = self._path_row_read(read)
+            return [row] if row is not None else None
         arg = parent
         call = model.parent(arg) if isinstance(arg, cst.Arg) else None
         if not isinstance(call, cst.Call) or arg.value is not read or arg.keyword is not None or arg.star:
@@ -241,6 +248,11 @@ class Reads:
                     lpar=subscript.lpar, rpar=subscript.rpar)))
             return edits or None
         return None
+
+
+def _rows_on_axis_0(layout: Layout) -> bool:
+    """Every output (of a tuple output, each element) has its rows on axis 0."""
+    return layout == 0 or (isinstance(layout, tuple) and bool(layout) and all(a == 0 for a in layout))
 
 
 def owner_of(node: cst.CSTNode, sites: list[PlannedSite]) -> PlannedSite:
