@@ -108,3 +108,26 @@ def test_report_lists_a_shimmed_site_with_the_reason_of_its_comment():
     # without the comment, the site is still listed, with what the shim does
     bare = shim_sites(b"import runtime_shim\n\ng = runtime_shim.pmap(f, in_axes=axes)\n", "m.py", codes)
     assert len(bare) == 1 and bare[0].reason.startswith("uses `runtime_shim.pmap`")
+
+
+def test_a_value_of_global_arg_shapes_gives_way_to_another_options_reason():
+    """flax's `nnx.pmap` forwards every option, `global_arg_shapes` among them, which PM104's
+    unsafe fix drops in the same run: the comment gives the reason that stays true after it (a
+    computed option), and only where there is none, `global_arg_shapes` itself."""
+    source = textwrap.dedent('''\
+        import jax
+
+
+        def pmap(f, static=(), global_arg_shapes=None):
+            return jax.pmap(f, axis_name="i", static_broadcasted_argnums=static,
+                            global_arg_shapes=global_arg_shapes)
+
+
+        def simple(f, shapes):
+            return jax.pmap(f, axis_name="i", global_arg_shapes=shapes)
+        ''')
+    text = fixed(source)
+    first, second = text.split("def simple")
+    assert f"{SHIM_COMMENT}`static_broadcasted_argnums` is not a literal" in first, text
+    assert "global_arg_shapes" not in first.split("def pmap")[1].split("return")[0], text
+    assert f"{SHIM_COMMENT}`global_arg_shapes` is given a value" in second, text

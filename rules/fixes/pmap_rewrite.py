@@ -319,8 +319,12 @@ class Rewriter(Nests, EvaluationPlaces):
         for arg in site.args:
             if arg.keyword is None or arg.keyword.value in KNOWN_OPTIONS:
                 continue
-            if arg.keyword.value == "global_arg_shapes" and is_none(arg.value):
-                continue  # the default, spelled out: nothing to carry over (PM104 drops it too)
+            if arg.keyword.value == "global_arg_shapes":
+                if is_none(arg.value):
+                    continue  # the default, spelled out: nothing to carry over (PM104 drops it too)
+                # PM104's unsafe fix drops it in the same run: another option's reason, if any, first
+                self.reader.compact_options(site)
+                raise Unsupported("`global_arg_shapes` is given a value (see PM104)")
             raise Unsupported(f"option `{arg.keyword.value}` has no exact equivalent")
 
     def definition_fix(self, site: TransformSite, renderer=None, *, in_place: bool = False) -> FixSpec:
