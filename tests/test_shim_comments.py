@@ -129,5 +129,5 @@ def test_a_value_of_global_arg_shapes_gives_way_to_another_options_reason():
     text = fixed(source)
     first, second = text.split("def simple")
     assert f"{SHIM_COMMENT}`static_broadcasted_argnums` is not a literal" in first, text
-    assert "global_arg_shapes" not in first.split("def pmap")[1].split("return")[0], text
+    assert f"{SHIM_COMMENT}`global_arg_shapes`" not in first and "global_arg_shapes=" not in first.split("):")[1], text
     assert f"{SHIM_COMMENT}`global_arg_shapes` is given a value" in second, text
