@@ -639,16 +639,21 @@ def test_a_package_below_an_unimportable_top_uses_the_name_its_siblings_import_i
 OLDER = (Path(__file__).parent.parent / "fixtures" / "shared" / "older_pmap_compat.py").read_text()
 
 
+def package_holding(root: Path, module: str) -> Path:
+    """A project at ``root`` whose package `pkg` holds ``module`` as its `_pmap_compat.py`."""
+    (root / "pkg").mkdir(parents=True)
+    (root / "pyproject.toml").write_text("[tool.pmap-migrate]\n")
+    (root / "pkg" / "__init__.py").write_text("")
+    (root / "pkg" / "_pmap_compat.py").write_text(module)
+    return root
+
+
 def test_a_shared_module_an_earlier_version_wrote_is_written_anew_when_a_fix_needs_it(tmp_path):
     """`pkg/_pmap_compat.py` as an earlier version of the tool wrote it (one parameter a line, a
     docstring listing the helpers): still this tool's, so a module fixed today imports it rather
     than keeping a copy, and the module is rewritten with today's helpers (which accept every call
     the earlier one's importers make); left as it is by a run that needs nothing of it."""
-    root = tmp_path / "older"
-    (root / "pkg").mkdir(parents=True)
-    (root / "pyproject.toml").write_text("[tool.pmap-migrate]\n")
-    (root / "pkg" / "__init__.py").write_text("")
-    (root / "pkg" / "_pmap_compat.py").write_text(OLDER)
+    root = package_holding(tmp_path / "older", OLDER)
     every_option = {"_shard_mapped", *feature_names(ALL_FEATURES)}  # (an earlier version's took them all)
     assert helpers_in(OLDER) == every_option and OLDER != module_text(every_option)
     fixed_before = "import jax\n\nfrom pkg._pmap_compat import _shard_mapped\n\nsquare = jax.jit(_shard_mapped(lambda x: x * x))\n"
@@ -676,11 +681,7 @@ def test_a_multi_process_shared_module_of_the_previous_version_keeps_its_options
     options = feature_names({"axes", "static", "processes"})
     held = {"_global_pmap", "_replicate", "_shard_mapped", "_to_global", *options}
     assert helpers_in(OLDER_MULTIPROCESS) == held and OLDER_MULTIPROCESS != module_text(held)
-    root = tmp_path / "older"
-    (root / "pkg").mkdir(parents=True)
-    (root / "pyproject.toml").write_text("[tool.pmap-migrate]\n")
-    (root / "pkg" / "__init__.py").write_text("")
-    (root / "pkg" / "_pmap_compat.py").write_text(OLDER_MULTIPROCESS)
+    root = package_holding(tmp_path / "older", OLDER_MULTIPROCESS)
     (root / "pkg" / "b.py").write_text(OPS)
     assert run_cli(root, "fix", "--no-cache", ".").exit_code == 0
     files = tree(root)
@@ -705,11 +706,7 @@ def test_a_multi_process_module_whose_to_global_placed_arrays_by_hand_is_written
     previous = (OLDER_MULTIPROCESS_DIR / name).read_text()
     held = {"_global_pmap", "_shard_mapped", "_to_global", *feature_names(options)}
     assert helpers_in(previous) == held and previous != module_text(held)
-    root = tmp_path / "previous"
-    (root / "pkg").mkdir(parents=True)
-    (root / "pyproject.toml").write_text("[tool.pmap-migrate]\n")
-    (root / "pkg" / "__init__.py").write_text("")
-    (root / "pkg" / "_pmap_compat.py").write_text(previous)
+    root = package_holding(tmp_path / "previous", previous)
     (root / "pkg" / "b.py").write_text(OPS)
     assert run_cli(root, "fix", "--no-cache", ".").exit_code == 0
     written = (root / "pkg" / "_pmap_compat.py").read_text()
