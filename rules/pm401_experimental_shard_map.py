@@ -13,8 +13,10 @@ from pmap_migrate.rules.fixes.api import (
     parenthesized,
     spec_or_none,
 )
+from pmap_migrate.rules.fixes.choices import Applicability
 from pmap_migrate.rules.fixes.code import code_of
-from pmap_migrate.rules.fixes.spec import Edit
+from pmap_migrate.rules.fixes.placement_fixes import remove_line
+from pmap_migrate.rules.fixes.spec import Edit, FixSpec
 from pmap_migrate.rules.knowledge import gates, tables
 
 _EXPERIMENTAL = "jax.experimental.shard_map.shard_map"
@@ -31,6 +33,8 @@ _RENAMED = {"mesh": "mesh", "in_specs": "in_specs", "out_specs": "out_specs", "c
 _NEW_ONLY = frozenset({"check_vma", "axis_names"})  # jax.shard_map's own names for the same options
 # Mesh constructors whose axis names a fix may read statically: qualified name -> position.
 _MESH_AXIS_NAMES = {"jax.sharding.Mesh": 1, "jax._src.mesh.Mesh": 1, "jax.make_mesh": 1}
+_UNUSED_MODULE = ("`jax.experimental.shard_map` is deprecated: importing it warns on the newest jax (an error where "
+                  "warnings are), and nothing here reads it")
 _SUMMARY = ("use `jax.shard_map` (mesh, in_specs and out_specs by keyword, `check_vma=` for `check_rep=`, "
             "`axis_names=` for `auto=`)")
 
@@ -43,7 +47,9 @@ class ExperimentalShardMap(ImportRule):
     (`from jax.experimental.shard_map import shard_map [as smap]` — the import is reported), through
     a module alias (`import jax.experimental.shard_map as shmap; shmap.shard_map(...)`) or as an
     attribute (`jax.experimental.shard_map.shard_map(...)`). Also finds the keywords `check_rep=` and
-    `auto=` on any shard_map call, including `functools.partial(shard_map, ..., check_rep=False)`.
+    `auto=` on any shard_map call, including `functools.partial(shard_map, ..., check_rep=False)`,
+    and a plain `import jax.experimental.shard_map` that nothing reads (once its uses are migrated):
+    importing that module warns on the newest jax, an error where warnings are.
 
     Uses of a name bound by a reported import are not reported again. `jax.shard_map` calls
     with `check_vma=` / `axis_names=` are the migrated form and not reported.
@@ -78,7 +84,9 @@ class ExperimentalShardMap(ImportRule):
     differ from check_rep=False ones, verified by running both on jax 0.7.2 and the newest jax).
     `auto=A` becomes `axis_names=` the mesh axes not in `A`: a literal set when the mesh is bound
     once to `Mesh(devices, ("i", "j"))` and `A` is a literal set, else
-    `frozenset(mesh.axis_names) - A`, as jax 0.7.2 computed it. The import goes once unused.
+    `frozenset(mesh.axis_names) - A`, as jax 0.7.2 computed it. The import goes once unused; a
+    plain `import jax.experimental.shard_map` too (safe: nothing reads it), replaced by `import jax`
+    where it was the module's only import binding `jax`.
     Unsafe: a mesh expression other than a name that the run-time form evaluates twice, and a
     partial stored for later calls (its callers could pass `check_rep=` or the specs by position).
     No fix: shard_map used as a value, arguments passed with `*`/`**`. On jax 0.7.2 only,
@@ -112,7 +120,7 @@ class ExperimentalShardMap(ImportRule):
         Valid("from mylib.parallel import shard_map\ng = shard_map(h, m, check_rep=False, auto=frozenset())\n"),
         Valid("import jax\nf = jax.jit(g, auto=True)\n"),
         # The module itself still imports; only its shard_map is reported, where it is named.
-        Valid("import jax.experimental.shard_map\n"),
+        Valid("import jax.experimental.shard_map\nmodule = jax.experimental.shard_map\n"),
         Valid("import jax\nname = 'jax.experimental.shard_map.shard_map'\n"),
         Valid(
             "import jax\n"
@@ -238,6 +246,10 @@ class ExperimentalShardMap(ImportRule):
                 "    )\n"
             ),
         ),
+        # A plain import of the deprecated module: it goes once nothing reads it, `jax` kept bound.
+        Invalid("import jax.experimental.shard_map\n", lines=(1,), expected="import jax\n"),
+        Invalid("import jax\nimport jax.experimental.shard_map\nf = jax.experimental.shard_map.shard_map(g, m, P('i'), P('i'))\n",
+                lines=(3,), expected="import jax\nf = jax.shard_map(g, mesh=m, in_specs=P('i'), out_specs=P('i'))\n"),
         # Used as a value: its callers may pass the mesh by position; no fix.
         Invalid("from jax.experimental.shard_map import shard_map\nregistry = {'shard_map': shard_map}\n",
                 lines=(1,)),
@@ -259,6 +271,49 @@ class ExperimentalShardMap(ImportRule):
         for alias, full in imported_names(node):
             if full in tables.EXPERIMENTAL_SHARD_MAP:
                 self.report(alias, fix=self.reads_fix(node, alias, self._rewrite_use, _SUMMARY))
+            elif full == tables.EXPERIMENTAL_SHARD_MAP_MODULE and isinstance(node, cst.Import) \
+                    and alias.asname is None and not self._module_used():
+                self.report(alias, _UNUSED_MODULE, fix=self._unused_module_fix(node, alias))
+
+    def _module_used(self) -> bool:
+        """Whether the module reads anything of `jax.experimental.shard_map` (an attribute path
+        through it: `jax.experimental.shard_map.shard_map(...)`)."""
+        module, model = tables.EXPERIMENTAL_SHARD_MAP_MODULE, self.model
+        found = []
+
+        class Uses(cst.CSTVisitor):
+            def visit_Import(self, node: cst.Import) -> bool:
+                return False
+
+            def visit_Attribute(self, node: cst.Attribute) -> bool:
+                if any(n == module or n.startswith(module + ".") for n in model.qualified_names(node)):
+                    found.append(node)
+                    return False
+                return True
+
+        model.module.visit(Uses())
+        return bool(found)
+
+    def _unused_module_fix(self, node: cst.Import, alias: cst.ImportAlias) -> FixSpec | None:
+        """`import jax.experimental.shard_map` that nothing reads (its uses migrated): removed, or
+        `import jax` where it was the module's only import binding `jax`."""
+        line = self.model.parent(node)
+        if not isinstance(line, cst.SimpleStatementLine) or len(line.body) != 1:
+            return None
+        binds_jax = any(isinstance(statement, cst.SimpleStatementLine) and any(
+            isinstance(small, cst.Import) and any(
+                a is not alias and a.asname is None and code_of(a.name).split(".")[0] == "jax" for a in small.names)
+            for small in statement.body) for statement in self.model.module.body)
+        # (`jax` stays bound: the alias goes where another import binds it, else `import jax` takes its place)
+        names = [a for a in node.names if a is not alias] if binds_jax else [
+            a.with_changes(name=cst.Name("jax")) if a is alias else a for a in node.names]
+        if not names:
+            replacement = remove_line(self.model, line)
+        else:
+            names[-1] = names[-1].with_changes(comma=cst.MaybeSentinel.DEFAULT)
+            replacement = line.with_changes(body=[node.with_changes(names=names)])
+        return FixSpec(Applicability.SAFE, "remove the import of the deprecated module, which nothing reads",
+                       replacement=replacement, target=line)
 
     def visit_Attribute(self, node: cst.Attribute) -> None:
         if node.attr.value == "shard_map" and self.model.matches(node, tables.EXPERIMENTAL_SHARD_MAP):
