@@ -48,7 +48,7 @@ import libcst as cst
 
 from pmap_migrate.importorder import ImportOrder, line_key, member_key, section
 from pmap_migrate.projectstyle import import_order, project_root
-from pmap_migrate.rules.fixes.shared import MODULE_NAME, helpers_in, is_current, module_text
+from pmap_migrate.rules.fixes.shared import INDENT, MODULE_NAME, helpers_in, is_current, module_text
 
 FILE_NAME = f"{MODULE_NAME}.py"
 _TEST_NAME = ("test_", "_test.py", "conftest.py")
@@ -474,7 +474,37 @@ class SharedModule:
     helpers: frozenset[str]
 
     def text(self) -> bytes:
-        return in_project_order(module_text(self.helpers), import_order(self.file)).encode("utf-8")
+        return in_project_order(module_text(self.helpers, indent_near(self.file)),
+                                import_order(self.file)).encode("utf-8")
+
+
+# The body of a top-level definition: its first line shows the indentation unit of the file.
+_BODY = re.compile(r"^(?:def|class)\b[^\n]*:[ \t]*\n(?:[ \t]*\n)*( +)\S", re.MULTILINE)
+
+
+def indent_near(file: str | os.PathLike) -> str:
+    """The indentation unit of the modules around ``file`` (the package or directory a shared
+    module goes in, and below it): the most common among the first 20 that show one, so that the
+    module is written as the project writes its code (two spaces in most of Google's); four
+    spaces where none shows one."""
+    counts: dict[str, int] = {}
+    seen = 0
+    for directory, subdirectories, files in os.walk(Path(file).parent):
+        subdirectories[:] = sorted(d for d in subdirectories if not d.startswith(".") and d not in _NOT_SEARCHED)
+        for name in sorted(files):
+            if not name.endswith(".py") or name == FILE_NAME:
+                continue
+            try:
+                with open(os.path.join(directory, name), encoding="utf-8", errors="replace") as handle:
+                    match = _BODY.search(handle.read(200_000))
+            except OSError:
+                continue
+            if match:
+                counts[match[1]] = counts.get(match[1], 0) + 1
+                seen += 1
+                if seen >= 20:
+                    return max(counts, key=counts.__getitem__)
+    return max(counts, key=counts.__getitem__) if counts else INDENT
 
 
 def in_project_order(text: str, order: ImportOrder) -> str:

@@ -867,3 +867,33 @@ def test_the_modules_beside_tests_hold_the_same_helpers_grown_together(tmp_path)
     assert again.exit_code == 0 and tree(fixed) == files
     outputs = _legacy_and_fixed_outputs(legacy, fixed, Path("session.py"))
     assert outputs[0] == outputs[1] != "", outputs
+
+
+# --------------------------------------------------------------------------- the project's indentation
+def test_a_package_written_with_two_spaces_gets_its_shared_module_in_two_spaces(tmp_path):
+    """Most of Google's projects indent by two spaces: the shared module `fix` creates in such a
+    package is written so (recognised as this tool's, current, and left as it is by the next
+    run); a package indented by four keeps four."""
+    two = {rel: re.sub(r"(?m)^((?:    )+)", lambda m: "  " * (len(m[1]) // 4), text) for rel, text in FILES.items()}
+    root = tmp_path / "two"
+    for rel, text in {"pyproject.toml": "[tool.pmap-migrate]\n", **two}.items():
+        (root / rel).parent.mkdir(parents=True, exist_ok=True)
+        (root / rel).write_text(text)
+    assert run_cli(root, "fix", "--no-cache", ".").exit_code == 0
+    written = (root / "pkg" / "_pmap_compat.py").read_text()
+    held = helpers_in(written)
+    assert held and '\n  """pmap(f, axis_name, ...) as shard_map' in written and "\n    key = " not in written, written
+    assert written == module_text(held, "  "), written
+    before = tree(root)
+    assert run_cli(root, "fix", "--no-cache", ".").exit_code == 0
+    assert tree(root) == before  # a fixpoint: the two-space module is current
+    legacy = tmp_path / "legacy"
+    for rel, text in two.items():
+        (legacy / rel).parent.mkdir(parents=True, exist_ok=True)
+        (legacy / rel).write_text(text)
+    from tests.support import jaxenv
+
+    assert _stdout(jaxenv.NEWEST, root) == _stdout(jaxenv.LEGACY, legacy)
+    four = make_project(tmp_path / "four")
+    assert run_cli(four, "fix", "--no-cache", ".").exit_code == 0
+    assert '\n    """pmap(f, axis_name, ...) as shard_map' in (four / "pkg" / "_pmap_compat.py").read_text()

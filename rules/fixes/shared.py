@@ -168,19 +168,36 @@ def with_required(names) -> frozenset[str]:
     return frozenset(found)
 
 
-def module_text(names: frozenset[str] | set[str]) -> str:
+def helper_source(name: str, indent: str = INDENT, features: frozenset[str] = ALL_FEATURES) -> str:
+    """The text of the shared helper ``name`` at ``indent``, taking ``features``."""
+    if name == SHARD_MAPPED:
+        return shard_mapped_helper(SHARD_MAPPED, indent, features)
+    if name in (GLOBAL_CALL, GLOBAL_PMAP, TO_GLOBAL):
+        return {GLOBAL_CALL: global_call_helper, GLOBAL_PMAP: global_pmap_helper,
+                TO_GLOBAL: to_global_helper}[name](indent, features)
+    if indent == INDENT:
+        return SHARED_HELPERS[name].source
+    return {REPLICATE: replicate_helper, PUT_SHARDED: put_sharded_helper}[name](name, indent) if name in (
+        REPLICATE, PUT_SHARDED) else host_local_helper(indent)
+
+
+def indent_of(text: str) -> str:
+    """The indentation unit of a shared module's ``text`` (its helpers' docstrings'); four
+    spaces where it shows none."""
+    match = re.search(r"^( +)\"\"\"", text, re.MULTILINE)
+    return match[1] if match else INDENT
+
+
+def module_text(names: frozenset[str] | set[str], indent: str = INDENT) -> str:
     """The shared module holding the helpers ``names`` (every one a key of SHARED_HELPERS): a
     docstring saying what it is, the imports they need (isort's order:
     the standard library, then jax; ``import`` lines before ``from`` lines), the helpers by name,
-    `_shard_mapped` with the options ``names`` ask for (``feature_names``)."""
+    `_shard_mapped` with the options ``names`` ask for (``feature_names``), at ``indent`` (the
+    project's)."""
     helpers = [SHARED_HELPERS[name] for name in sorted(with_required(names)) if name in SHARED_HELPERS]
     features = features_of(names)
-    if features != ALL_FEATURES:
-        shorter = {SHARD_MAPPED: shard_mapped_helper(SHARD_MAPPED, INDENT, features),
-                   GLOBAL_CALL: global_call_helper(INDENT, features),
-                   GLOBAL_PMAP: global_pmap_helper(INDENT, features),
-                   TO_GLOBAL: to_global_helper(INDENT, features)}
-        helpers = [dataclasses.replace(h, source=shorter[h.name]) if h.name in shorter else h for h in helpers]
+    if features != ALL_FEATURES or indent != INDENT:
+        helpers = [dataclasses.replace(h, source=helper_source(h.name, indent, features)) for h in helpers]
     specs = {spec for helper in helpers for spec in helper.imports}
     lines = [FIRST_LINE + '"""', ""]  # (plain JAX: `fix` writes it, and adds the helpers fixes need)
     for group in ([s for s in specs if s.module.split(".")[0] in _STDLIB],
@@ -255,6 +272,7 @@ def helpers_in(text: str) -> frozenset[str] | None:
     since), which fixes must not rely on nor change."""
     if not text.startswith(FIRST_LINE):
         return None
+    indent = indent_of(text)
     chunks = _chunks(text)
     names = frozenset(name for name in SHARED_HELPERS if f"\ndef {name}(" in text)
     if SHARD_MAPPED in names:  # the options it takes; an earlier version's took every one
@@ -271,28 +289,28 @@ def helpers_in(text: str) -> frozenset[str] | None:
             continue
         name = chunk[4:].partition("(")[0] if chunk.startswith("def ") else None
         if (name == SHARD_MAPPED and _shard_mapped_features(chunk) is not None) or (
-                name == GLOBAL_CALL and chunk == global_call_helper(INDENT, frozenset()).strip()) or (
-                chunk in _multi_process_variants().get(name, ())):
+                name == GLOBAL_CALL and chunk == global_call_helper(indent, frozenset()).strip()) or (
+                chunk in _multi_process_variants(indent).get(name, ())):
             found.add(name)  # (the shorter forms this version writes)
             continue
         if name not in SHARED_HELPERS or _text_hash(chunk) not in (
-                _OLDER_TEXTS.get(name, frozenset()) | {_text_hash(SHARED_HELPERS[name].source)}):
+                _OLDER_TEXTS.get(name, frozenset()) | {_text_hash(helper_source(name, indent))}):
             return None
         found.add(name)
     if not found or not with_required(found) <= found:
         return None
     found |= names - frozenset(SHARED_HELPERS)  # (the features)
-    present, needed = _imports_aside(text), _imports_aside(module_text(found))
+    present, needed = _imports_aside(text), _imports_aside(module_text(found, indent))
     return frozenset(found) if present and needed and needed[1] <= present[1] else None
 
 
-@lru_cache(maxsize=1)
-def _multi_process_variants() -> dict[str, frozenset[str]]:
-    """The texts this version writes for `_global_pmap` and `_to_global`, each set of the options
-    they depend on (in_axes, static positions, devices)."""
+@lru_cache(maxsize=4)
+def _multi_process_variants(indent: str = INDENT) -> dict[str, frozenset[str]]:
+    """The texts this version writes for `_global_pmap` and `_to_global` at ``indent``, each set
+    of the options they depend on (in_axes, static positions, devices)."""
     options = [frozenset(c) for k in range(4) for c in itertools.combinations(("axes", "static", "devices"), k)]
-    return {GLOBAL_PMAP: frozenset(global_pmap_helper(INDENT, f).strip() for f in options),
-            TO_GLOBAL: frozenset(to_global_helper(INDENT, f).strip() for f in options)}
+    return {GLOBAL_PMAP: frozenset(global_pmap_helper(indent, f).strip() for f in options),
+            TO_GLOBAL: frozenset(to_global_helper(indent, f).strip() for f in options)}
 
 
 def _chunks(text: str) -> list[str]:
@@ -311,7 +329,7 @@ def _chunks(text: str) -> list[str]:
 def is_current(text: str, names: frozenset[str]) -> bool:
     """Whether ``text``, a shared module holding the helpers ``names`` (``helpers_in``), is what
     this version writes for them."""
-    return bool(names) and _imports_aside(module_text(names)) == _imports_aside(text)
+    return bool(names) and _imports_aside(module_text(names, indent_of(text))) == _imports_aside(text)
 
 
 def _imports_aside(text: str) -> tuple[list[str], frozenset[str]] | None:
