@@ -62,11 +62,16 @@ class GlobalRender:
 
     @staticmethod
     def _in_place(entry: PlannedSite) -> bool:
-        """The mapped function is the expression of a pmap call (not a decorated def): it goes
-        into the new statement as written, in its lines, where the pmap call was, evaluated
-        there."""
+        """The mapped function is the expression of a pmap call (not a decorated def), a lambda,
+        on one line, or over several whose first ends with an open bracket (a hanging indent, so
+        its lines need no other columns where it moves): it goes into the new statement as written,
+        where the pmap call was, evaluated there (one whose lines align with its old columns keeps
+        them under a name of its own, evaluated there too, and laid out again)."""
         fun = entry.site.fun
-        return fun is not None and not entry.site.is_decorator
+        if fun is None or entry.site.is_decorator:
+            return False
+        first, _, rest = code_of(fun).partition("\n")
+        return isinstance(fun, cst.Lambda) or not rest or first.rstrip().endswith(("(", "[", "{"))
 
     def _pmap_options(self, entry: PlannedSite, plan: Plan) -> tuple[str, dict[str, str]] | None:
         """(the mapped function's text, `_global_pmap`'s options after it and the axis name, as
