@@ -276,23 +276,11 @@ class ExperimentalShardMap(ImportRule):
                 self.report(alias, _UNUSED_MODULE, fix=self._unused_module_fix(node, alias))
 
     def _module_used(self) -> bool:
-        """Whether the module reads anything of `jax.experimental.shard_map` (an attribute path
-        through it: `jax.experimental.shard_map.shard_map(...)`)."""
-        module, model = tables.EXPERIMENTAL_SHARD_MAP_MODULE, self.model
-        found = []
-
-        class Uses(cst.CSTVisitor):
-            def visit_Import(self, node: cst.Import) -> bool:
-                return False
-
-            def visit_Attribute(self, node: cst.Attribute) -> bool:
-                if any(n == module or n.startswith(module + ".") for n in model.qualified_names(node)):
-                    found.append(node)
-                    return False
-                return True
-
-        model.module.visit(Uses())
-        return bool(found)
+        """Whether the module reads anything of `jax.experimental.shard_map`: every path through
+        it (`jax.experimental.shard_map.shard_map(...)`) holds an attribute `....shard_map` naming
+        the module, which the index lists (imports aside)."""
+        module = frozenset({tables.EXPERIMENTAL_SHARD_MAP_MODULE})
+        return any(self.model.matches(attr, module) for attr in self.model.index.attributes.get("shard_map", ()))
 
     def _unused_module_fix(self, node: cst.Import, alias: cst.ImportAlias) -> FixSpec | None:
         """`import jax.experimental.shard_map` that nothing reads (its uses migrated): removed, or

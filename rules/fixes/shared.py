@@ -170,15 +170,19 @@ def with_required(names) -> frozenset[str]:
 
 def helper_source(name: str, indent: str = INDENT, features: frozenset[str] = ALL_FEATURES) -> str:
     """The text of the shared helper ``name`` at ``indent``, taking ``features``."""
-    if name == SHARD_MAPPED:
-        return shard_mapped_helper(SHARD_MAPPED, indent, features)
-    if name in (GLOBAL_CALL, GLOBAL_PMAP, TO_GLOBAL):
-        return {GLOBAL_CALL: global_call_helper, GLOBAL_PMAP: global_pmap_helper,
-                TO_GLOBAL: to_global_helper}[name](indent, features)
-    if indent == INDENT:
+    if indent == INDENT and features == ALL_FEATURES:
         return SHARED_HELPERS[name].source
-    return {REPLICATE: replicate_helper, PUT_SHARDED: put_sharded_helper}[name](name, indent) if name in (
-        REPLICATE, PUT_SHARDED) else host_local_helper(indent)
+    return _RENDERERS[name](indent, features)
+
+
+# Each shared helper's text by indentation and features (those without features take none).
+_RENDERERS = {
+    SHARD_MAPPED: lambda indent, features: shard_mapped_helper(SHARD_MAPPED, indent, features),
+    REPLICATE: lambda indent, _: replicate_helper(REPLICATE, indent),
+    PUT_SHARDED: lambda indent, _: put_sharded_helper(PUT_SHARDED, indent),
+    HOST_LOCAL: lambda indent, _: host_local_helper(indent),
+    TO_GLOBAL: to_global_helper, GLOBAL_CALL: global_call_helper, GLOBAL_PMAP: global_pmap_helper,
+}
 
 
 def indent_of(text: str) -> str:
