@@ -171,8 +171,7 @@ class ValueFlow:
             return []
         functions = []
         for value in made:
-            if not (isinstance(value, cst.Call) and self._is_global_call(value)) or not self._is_helper(
-                    value.func, "_global_pmap", tables.SHARED_GLOBAL_PMAP, tables.GLOBAL_PMAP_DOC):
+            if not (isinstance(value, cst.Call) and self._is_global_pmap_call(value)):
                 return []
             found = self.resolve_functions(value.args[0].value)
             if not found:
@@ -184,15 +183,20 @@ class ValueFlow:
         """``call`` is `_global_pmap(f, axis, ...)` (no out_axes) or `_global_call(<a faithful
         rewrite's jit>, axis, ...)`, the multi-process rewrite's call (the package's shared helper,
         or the module's copy, by its docstring)."""
-        if not call.args or call.args[0].keyword is not None:
-            return False
-        if self._is_helper(call.func, "_global_pmap", tables.SHARED_GLOBAL_PMAP, tables.GLOBAL_PMAP_DOC):
-            # pmap's signature: rows per device unless out_axes says otherwise
-            return not any(arg.keyword is not None and arg.keyword.value == "out_axes" for arg in call.args)
-        if not self._is_helper(call.func, "_global_call", tables.SHARED_GLOBAL_CALL, tables.GLOBAL_CALL_DOC):
+        if self._is_global_pmap_call(call):
+            return True
+        if not call.args or call.args[0].keyword is not None or not self._is_helper(
+                call.func, "_global_call", tables.SHARED_GLOBAL_CALL, tables.GLOBAL_CALL_DOC):
             return False
         jitted = call.args[0].value
         return self._rows_jit(self.sites.get(jitted) or self.callable_site(jitted))
+
+    def _is_global_pmap_call(self, call: cst.Call) -> bool:
+        """``call`` is `_global_pmap(f, axis, ...)`, the function by position, without out_axes
+        (pmap's signature: rows per device unless out_axes says otherwise)."""
+        return bool(call.args) and call.args[0].keyword is None and self._is_helper(
+            call.func, "_global_pmap", tables.SHARED_GLOBAL_PMAP, tables.GLOBAL_PMAP_DOC) and not any(
+            arg.keyword is not None and arg.keyword.value == "out_axes" for arg in call.args)
 
     def _stacking_helper(self, func: cst.BaseExpression, names) -> str | None:
         """"replicated" / "sharded" when ``func`` is the helper `fix` writes for
