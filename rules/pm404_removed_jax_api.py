@@ -46,7 +46,7 @@ def removed_message(entry: tables.RemovedName, imported: str | None = None) -> s
     """`jax.tree_map` was removed from jax; use `jax.tree.map` -- naming the replacement or what to do."""
     if imported is not None:
         imported = imported.removesuffix(".*")  # `from removed.module import *`
-    # (a name jax 0.10.2 still has, deprecated, is gone from the newest jax only)
+    # (a name jax 0.10.2 still has is gone from the newest jax only)
     removed = "was removed from jax after 0.10.2" if entry.absent_in == "0.12" else "was removed from jax"
     if imported is not None and imported != entry.name:
         head = f"`{imported}` cannot be imported: `{entry.name}` {removed}"
